@@ -1,0 +1,80 @@
+"""``idckit`` command line. Each subcommand parses its arguments here and calls one function in the package.
+
+Heavy imports (torch, open_clip, pycocoevalcap) happen inside the command that needs them, so
+``idckit --help`` is instant.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from idckit.errors import IdckitError
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"size must look like 240x160, got {text!r}") from e
+    if w < 16 or h < 16:
+        raise argparse.ArgumentTypeError(f"size {text} is too small (at least 16x16)")
+    return w, h
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from idckit.data.synth.clevr_change import generate
+
+    generate(args.out, n_pairs=args.pairs, seed=args.seed, size=args.size, workers=args.workers,
+             overwrite=args.overwrite)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from idckit.eval.captions import evaluate_cli
+
+    return evaluate_cli(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="idckit", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="write a synthetic dataset in a real dataset's on-disk format")
+    gsub = g.add_subparsers(dest="dataset", required=True)
+    gc = gsub.add_parser("clevr-change", help="SynthCLEVR-Change in the official CLEVR-Change layout")
+    gc.add_argument("--out", type=Path, required=True, help="output directory (created)")
+    gc.add_argument("--pairs", type=int, default=2000, help="number of before images (each gives 2 pairs)")
+    gc.add_argument("--seed", type=int, default=0)
+    gc.add_argument("--size", type=_size, default=(240, 160), help="WxH, default 240x160 (half the real 480x320)")
+    gc.add_argument("--workers", type=int, default=2, help="rendering processes (output does not depend on it)")
+    gc.add_argument("--overwrite", action="store_true", help="replace an existing dataset at --out")
+    gc.set_defaults(func=cmd_generate)
+
+    e = sub.add_parser("evaluate", help="score RCC-format results against a dataset (BLEU, METEOR, ROUGE-L, CIDEr-D)")
+    e.add_argument("results", type=Path,
+                   help="a results directory with sc_results.json + nsc_results.json, or one JSON list")
+    e.add_argument("--data", type=Path, required=True, help="dataset root (CLEVR-Change layout)")
+    e.add_argument("--split", default="test", choices=["train", "val", "test"])
+    e.add_argument("--json", type=Path, default=None, help="write {subset: {metric: value}} here")
+    e.add_argument("--no-tokenize", action="store_true",
+                   help="skip the PTB tokenizer (reproduces IDC-PCL's own evaluator)")
+    e.add_argument("--no-meteor", action="store_true", help="skip METEOR (saves the JVM start)")
+    e.set_defaults(func=cmd_evaluate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except IdckitError as err:
+        print(f"idckit: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("idckit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

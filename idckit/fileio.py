@@ -1,0 +1,41 @@
+"""Atomic file writes: a reader never sees a half-written file, a killed process never leaves one."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path in the same directory; rename it onto ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, obj: Any, *, indent: int | None = None, sort_keys: bool = False) -> None:
+    """Deterministic JSON (fixed separators, UTF-8) written atomically."""
+    text = json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=False,
+                      separators=(",", ": ") if indent else (",", ":"))
+    write_text(path, text + ("\n" if indent else ""))

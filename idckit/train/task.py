@@ -1,0 +1,37 @@
+"""What the one training loop (:func:`idckit.train.loop.fit`) needs from a piece of work.
+
+IDC-PCL pre-training, IDC-PCL fine-tuning, CLIP stand-in pre-training, CLIP4IDC adaptation and CLIP4IDC
+captioning are all ``Task`` objects; the loop owns everything they share: the optimiser and schedule,
+checkpoints with RNG states, resume, evaluation cadence, checkpoint selection on val, early stopping,
+bf16 autocast, progress bars and logs.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class Task(Protocol):
+    #: metric in the dict returned by :meth:`evaluate` that chooses the checkpoint (higher is better),
+    #: e.g. ``"CIDEr-D"`` or ``"t2p_R@1"``.
+    selection_metric: str
+
+    def build_model(self) -> torch.nn.Module:
+        """A freshly initialised model (the loop seeds torch before calling this)."""
+
+    def param_groups(self, model: torch.nn.Module) -> list[dict[str, Any]]:
+        """Optimiser parameter groups; each may carry ``lr_scale`` (multiplies the schedule's lr) and
+        ``weight_decay``. Return ``[{"params": [...]}]`` for a single group."""
+
+    def batches(self, epoch: int, generator: torch.Generator) -> Iterator[Any]:
+        """The training batches of one epoch, in an order that depends only on ``epoch`` and
+        ``generator`` (seeded by the loop from the run seed and the epoch), so a resumed run replays
+        the same data. The loop skips the batches a resumed run already consumed."""
+
+    def train_step(self, model: torch.nn.Module, batch: Any, step: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """Return (loss to backpropagate, scalar logs). ``step`` is the 0-based global step."""
+
+    def evaluate(self, model: torch.nn.Module, split: str = "val") -> dict[str, float]:
+        """Metrics on ``split`` (model in eval mode, no grad); must include ``selection_metric``."""
