@@ -36,6 +36,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return evaluate_cli(args)
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from idckit.reproduce import reproduce
+
+    outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
+                         report_dir=args.report_dir, runs_dir=args.runs_dir)
+    failed = [o.notebook for o in outcomes if not o.ok]
+    total = sum(o.seconds for o in outcomes)
+    print(f"[idckit reproduce] {len(outcomes) - len(failed)}/{len(outcomes)} notebooks ok in {total / 60:.1f} min")
+    if failed:
+        print(f"idckit: error: notebooks failed (previous reports kept, marked stale): {', '.join(failed)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="idckit", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -61,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the PTB tokenizer (reproduces IDC-PCL's own evaluator)")
     e.add_argument("--no-meteor", action="store_true", help="skip METEOR (saves the JVM start)")
     e.set_defaults(func=cmd_evaluate)
+
+    r = sub.add_parser("reproduce", help="run notebooks with papermill into HTML reports + reports/index.html")
+    r.add_argument("notebooks", nargs="*", help="notebook names (default: all in notebooks/)")
+    r.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"])
+    r.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
+    r.add_argument("--report-dir", type=Path, default=None)
+    r.add_argument("--runs-dir", type=Path, default=None)
+    r.set_defaults(func=cmd_reproduce)
     return p
 
 

@@ -1,0 +1,56 @@
+"""The dataset a notebook runs on: the real one when ``data_root`` is given, else the embedded synthetic default.
+
+The synthetic default's size per profile is data (``configs/synth_clevr_change.json``), like every other setting.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from idckit import paths
+from idckit.data.clevr_change import ClevrChange
+from idckit.errors import ConfigError
+
+CONFIG = Path(__file__).parent / "configs" / "synth_clevr_change.json"
+
+
+def synth_settings(profile: str) -> dict:
+    cfg = json.loads(CONFIG.read_text())
+    if profile not in cfg["profiles"]:
+        raise ConfigError(f"unknown profile {profile!r}; known: {', '.join(cfg['profiles'])}", path=CONFIG)
+    return {**cfg["base"], **cfg["profiles"][profile]}
+
+
+@dataclass(frozen=True)
+class DataChoice:
+    root: Path
+    synthetic: bool
+    description: str  # for report provenance
+    version: str
+
+    def dataset(self) -> ClevrChange:
+        return ClevrChange(self.root)
+
+
+def clevr_change(profile: str, data_root: str | Path | None = None, *, progress: bool = True) -> DataChoice:
+    """The CLEVR-Change root to use; generates the synthetic default on first use (cached on disk)."""
+    if data_root:
+        root = Path(data_root).expanduser().resolve()
+        ClevrChange(root)  # validates the layout now, with a helpful error
+        info = root / "synth_info.json"
+        if info.is_file():
+            meta = json.loads(info.read_text())
+            return DataChoice(root, True, f"synthetic: SynthCLEVR-Change at {root} ({meta.get('pairs')} pairs)",
+                              meta.get("generator", "unknown"))
+        return DataChoice(root, False, f"real: CLEVR-Change at {root}", "official release")
+    s = synth_settings(profile)
+    w, h = s["size"]
+    root = paths.data_dir() / f"synth-clevr-change-n{s['pairs']}-s{s['seed']}-{w}x{h}"
+    from idckit.data.synth.clevr_change import generate  # renders only if not already there
+    from idckit.data.synth.vocab import GENERATOR_VERSION
+
+    generate(root, n_pairs=s["pairs"], seed=s["seed"], size=(w, h), workers=s.get("workers", 2))
+    return DataChoice(root, True,
+                      f"synthetic: SynthCLEVR-Change ({s['pairs']} before-images, seed {s['seed']}, {w}x{h})",
+                      GENERATOR_VERSION)

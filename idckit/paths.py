@@ -1,0 +1,34 @@
+"""Where the kit keeps data, runs and reports.
+
+In a clone these are ``data/``, ``runs/`` and ``reports/`` beside ``pyproject.toml``; the environment variables
+``IDCKIT_DATA_DIR``, ``IDCKIT_RUNS_DIR`` and ``IDCKIT_REPORTS_DIR`` move them (e.g. onto a big disk).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def project_root() -> Path:
+    here = Path(__file__).resolve().parents[1]
+    return here if (here / "pyproject.toml").is_file() else Path.cwd()
+
+
+def _dir(env: str, default: str) -> Path:
+    return Path(os.environ.get(env) or project_root() / default)
+
+
+def data_dir() -> Path:
+    return _dir("IDCKIT_DATA_DIR", "data")
+
+
+def runs_dir() -> Path:
+    return _dir("IDCKIT_RUNS_DIR", "runs")
+
+
+def reports_dir() -> Path:
+    return _dir("IDCKIT_REPORTS_DIR", "reports")
+
+
+def notebooks_dir() -> Path:
+    return project_root() / "notebooks"

@@ -1,0 +1,188 @@
+"""``idckit reproduce``: run notebooks with papermill, convert them to HTML reports, write ``reports/index.html``.
+
+Each notebook runs into a private staging directory; only when it finished AND converted does its HTML and
+JSON replace the previous ones in ``reports/``. A failing notebook leaves the previous good report in place,
+marked stale in ``reports/status.json`` and on the index page, and makes the command exit non-zero naming it.
+"""
+from __future__ import annotations
+
+import html
+import json
+import shutil
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+from idckit import fileio, paths
+from idckit.errors import ConfigError
+
+KERNEL = "idckit"
+
+
+@dataclass
+class Outcome:
+    notebook: str
+    ok: bool
+    seconds: float
+    error: str = ""
+
+
+def discover(names: Sequence[str] = (), notebooks_dir: Path | None = None) -> list[Path]:
+    nb_dir = notebooks_dir or paths.notebooks_dir()
+    found = sorted(nb_dir.glob("*.ipynb"))
+    if not names:
+        return found
+    by_name = {p.stem: p for p in found}
+    out = []
+    for n in names:
+        stem = Path(n).stem
+        if stem not in by_name:
+            raise ConfigError(f"no notebook named {n!r}", path=nb_dir,
+                              fix=f"choose from: {', '.join(sorted(by_name))}")
+        out.append(by_name[stem])
+    return out
+
+
+def to_html(executed: Path, html_path: Path) -> None:
+    """HTML with the code hidden (tables, plots and text visible), written atomically."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(executed), as_version=4)
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(nb)
+    fileio.write_text(html_path, body)
+
+
+def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, runs_dir: Path,
+            extra_parameters: dict | None = None, log_output: bool = False) -> Outcome:
+    import papermill as pm
+
+    name = nb.stem
+    stage = report_dir / f"_tmp-{name}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    t0 = time.time()
+    try:
+        executed = stage / f"{name}.ipynb"
+        params = {"profile": profile, "data_root": data_root, "report_dir": str(stage), "runs_dir": str(runs_dir),
+                  **(extra_parameters or {})}
+        pm.execute_notebook(str(nb), str(executed), parameters=params, kernel_name=KERNEL, cwd=str(nb.parent),
+                            progress_bar=False, log_output=log_output)
+        report_json = stage / f"{name}.json"
+        if not report_json.is_file():
+            raise RuntimeError(f"notebook {name} ran but wrote no {report_json.name}")
+        to_html(executed, stage / f"{name}.html")
+        seconds = time.time() - t0
+        # Record the wall time of the whole notebook (execution + conversion) in its report.
+        doc = json.loads(report_json.read_text())
+        doc.setdefault("provenance", {})["notebook_wall_seconds"] = round(seconds, 1)
+        fileio.write_json(report_json, doc, indent=1)
+        for suffix in (".json", ".html"):
+            (stage / f"{name}{suffix}").replace(report_dir / f"{name}{suffix}")
+        return Outcome(name, True, seconds)
+    except Exception as e:  # noqa: BLE001 - any failure must leave the previous report in place
+        msg = f"{type(e).__name__}: {e}"
+        if not isinstance(e, pm.PapermillExecutionError):
+            msg += "\n" + traceback.format_exc(limit=3)
+        return Outcome(name, False, time.time() - t0, msg[-4000:])
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def reproduce(names: Sequence[str] = (), *, profile: str = "cpu", data_root: str | None = None,
+              report_dir: str | Path | None = None, runs_dir: str | Path | None = None,
+              extra_parameters: dict | None = None, notebooks_dir: Path | None = None) -> list[Outcome]:
+    report_dir = Path(report_dir or paths.reports_dir())
+    runs_dir = Path(runs_dir or paths.runs_dir())
+    report_dir.mkdir(parents=True, exist_ok=True)
+    notebooks = discover(names, notebooks_dir)
+    status_path = report_dir / "status.json"
+    status = json.loads(status_path.read_text()) if status_path.is_file() else {}
+    outcomes = []
+    for nb in notebooks:
+        print(f"[idckit reproduce] {nb.stem} (profile={profile}) ...", flush=True)
+        out = run_one(nb, profile=profile, data_root=data_root, report_dir=report_dir, runs_dir=runs_dir,
+                      extra_parameters=extra_parameters)
+        outcomes.append(out)
+        when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        if out.ok:
+            status[out.notebook] = {"status": "ok", "when": when, "profile": profile,
+                                    "seconds": round(out.seconds, 1)}
+            print(f"[idckit reproduce] {nb.stem}: ok in {out.seconds:.0f} s", flush=True)
+        else:
+            prev = status.get(out.notebook, {})
+            status[out.notebook] = {**prev, "status": "stale" if prev.get("status") else "failed",
+                                    "failed_when": when, "error": out.error.splitlines()[0][:300]}
+            print(f"[idckit reproduce] {nb.stem}: FAILED after {out.seconds:.0f} s\n{out.error}", flush=True)
+        fileio.write_json(status_path, status, indent=1, sort_keys=True)
+    write_index(report_dir)
+    return outcomes
+
+
+# -- index page -------------------------------------------------------------------------------------------
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.1f}"
+    return "" if v is None else str(v)
+
+
+def write_index(report_dir: str | Path) -> Path:
+    """``reports/index.html``: one row per report, the kit's headline beside the paper's, with provenance."""
+    report_dir = Path(report_dir)
+    status_path = report_dir / "status.json"
+    status = json.loads(status_path.read_text()) if status_path.is_file() else {}
+    rows = []
+    for jp in sorted(report_dir.glob("*.json")):
+        if jp.name == "status.json":
+            continue
+        doc = json.loads(jp.read_text())
+        if "notebook" not in doc:
+            continue
+        prov = doc.get("provenance", {})
+        head = doc.get("headline", {})
+        st = status.get(doc["notebook"], {}).get("status", "ok")
+        rows.append({
+            "report": f'<a href="{html.escape(doc["notebook"])}.html">{html.escape(doc["notebook"])}</a>',
+            "paper table": html.escape(doc.get("title") or doc.get("table", "")),
+            "headline": html.escape(head.get("label", "")),
+            "idckit": _fmt(head.get("kit")),
+            "paper": _fmt(head.get("paper")) or "–",
+            "profile": html.escape(str(prov.get("profile", ""))),
+            "data": html.escape(str(prov.get("data", ""))),
+            "backbone": html.escape(str(prov.get("backbone", ""))),
+            "seeds": html.escape(", ".join(map(str, prov.get("seeds", [])))),
+            "wall": f'{prov.get("notebook_wall_seconds", prov.get("wall_seconds", 0)) / 60:.1f} min',
+            "commit": html.escape(str(prov.get("commit", ""))),
+            "status": ('<span class="stale">stale: last run failed</span>' if st in ("stale", "failed")
+                       else "ok"),
+        })
+    cols = ["report", "paper table", "headline", "idckit", "paper", "profile", "data", "backbone", "seeds",
+            "wall", "commit", "status"]
+    head_html = "".join(f"<th>{c}</th>" for c in cols)
+    body = "\n".join("<tr>" + "".join(f"<td>{r[c]}</td>" for c in cols) + "</tr>" for r in rows)
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>idckit reports</title>
+<style>
+ body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
+ table {{ border-collapse: collapse; font-size: 0.9rem; }}
+ th, td {{ border: 1px solid #ccc; padding: 0.3rem 0.6rem; text-align: left; vertical-align: top; }}
+ th {{ background: #f0f0f0; }} .stale {{ color: #b00; font-weight: bold; }}
+ p.note {{ max-width: 60rem; }}
+</style></head><body>
+<h1>idckit: reproduced tables</h1>
+<p class="note">Each row links to a notebook report. <b>idckit</b> is the kit's own measurement; <b>paper</b> is
+the published number on the real dataset, shown beside it and never mixed in. Rows whose data says
+<i>synthetic</i> ran on SynthCLEVR-Change (synthetic scenes in the real CLEVR-Change format): they show the
+pipeline and the methods' ranking, not a real-data reproduction.</p>
+<table><thead><tr>{head_html}</tr></thead><tbody>
+{body}
+</tbody></table>
+</body></html>
+"""
+    path = report_dir / "index.html"
+    fileio.write_text(path, page)
+    return path

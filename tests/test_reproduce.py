@@ -1,0 +1,60 @@
+"""The reproduce runner: papermill execution, HTML conversion, staging, stale marking, the index page."""
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from idckit.reproduce import reproduce, write_index
+
+GOOD = '''
+import json, pathlib
+from idckit.report import write_report, Provenance
+write_report(report_dir, "good", "idcpcl.table2",
+             [{"model": "m", "variant": "v", "split": "test", "metrics": {"CIDEr-D": 42.0}}],
+             Provenance(profile=profile, data="synthetic: test", data_version="v", backbone="b", weights="w", seeds=[0]),
+             headline={"label": "CIDEr-D", "kit": 42.0, "paper": 128.9})
+print("a visible table")
+'''
+
+
+def _notebook(path, code):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("profile = 'cpu'\ndata_root = None\nreport_dir = None\nruns_dir = None")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(code)]
+    nb.metadata["kernelspec"] = {"name": "idckit", "display_name": "Python (idckit)", "language": "python"}
+    nbformat.write(nb, str(path))
+
+
+@pytest.mark.slow
+def test_good_then_failing_notebook_keeps_the_previous_report_marked_stale(tmp_path):
+    nbs, reports = tmp_path / "nbs", tmp_path / "reports"
+    nbs.mkdir()
+    _notebook(nbs / "good.ipynb", GOOD)
+    out = reproduce(profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    assert [o.ok for o in out] == [True]
+    html = (reports / "good.html").read_text()
+    assert "a visible table" in html and "write_report(" not in html  # code hidden, outputs shown
+    before = (reports / "good.json").read_text()
+    assert json.loads(before)["provenance"]["profile"] == "smoke"
+
+    _notebook(nbs / "good.ipynb", "raise RuntimeError('boom')")
+    out = reproduce(profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    assert [o.ok for o in out] == [False] and "boom" in out[0].error
+    assert (reports / "good.json").read_text() == before  # previous good report kept
+    assert json.loads((reports / "status.json").read_text())["good"]["status"] == "stale"
+    index = (reports / "index.html").read_text()
+    assert 'href="good.html"' in index and "stale" in index and "42.0" in index and "128.9" in index
+    assert not list(reports.glob("_tmp-*"))  # staging cleaned up
+
+
+def test_index_lists_every_report(tmp_path):
+    for name, kit in (("a", 1.5), ("b", 2.5)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({
+            "notebook": name, "table": "t", "title": f"Table {name}", "headline": {"label": "C", "kit": kit},
+            "provenance": {"profile": "cpu", "data": "synthetic: x", "seeds": [0, 1], "wall_seconds": 120,
+                           "commit": "abc"}}))
+    page = write_index(tmp_path).read_text()
+    assert page.count("<tr>") == 3 and "Table a" in page and "2.5" in page and "0, 1" in page and "2.0 min" in page
