@@ -51,6 +51,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_readme(args: argparse.Namespace) -> int:
+    from idckit.readme import update_readme
+
+    changed = update_readme(report_dir=args.report_dir)
+    print("README.md results table " + ("updated" if changed else "already up to date"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="idckit", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -84,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--report-dir", type=Path, default=None)
     r.add_argument("--runs-dir", type=Path, default=None)
     r.set_defaults(func=cmd_reproduce)
+
+    rd = sub.add_parser("readme", help="regenerate the README's results table from reports/*.json")
+    rd.add_argument("--report-dir", type=Path, default=None)
+    rd.set_defaults(func=cmd_readme)
     return p
 
 

@@ -1,0 +1,97 @@
+"""Every notebook runs top to bottom at the smoke profile with papermill and records finite metrics.
+
+Like microsoft/recommenders: execute small, then assert on what the notebook recorded (its JSON report).
+The synthetic smoke dataset is generated once per session into a temporary data dir.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from idckit.reproduce import discover, run_one
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = discover(notebooks_dir=ROOT / "notebooks")
+
+
+@pytest.fixture(scope="session")
+def smoke_env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("nb")
+    env = {"IDCKIT_DATA_DIR": str(base / "data"), "IDCKIT_RUNS_DIR": str(base / "runs")}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # inherited by the papermill kernel
+    yield base
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _finite_metrics(doc):
+    for row in doc["rows"]:
+        for k, v in row["metrics"].items():
+            assert isinstance(v, (int, float)) and math.isfinite(v), (doc["notebook"], row, k)
+
+
+@pytest.mark.slow
+@pytest.mark.java
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_at_smoke_profile(nb, smoke_env):
+    reports = smoke_env / "reports"
+    reports.mkdir(exist_ok=True)
+    out = run_one(nb, profile="smoke", data_root=None, report_dir=reports, runs_dir=smoke_env / "runs")
+    assert out.ok, out.error
+    doc = json.loads((reports / f"{nb.stem}.json").read_text())
+    assert doc["notebook"] == nb.stem and doc["rows"]
+    assert doc["provenance"]["profile"] == "smoke" and doc["provenance"]["data"].startswith("synthetic")
+    _finite_metrics(doc)
+    assert (reports / f"{nb.stem}.html").stat().st_size > 10_000  # tables and plots were rendered
+
+
+@pytest.mark.slow
+@pytest.mark.java
+def test_walkthrough_baselines_are_scored_per_type(smoke_env):
+    reports = smoke_env / "reports"
+    path = reports / "00_walkthrough.json"
+    if not path.exists():
+        nb = ROOT / "notebooks" / "00_walkthrough.ipynb"
+        assert run_one(nb, profile="smoke", data_root=None, report_dir=reports, runs_dir=smoke_env / "runs").ok
+    doc = json.loads(path.read_text())
+    models = {r["model"] for r in doc["rows"]}
+    assert models == {"most frequent caption", "nearest pixel difference"}
+    subsets = {r["variant"] for r in doc["rows"]}
+    assert {"total", "semantic", "distractor"} <= subsets
+    # The language-only baseline predicts one caption for every pair, so it cannot be right on both
+    # semantic and distractor pairs: its total CIDEr-D stays far below a perfect score.
+    mf_total = next(r for r in doc["rows"] if r["model"] == "most frequent caption" and r["variant"] == "total")
+    assert 0 <= mf_total["metrics"]["CIDEr-D"] < 200
+    assert doc["headline"]["kit"] >= mf_total["metrics"]["CIDEr-D"]
+
+
+def test_notebooks_are_paired_and_have_no_outputs():
+    for nb in NOTEBOOKS:
+        assert nb.with_suffix(".py").is_file(), f"{nb.name} has no jupytext .py pair"
+        doc = json.loads(nb.read_text())
+        assert doc["metadata"]["kernelspec"]["name"] == "idckit"
+        cells = [c for c in doc["cells"] if c["cell_type"] == "code"]
+        assert not any(c.get("outputs") for c in cells), f"{nb.name} has committed outputs"
+        assert any("parameters" in c["metadata"].get("tags", []) for c in cells)
+        params = next(c for c in cells if "parameters" in c["metadata"].get("tags", []))
+        src = "".join(params["source"])
+        for p in ("profile", "data_root", "runs_dir", "report_dir", "seeds"):
+            assert f"{p} =" in src, f"{nb.name}: parameter {p} missing"
+
+
+def test_notebook_py_pairs_are_in_sync():
+    import jupytext
+
+    for nb in NOTEBOOKS:
+        a = jupytext.read(nb)
+        b = jupytext.read(nb.with_suffix(".py"))
+        src = lambda n: [(c.cell_type, c.source.strip()) for c in n.cells]  # noqa: E731
+        assert src(a) == src(b), f"{nb.name} and its .py differ: run `jupytext --sync {nb.with_suffix('.py')}`"
