@@ -1,0 +1,155 @@
+"""SynthCLEVR-Change: layout, determinism, idempotence, and every caption true of its scene pair."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from idckit.data.clevr_change import ClevrChange
+from idckit.data.synth import captions
+from idckit.data.synth.clevr_change import generate
+from idckit.data.synth.vocab import NO_CHANGE_SENTENCES, SYNONYMS
+from idckit.errors import DatasetError
+
+SIZE = (96, 64)
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    return generate(tmp_path_factory.mktemp("g") / "ds", n_pairs=40, seed=3, size=SIZE, workers=2, progress=False)
+
+
+def _digest(root):
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_layout_loads_with_both_pairs_per_index(synth):
+    ds = ClevrChange(synth)
+    n = sum(len(ds.indices(s)) for s in ("train", "val", "test"))
+    assert n == 40 and len(ds.pairs("test")) == 2 * len(ds.indices("test"))
+    info = json.loads((synth / "synth_info.json").read_text())
+    assert info["synthetic"] is True and info["size"] == list(SIZE)
+    types = json.loads((synth / "type_mapping.json").read_text())
+    assert {t: len(v) for t, v in types.items()} == {t: 8 for t in ("color", "material", "add", "drop", "move")}
+    from PIL import Image
+    assert Image.open(synth / "sc_images" / "CLEVR_semantic_000007.png").size == SIZE
+    desc = json.loads((synth / "scene_descriptions.json").read_text())
+    assert len(desc) == 120 and desc["CLEVR_default_000000.png"].startswith("there is a ")
+
+
+def test_byte_identical_whatever_the_workers(synth, tmp_path):
+    one = generate(tmp_path / "one", n_pairs=40, seed=3, size=SIZE, workers=1, progress=False)
+    assert _digest(one) == _digest(synth)
+
+
+def test_idempotent_and_refuses_foreign_dirs(synth, tmp_path):
+    mtime = (synth / "splits.json").stat().st_mtime_ns
+    assert generate(synth, n_pairs=40, seed=3, size=SIZE, progress=False) == synth
+    assert (synth / "splits.json").stat().st_mtime_ns == mtime
+    with pytest.raises(DatasetError, match="holds something else"):
+        generate(synth, n_pairs=40, seed=4, size=SIZE, progress=False)
+    with pytest.raises(DatasetError, match="too small"):
+        generate(tmp_path / "x", n_pairs=3, seed=0, size=SIZE)
+    assert not (tmp_path / "x").exists()
+
+
+def _scene(root, kind, i):
+    return json.loads((root / "scenes" / f"CLEVR_{kind}_{i:06d}.json").read_text())
+
+
+KEYS = ("shape", "color", "material", "size")
+
+
+def test_type_mapping_matches_the_scene_diff(synth):
+    types = json.loads((synth / "type_mapping.json").read_text())
+    for ctype, ids in types.items():
+        for pid in ids:
+            i = int(pid[:6])
+            before, after = _scene(synth, "default", i)["objects"], _scene(synth, "semantic", i)
+            ch, after = after["change"], after["objects"]
+            assert ch["type"] == ctype
+            if ctype == "add":
+                assert len(after) == len(before) + 1 and ch["after_index"] == len(before)
+            elif ctype == "drop":
+                assert len(after) == len(before) - 1
+                strip = lambda objs: [{k: o[k] for k in (*KEYS, "3d_coords")} for o in objs]  # noqa: E731
+                assert strip(o for k, o in enumerate(before) if k != ch["before_index"]) == strip(after)
+            else:
+                assert len(after) == len(before)
+                diffs = [k for k in range(len(before)) if any(before[k][a] != after[k][a] for a in KEYS)
+                         or before[k]["3d_coords"][:2] != after[k]["3d_coords"][:2]]
+                assert diffs == [ch["before_index"]]
+                b, a = before[ch["before_index"]], after[ch["before_index"]]
+                changed = {x for x in KEYS if b[x] != a[x]} | ({"position"} if b["3d_coords"] != a["3d_coords"] else set())
+                assert changed == {"color": {"color"}, "material": {"material"}, "move": {"position"}}[ctype]
+            # the distractor keeps every object exactly
+            nsc = _scene(synth, "nonsemantic", i)["objects"]
+            assert [{k: o[k] for k in (*KEYS, "3d_coords")} for o in nsc] == \
+                   [{k: o[k] for k in (*KEYS, "3d_coords")} for o in before]
+
+
+def test_every_caption_is_true_of_its_scene_pair(synth):
+    change = json.loads((synth / "change_captions.json").read_text())
+    no_change = json.loads((synth / "no_change_captions.json").read_text())
+    n_relational = 0
+    for key, caps in change.items():
+        i = int(key[-10:-4])
+        before, sem = _scene(synth, "default", i), _scene(synth, "semantic", i)
+        ch = sem["change"]
+        assert 4 <= len(caps) == len(set(caps)) <= 8
+        for cap in caps:
+            assert cap == cap.lower() and "  " not in cap and not cap.endswith(".")
+            parsed = captions.parse_caption(cap)
+            assert parsed.change_type == ch["type"], cap
+            if ch["type"] in ("color", "material"):
+                assert parsed.value == ch["attribute"], cap
+            scene, target = (sem, ch["after_index"]) if ch["type"] == "add" else (before, ch["before_index"])
+            assert captions.resolve(parsed.referent, scene) == [target], cap
+            n_relational += any(w in cap for w in (" of ", "behind", "same"))
+        assert set(no_change[key]) <= set(NO_CHANGE_SENTENCES)
+    assert n_relational > 0.2 * sum(map(len, change.values()))  # the grammar's relational templates are used
+
+
+def _hand_scene():
+    objs = [dict(shape="cube", color="red", material="metal", size="large"),
+            dict(shape="cube", color="red", material="metal", size="large"),
+            dict(shape="sphere", color="blue", material="rubber", size="small")]
+    # object 0 is left of object 2, object 1 right of it (relationships[r][i] = objects that are r of i)
+    rel = {"left": [[], [0, 2], [0]], "right": [[1, 2], [], [1]], "front": [[], [], []], "behind": [[], [], []]}
+    return {"objects": objs, "relationships": rel}
+
+
+def test_parser_on_hand_built_scene_catches_ambiguity():
+    s = _hand_scene()
+    assert captions.resolve("the red cube", s) == [0, 1]  # ambiguous: twins
+    assert captions.resolve("the big red block that is to the left of the tiny ball", s) == [0]
+    assert captions.resolve("the shiny thing on the right side of the matte sphere", s) == [1]
+    assert captions.resolve("the other thing that is the same color as the blue object", s) == []
+    assert captions.resolve("the other cube that is made of the same material as the sphere", s) == []
+    p = captions.parse_caption("the tiny yellow rubber cylinder that is behind the rubber block became brown")
+    assert (p.change_type, p.value, p.referent) == ("color", "brown", "the tiny yellow rubber cylinder that is behind the rubber block")
+    assert captions.parse_caption("the other large cylinder that is the same color as the large matte cylinder turned rubber").value == "rubber"
+    assert captions.parse_caption("nothing has changed").change_type == "none"
+    with pytest.raises(ValueError):
+        captions.parse_caption("the cube flew away")
+    with pytest.raises(ValueError):
+        captions.resolve("the red cube near the ball", s)
+
+
+def test_twins_get_a_relational_description_and_unreferable_is_raised():
+    s = _hand_scene()
+    rng = np.random.default_rng(0)
+    caps = captions.change_captions(s, s, {"type": "drop", "before_index": 0, "after_index": None, "attribute": None}, rng, 3)
+    for c in caps:
+        assert captions.resolve(captions.parse_caption(c).referent, s) == [0]
+    twins = {"objects": s["objects"][:2], "relationships": {r: [[], []] for r in ("left", "right", "front", "behind")}}
+    with pytest.raises(captions.Unreferable):
+        captions.change_captions(twins, twins, {"type": "drop", "before_index": 0, "after_index": None, "attribute": None}, rng, 2)
+
+
+def test_synonyms_only_from_the_table():
+    words = {w for v in SYNONYMS.values() for p in v for w in p.split()}
+    assert {"block", "ball", "matte", "shiny", "tiny"} <= words
