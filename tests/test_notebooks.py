@@ -70,7 +70,7 @@ def test_walkthrough_baselines_are_scored_per_type(smoke_env):
     # semantic and distractor pairs: its total CIDEr-D stays far below a perfect score.
     mf_total = next(r for r in doc["rows"] if r["model"] == "most frequent caption" and r["variant"] == "total")
     assert 0 <= mf_total["metrics"]["CIDEr-D"] < 200
-    assert doc["headline"]["kit"] >= mf_total["metrics"]["CIDEr-D"]
+    assert doc["headline"]["kit"] >= mf_total["metrics"]["CIDEr-D"] - 0.005  # headline is rounded to 0.01
 
 
 def test_notebooks_are_paired_and_have_no_outputs():

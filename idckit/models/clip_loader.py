@@ -1,0 +1,114 @@
+"""Loading CLIP through open_clip, the real way and the offline way, with one entry point.
+
+CLIP4IDC (Guo et al., AACL 2022) starts from OpenAI's CLIP ViT-B/32. Here every CLIP, the paper's and the kit's own
+offline stand-in, is an open_clip model built by ``open_clip.create_model_and_transforms``:
+
+* ``load_clip("ViT-B-32", "openai")``: the paper's weights, wherever a model hub is reachable. OpenAI's CLIP was
+  trained with QuickGELU, so for a pretrained tag that says ``quick_gelu`` the activation is forced to match
+  (open_clip would otherwise only warn and run GELU on QuickGELU weights).
+* ``load_clip(name, "/path/to/checkpoint.pt")``: any local open_clip state dict; works offline.
+* ``load_clip(name, None)``: random initialisation (tests, benchmarks, FLOP counts).
+
+Any failure to get weights raises :class:`idckit.errors.WeightsUnavailableError` saying what to do: the machine is
+probably offline, so pass a local checkpoint file, or run ``idckit pretrain-clip`` to train the offline stand-in.
+
+The kit's stand-in architectures live as open_clip JSON configs in ``clip_configs/`` and are registered with
+``open_clip.add_model_config`` when this module is imported (idempotent: a config already known to open_clip is not
+added twice). ``idckit-standin-ViT-S-16``: ViT of width 256, 6 layers, 4 heads, patch 16 at 160 px (10x10 patches,
+so n+1 = 101 tokens per image), a 4-layer width-256 causal text tower over CLIP's BPE vocabulary (49,408) with
+context length 32 (the public code's ``max_words``), joint embedding width 256; 20.9M parameters, 12.6M of them the
+token embedding. Its contrastive pre-training is a separate step (``idckit pretrain-clip``); this module only gives
+the architecture and the save/load path, which is the same ``pretrained=<file>`` path as any other checkpoint.
+
+Preprocessing deviation from open_clip's default (shortest-side resize + centre crop): images are resized to the
+model's square input without keeping the aspect ratio ("squash"), as the public code's ``rawimage_util.py`` does
+(``Resize([224, 224])``, bicubic): CLEVR images are 480x320 and a centre crop would cut off objects at the sides.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import open_clip
+import torch
+
+from idckit.errors import ConfigError, WeightsUnavailableError
+from idckit.fileio import atomic_path
+
+CONFIG_DIR = Path(__file__).parent / "clip_configs"
+STANDIN_CLIP = "idckit-standin-ViT-S-16"
+PAPER_CLIP = ("ViT-B-32", "openai")
+
+_OFFLINE_FIX = ("this machine may be offline (no model hub); pass a local open_clip checkpoint file as "
+                "pretrained=<path>, or run `idckit pretrain-clip` to train the offline stand-in "
+                f"({STANDIN_CLIP}) and pass the checkpoint it writes")
+
+
+def register_standin_configs() -> list[str]:
+    """Make the kit's JSON architectures known to open_clip; returns their names. Safe to call repeatedly."""
+    names = []
+    known = set(open_clip.list_models())
+    for path in sorted(CONFIG_DIR.glob("*.json")):
+        if path.stem not in known:
+            open_clip.add_model_config(path)
+        names.append(path.stem)
+    return names
+
+
+register_standin_configs()
+
+
+def _check_model_name(name: str) -> None:
+    if name not in open_clip.list_models():
+        raise ConfigError(f"unknown CLIP architecture {name!r}",
+                          fix=f"use one of open_clip.list_models(), e.g. 'ViT-B-32' (the paper's) or {STANDIN_CLIP!r}")
+
+
+def load_clip(name: str, pretrained: str | os.PathLike | None, *, device: str = "cpu"):
+    """Return ``(model, preprocess, tokenizer)`` for CLIP ``name`` with weights ``pretrained``.
+
+    ``pretrained``: an open_clip pretrained tag ("openai"), a path to a local checkpoint, or None (random init).
+    The model is fp32 (the public code's fp16 weights are deliberately not reproduced, see clip4idc.py).
+    ``preprocess`` is the evaluation transform (squash resize, CLIP mean/std); ``tokenizer`` is open_clip's BPE
+    tokenizer with the architecture's context length.
+    """
+    _check_model_name(name)
+    kwargs = dict(precision="fp32", device=device, image_resize_mode="squash")
+    if pretrained is not None:
+        pretrained = str(pretrained)
+        if open_clip.is_pretrained_cfg(name, pretrained):
+            # OpenAI's weights were trained with QuickGELU; GELU on them silently changes every activation.
+            kwargs["force_quick_gelu"] = bool(open_clip.get_pretrained_cfg(name, pretrained).get("quick_gelu"))
+        elif not os.path.isfile(pretrained):
+            tags = open_clip.list_pretrained_tags_by_model(name)
+            shown = ", ".join(tags[:4]) + (", ..." if len(tags) > 4 else "") if tags else "none"
+            raise WeightsUnavailableError(
+                f"CLIP weights {pretrained!r} for {name} are neither a known open_clip tag ({shown}) "
+                f"nor an existing file", path=pretrained, fix="check the path; otherwise " + _OFFLINE_FIX)
+    try:
+        model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
+    except Exception as err:  # download errors, offline hub, corrupt or mismatching checkpoints
+        raise WeightsUnavailableError(
+            f"could not load CLIP weights {pretrained!r} for {name}: {type(err).__name__}: {err}",
+            path=pretrained if pretrained and os.path.isfile(pretrained) else None, fix=_OFFLINE_FIX) from err
+    tokenizer = open_clip.get_tokenizer(name)
+    return model, preprocess, tokenizer
+
+
+def save_clip_checkpoint(model: torch.nn.Module, path: str | os.PathLike, name: str) -> Path:
+    """Write ``model``'s weights so that ``open_clip.create_model(name, pretrained=path)`` (and ``load_clip``)
+    rebuild it exactly. The architecture is checked against ``name`` before anything is written; the file is
+    written atomically and holds only tensors and strings (loadable with ``torch.load(weights_only=True)``)."""
+    _check_model_name(name)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    expected = open_clip.create_model(name, pretrained=None).state_dict()
+    wrong = sorted(set(expected) ^ set(state)) or sorted(
+        k for k in expected if tuple(expected[k].shape) != tuple(state[k].shape))
+    if wrong:
+        raise ConfigError(f"the model does not have the {name} architecture (first mismatching keys: {wrong[:5]})",
+                          path=path, fix="pass the open_clip model name the model was built with")
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        # open_clip's loader takes the "state_dict" entry; the name is provenance for humans.
+        torch.save({"state_dict": state, "model_name": name}, tmp)
+    return path
