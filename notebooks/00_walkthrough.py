@@ -26,9 +26,9 @@
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None = the synthetic default for the profile; or a real CLEVR-Change root
+data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # unused here (no training); kept so every notebook takes the same parameters
-report_dir = None      # None = the repo's reports/
+report_dir = None      # None: reports/ in the repo
 seeds = [0]
 n_show = 4
 
