@@ -153,3 +153,28 @@ def test_twins_get_a_relational_description_and_unreferable_is_raised():
 def test_synonyms_only_from_the_table():
     words = {w for v in SYNONYMS.values() for p in v for w in p.split()}
     assert {"block", "ball", "matte", "shiny", "tiny"} <= words
+
+
+def test_scenes_follow_clevr_constraints_and_relationship_definition(synth):
+    from idckit.data.synth.vocab import SIZES
+
+    for path in sorted((synth / "scenes").glob("CLEVR_default_*.json")):
+        s = json.loads(path.read_text())
+        objs = s["objects"]
+        assert 3 <= len(objs) <= 10
+        xy = np.array([o["3d_coords"][:2] for o in objs])
+        r = np.array([SIZES[o["size"]] / (np.sqrt(2) if o["shape"] == "cube" else 1) for o in objs])
+        for i in range(len(objs)):
+            assert abs(objs[i]["3d_coords"][2] - r[i]) < 1e-9  # resting on the ground
+            for j in range(i):
+                assert np.linalg.norm(xy[i] - xy[j]) - r[i] - r[j] >= 0.25 - 1e-9  # CLEVR min_dist
+        for name in ("left", "right", "front", "behind"):
+            d = np.array(s["directions"][name])
+            for i, oi in enumerate(objs):
+                want = sorted(j for j, oj in enumerate(objs) if j != i and
+                              np.dot(np.array(oj["3d_coords"]) - np.array(oi["3d_coords"]), d) > 0.2)
+                assert s["relationships"][name][i] == want
+        from idckit.data.synth import render, scene as scenes
+
+        ids = render.object_ids(s, SIZE)  # every object keeps CLEVR's minimum visible area (scaled)
+        assert all((ids == k).sum() >= scenes.min_visible_pixels(SIZE) for k in range(len(objs)))
