@@ -42,6 +42,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
                          report_dir=args.report_dir, runs_dir=args.runs_dir)
     failed = [o.notebook for o in outcomes if not o.ok]
+    if args.report_dir is None:  # the README's results table follows the default reports/
+        from idckit.readme import update_readme
+
+        update_readme()
     total = sum(o.seconds for o in outcomes)
     print(f"[idckit reproduce] {len(outcomes) - len(failed)}/{len(outcomes)} notebooks ok in {total / 60:.1f} min")
     if failed:
