@@ -33,8 +33,8 @@ def _batch_size(visual: Any) -> int:
     return _batch_size(visual[0])
 
 
-def _finish(out: list[torch.Tensor], done: torch.Tensor, model) -> torch.LongTensor:
-    return torch.stack(out, dim=1) if out else torch.empty(done.shape[0], 0, dtype=torch.long)
+def _finish(out: list[torch.Tensor], batch: int) -> torch.LongTensor:
+    return torch.stack(out, dim=1) if out else torch.empty(batch, 0, dtype=torch.long)
 
 
 @torch.inference_mode()
@@ -56,7 +56,7 @@ def greedy_decode(model, visual: Any, max_len: int) -> torch.LongTensor:
         if bool(done.all()):
             break
     model.train(was_training)
-    return _finish(out, done, model)
+    return _finish(out, b)
 
 
 @torch.inference_mode()
@@ -78,7 +78,7 @@ def naive_greedy_decode(model, visual: Any, max_len: int) -> torch.LongTensor:
         if bool(done.all()):
             break
     model.train(was_training)
-    return _finish(out, done, model)
+    return _finish(out, b)
 
 
 @torch.inference_mode()

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from idckit import fileio
-from idckit.data.clevr_change import default_name, nonsemantic_name, semantic_name
+from idckit.data.clevr_change import default_name
 from idckit.data.synth import captions, render, scene as scenes
 from idckit.data.synth.vocab import CHANGE_TYPES, GENERATOR_VERSION
 from idckit.errors import DatasetError
@@ -148,5 +147,3 @@ class _Serial:
     def imap(self, fn, jobs, chunksize=1):
         return map(fn, jobs)
 
-
-_ = (semantic_name, nonsemantic_name, fileio)  # names re-exported for callers building paths
