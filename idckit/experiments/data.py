@@ -10,16 +10,12 @@ from pathlib import Path
 
 from idckit import paths
 from idckit.data.clevr_change import ClevrChange
-from idckit.errors import ConfigError
+from idckit.experiments.config import load_config
 
-CONFIG = Path(__file__).parent / "configs" / "synth_clevr_change.json"
 
 
 def synth_settings(profile: str) -> dict:
-    cfg = json.loads(CONFIG.read_text())
-    if profile not in cfg["profiles"]:
-        raise ConfigError(f"unknown profile {profile!r}; known: {', '.join(cfg['profiles'])}", path=CONFIG)
-    return {**cfg["base"], **cfg["profiles"][profile]}
+    return load_config("synth_clevr_change", profile)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,63 @@
+"""The run cache: a run is keyed by a hash of its full resolved config.
+
+``runs/<kind>-<key>/`` holds ``config.json`` (written first), whatever the run produces (checkpoints,
+predictions in the RCC format, logs) and ``metrics.json`` (written last, atomically). A run is complete exactly
+when ``metrics.json`` exists, so a killed run is never mistaken for a finished one and simply resumes.
+Tables that need the same run (tables 2, 3 and row 4 of table 4) compute the same key and train it once.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from idckit import paths
+from idckit.errors import ConfigError
+from idckit.fileio import write_json
+
+
+def canonical_json(config: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"a run config must be plain JSON data ({exc})") from exc
+
+
+def run_key(config: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Run:
+    dir: Path
+    key: str
+    config: dict[str, Any]
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.dir / "metrics.json"
+
+    def is_complete(self) -> bool:
+        return self.metrics_path.is_file()
+
+    def metrics(self) -> dict[str, Any]:
+        if not self.is_complete():
+            raise ConfigError("this run has not finished (no metrics.json)", path=self.dir,
+                              fix="run the notebook or experiment again; it resumes the run")
+        return json.loads(self.metrics_path.read_text())
+
+    def complete(self, metrics: Mapping[str, Any]) -> None:
+        write_json(self.metrics_path, dict(metrics), indent=1)
+
+
+def open_run(runs_dir: str | Path | None, kind: str, config: Mapping[str, Any]) -> Run:
+    """The run directory for ``config`` (created with its config.json if new)."""
+    key = run_key(config)
+    root = Path(runs_dir) if runs_dir else paths.runs_dir()
+    run = Run(dir=root / f"{kind}-{key}", key=key, config=json.loads(canonical_json(config)))
+    cfg_path = run.dir / "config.json"
+    if not cfg_path.is_file():
+        write_json(cfg_path, run.config, indent=1, sort_keys=True)
+    return run
