@@ -1,0 +1,243 @@
+"""IDC-PCL experiments on CLEVR-Change: the runs behind tables 2, 3 and 4, each trained once and cached.
+
+A notebook calls :func:`setup` then :func:`runs` and gets metrics back; everything between (features,
+vocabulary, FDA negatives, pre-training, fine-tuning, val selection, test decoding, scoring) happens here.
+Variants are the rows of table 4; table 2 and table 3 read the ``full`` row, so all three tables share it, and
+``no_judge`` reuses ``full``'s pre-training run (only fine-tuning differs).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from idckit import paths
+from idckit.data.features import FeatureStore, extract_features
+from idckit.errors import ConfigError
+from idckit.experiments.config import load_config
+from idckit.experiments.data import DataChoice, clevr_change
+from idckit.experiments.runs import Run, open_run
+
+#: table 4's rows: (label in the paper, pre-training tasks, model switches, fine-tuning switches)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "none": {"label": "w/o pre-training", "pretrain": None},
+    "mlm": {"label": "MLM", "pretrain": {"mlm": 8}},
+    "mlm+mvcl": {"label": "MLM + MVCL", "pretrain": {"mlm": 8, "mvcl": 1}},
+    "full": {"label": "MLM + MVCL + FDA (full)", "pretrain": {"mlm": 8, "mvcl": 1, "fda": 2}},
+    "no_diff_encoder": {"label": "full w/o image difference encoder", "pretrain": {"mlm": 8, "mvcl": 1, "fda": 2},
+                        "model": {"difference_encoder": False}},
+    "no_judge": {"label": "full w/o distractor judging", "pretrain": {"mlm": 8, "mvcl": 1, "fda": 2},
+                 "finetune_model": {"distractor_head": False}},
+}
+
+
+@dataclass
+class Setup:
+    profile: str
+    config: dict[str, Any]
+    data: DataChoice
+    store: FeatureStore
+    runs_dir: Path
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What a run key must depend on besides the training settings: which data, which features."""
+        return {"data": str(self.data.root), "data_version": self.data.version,
+                "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
+
+
+def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
+          backbone: str | None = None, overrides: dict | None = None, progress: bool = True) -> Setup:
+    """Data (generated on first use when synthetic) and its grid features (extracted once, cached)."""
+    cfg = load_config("pcl", profile, overrides)
+    if backbone:
+        cfg["backbone"] = backbone
+    runs = Path(runs_dir) if runs_dir else paths.runs_dir()
+    data = clevr_change(profile, data_root, progress=progress)
+    tag = hashlib.sha256(str(data.root).encode()).hexdigest()[:8]
+    out = runs / "features" / f"{data.root.name}-{tag}" / cfg["backbone"].replace(":", "_").replace("/", "_")
+    store = extract_features(data.root, cfg["backbone"], out_dir=out, progress=progress)
+    return Setup(profile, cfg, data, store, runs)
+
+
+_DATA_CACHE: dict[tuple, Any] = {}
+
+
+def _data(s: Setup):
+    """The in-memory data of a setup (shared by every run of a notebook) with FDA negatives attached."""
+    from idckit.tasks.pcl import load_pcl_data
+    from idckit.text.negatives import build_negatives
+
+    key = (str(s.data.root), str(s.store.directory), s.config["max_len"])
+    if key not in _DATA_CACHE:
+        data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"])
+        train = data.splits["train"]
+        neg = build_negatives(train.references, ratio=s.config["negatives"]["ratio"],
+                              seed=s.config["negatives"]["seed"], cache_dir=s.runs_dir / "negatives",
+                              progress=False)
+        data.negatives = neg.negatives
+        data.negative_stats = {"tagger": neg.tagger, **{k: v for k, v in neg.stats.items()
+                                                        if isinstance(v, (int, float, str))}}
+        _DATA_CACHE.clear()
+        _DATA_CACHE[key] = data
+    return _DATA_CACHE[key]
+
+
+def _pretrain_run(s: Setup, variant: dict, seed: int) -> Run | None:
+    if variant["pretrain"] is None:
+        return None
+    cfg = copy.deepcopy(s.config["pretrain"])
+    cfg["ratios"] = dict(variant["pretrain"])
+    model = {**s.config["model"], **variant.get("model", {})}
+    run_cfg = {"kind": "pcl-pretrain", **s.identity, "max_len": s.config["max_len"], "model": model,
+               "negatives": s.config["negatives"] if "fda" in cfg["ratios"] else None, "pretrain": cfg, "seed": seed}
+    return open_run(s.runs_dir, "pcl-pretrain", run_cfg)
+
+
+def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
+    from idckit.tasks.pcl import PretrainTask
+    from idckit.train.loop import TrainConfig, fit
+
+    if run.is_complete():
+        return
+    c = run.config["pretrain"]
+    task = PretrainTask(_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
+                        mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
+                        tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
+    res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress)
+    run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
+
+
+def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Path | None = None, *,
+                seed: int = 0, runs_dir: str | Path | None = None, backbone: str | None = None,
+                overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
+    """Pre-train (if the variant does), fine-tune, select on val, decode and score test; cached by config.
+
+    Returns ``{"variant", "label", "run", "val": {...}, "test": {subset: {metric: value}}, "wall_seconds",
+    "judge_accuracy"}`` with metrics on pycocoevalcap's raw scale (CIDEr-D 1.0 = 100 in the papers).
+    """
+    if variant not in VARIANTS:
+        raise ConfigError(f"unknown IDC-PCL variant {variant!r}; known: {', '.join(VARIANTS)}")
+    s = setup_ or setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, overrides=overrides,
+                        progress=progress)
+    v = VARIANTS[variant]
+    pre = _pretrain_run(s, v, seed)
+    model = {**s.config["model"], **v.get("model", {}), **v.get("finetune_model", {})}
+    ft = copy.deepcopy(s.config["finetune"])
+    run_cfg = {"kind": "pcl-finetune", **s.identity, "max_len": s.config["max_len"], "model": model,
+               "init": None if pre is None else pre.key, "finetune": ft, "seed": seed}
+    run = open_run(s.runs_dir, "pcl-finetune", run_cfg)
+    if not run.is_complete():
+        _finetune(s, run, pre, progress)
+    metrics = run.metrics()
+    return {"variant": variant, "label": v["label"], "seed": seed, "run": run.dir.name, **metrics}
+
+
+def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
+    from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
+    from idckit.tasks.pcl import FinetuneTask, predict
+    from idckit.train.loop import TrainConfig, fit
+
+    t0 = time.perf_counter()
+    if pre is not None:
+        _train_pretrain(s, pre, progress)
+    data = _data(s)
+    c = run.config["finetune"]
+    with CaptionScorer(meteor=False) as quick:
+        task = FinetuneTask(data, run.config["model"], batch_size=c["batch_size"], mask_prob=c["mask_prob"],
+                            eos_prob=c["eos_prob"], distractor_weight=c["distractor_weight"],
+                            eval_batch_size=c["eval_batch_size"],
+                            init_from=None if pre is None else pre.dir / "best.pt", scorer=quick)
+        res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir,
+                  progress=progress)
+    data.vocab.save(run.dir / "vocab.json")
+    preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
+    write_results(run.dir / "test", preds["captions"])
+    split = data.splits["test"]
+    test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)))
+    pre_seconds = pre.metrics()["wall_seconds"] if pre is not None else 0.0
+    run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
+                  "stopped": res.stopped, "test": test, "judge_accuracy": preds["judge_accuracy"],
+                  "finetune_seconds": res.wall_seconds, "pretrain_seconds": pre_seconds,
+                  "wall_seconds": round(time.perf_counter() - t0 + pre_seconds, 1),
+                  "negatives": getattr(data, "negative_stats", None)})
+
+
+def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,
+         progress: bool = True) -> list[dict[str, Any]]:
+    """Every requested variant for every seed on one setup (shared data; each run trained once, then cached)."""
+    return [run_variant(v, s.profile, seed=seed, setup_=s, progress=progress) for v in variants for seed in seeds]
+
+
+def provenance_fields(s: Setup) -> dict[str, Any]:
+    return {"data": s.data.description, "data_version": s.data.version,
+            "backbone": s.store.meta.get("backbone"), "weights": s.store.meta.get("weights")}
+
+
+__all__ = ["VARIANTS", "Setup", "setup", "run_variant", "runs", "provenance_fields"]
+
+
+# -- what the table notebooks show --------------------------------------------------------------------------
+TYPES = ("color", "material", "add", "drop", "move", "distractor")
+
+
+def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    import statistics
+
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
+    """Report rows (x100 scale): one per run, plus a mean row per variant when there are several seeds."""
+    from idckit.report import to_paper_scale
+
+    out, by_variant = [], {}
+    for r in results:
+        m = to_paper_scale(r["test"][subset])
+        out.append({"model": "IDC-PCL (idckit)", "variant": r["label"], "split": "test", "subset": subset,
+                    "seed": r.get("seed"), "run": r["run"], "metrics": m})
+        by_variant.setdefault(r["label"], []).append(m)
+    for label, ms in by_variant.items():
+        if len(ms) > 1:
+            mean = {k: _mean_sd([m[k] for m in ms])[0] for k in ms[0]}
+            sd = {k: _mean_sd([m[k] for m in ms])[1] for k in ms[0]}
+            out.append({"model": "IDC-PCL (idckit)", "variant": label, "split": "test", "subset": subset,
+                        "seed": "mean", "metrics": mean, "sd": sd})
+    return out
+
+
+def per_type_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per run: CIDEr-D (x100) of each change type and the distractors, as table 3 prints."""
+    out = []
+    for r in results:
+        out.append({"model": "IDC-PCL (idckit)", "variant": r["label"], "split": "test", "seed": r.get("seed"),
+                    "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]}})
+    return out
+
+
+def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float):
+    from idckit.report import Provenance
+
+    tagger = next((r.get("negatives", {}) or {}).get("tagger") for r in results) if results else None
+    return Provenance(profile=s.profile, seeds=list(seeds), wall_seconds=round(wall_seconds, 1),
+                      selection_split="val (CIDEr-D)", **provenance_fields(s),
+                      extra={"model_size": s.config["model"], "fda_tagger": tagger,
+                             "runs": [r["run"] for r in results]})
+
+
+def ordering_notes(kit: dict[str, float], paper: dict[str, float], metric: str = "CIDEr-D") -> list[str]:
+    """Plain sentences saying where the kit's ordering of rows agrees with the paper's and where it does not."""
+    notes = []
+    labels = [k for k in paper if k in kit]
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            p, k = paper[a] - paper[b], kit[a] - kit[b]
+            if p == 0:
+                continue
+            agree = (p > 0) == (k > 0)
+            notes.append(f"{'agrees' if agree else 'DIFFERS'}: paper has {a} {'above' if p > 0 else 'below'} "
+                         f"{b} ({paper[a]:.1f} vs {paper[b]:.1f}); the kit has {kit[a]:.1f} vs {kit[b]:.1f} {metric}.")
+    return notes

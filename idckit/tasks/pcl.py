@@ -1,0 +1,293 @@
+"""IDC-PCL's two kinds of run as :class:`idckit.train.task.Task` objects for the one training loop.
+
+- :class:`PretrainTask`: each step draws ONE task from a pool filled by the ratios (MLM:MVCL:FDA = 8:1:2 on
+  CLEVR), as the public ``MetaLoader`` does, and the step's batch serves only that task.
+- :class:`FinetuneTask`: seq2seq masked-LM fine-tuning under the uni-directional mask (the paper's section 2.3,
+  the public code's ``dataset_finetune_clver``) plus the distractor-judging loss; val CIDEr-D selects the
+  checkpoint.
+
+All data lives in memory as tensors (:class:`PCLData`): grid features in float16 (converted per batch), captions
+as padded id matrices. Every random draw of a batch (order, task, masks) comes from the generator the loop
+passes to ``batches``, so a resumed run replays the same batches.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from idckit.data.clevr_change import ClevrChange
+from idckit.data.features import FeatureStore
+from idckit.errors import ConfigError, DatasetError
+from idckit.losses import fda_nce, mlm_loss, mvcl_nce
+from idckit.models.decoding import beam_search, greedy_decode
+from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
+from idckit.text.vocab import Vocab
+
+PRETRAIN_TASKS = ("mlm", "mvcl", "fda")
+
+
+@dataclass
+class SplitData:
+    """One split: pairs (rows into the feature table) and (pair, caption) training samples."""
+
+    pair_ids: list[str]
+    types: list[str]
+    before: torch.Tensor        # [P] rows of PCLData.features
+    after: torch.Tensor         # [P]
+    is_change: torch.Tensor     # [P] bool
+    references: dict[str, list[str]]
+    sample_pair: torch.Tensor   # [S] pair index of each caption sample
+    sample_ids: torch.Tensor    # [S, L] [BOS] words [EOS] [PAD]...
+
+    def __len__(self) -> int:
+        return len(self.pair_ids)
+
+
+@dataclass
+class PCLData:
+    vocab: Vocab
+    features: torch.Tensor      # [R, n_regions, dim] float16
+    splits: dict[str, SplitData]
+    max_len: int
+    negatives: dict[str, list[str]] = field(default_factory=dict)   # pair_id -> FDA negatives (train)
+
+    @property
+    def feat_dim(self) -> int:
+        return self.features.shape[2]
+
+    def pair_features(self, split: str, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = self.splits[split]
+        return self.features[s.before[idx]].float(), self.features[s.after[idx]].float()
+
+
+def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vocab: Vocab | None = None,
+                  splits: Sequence[str] = ("train", "val", "test")) -> PCLData:
+    """Everything a PCL run reads, in memory. The vocabulary is built on train captions unless given."""
+    per_split = {s: dataset.pairs(s, check_images=False) for s in splits}
+    if vocab is None:
+        if "train" not in per_split:
+            raise ConfigError("building a vocabulary needs the train split")
+        vocab = Vocab.build(c for p in per_split["train"] for c in p.captions)
+    rows: dict[str, int] = {}
+
+    def row(path: Path) -> int:
+        rel = path.relative_to(dataset.root).as_posix()
+        if rel not in store.index:
+            raise DatasetError(f"the feature store has no features for {rel}", path=store.directory,
+                               fix="re-extract features for this dataset (`idckit features DATA_ROOT`)")
+        return rows.setdefault(rel, len(rows))
+
+    out: dict[str, SplitData] = {}
+    for split, pairs in per_split.items():
+        before = torch.tensor([row(p.before) for p in pairs], dtype=torch.long)
+        after = torch.tensor([row(p.after) for p in pairs], dtype=torch.long)
+        sample_pair = torch.tensor([i for i, p in enumerate(pairs) for _ in p.captions], dtype=torch.long)
+        texts = [c for p in pairs for c in p.captions]
+        out[split] = SplitData(
+            pair_ids=[p.pair_id for p in pairs], types=[p.change_type for p in pairs], before=before, after=after,
+            is_change=torch.tensor([p.is_change for p in pairs]), references={p.pair_id: list(p.captions) for p in pairs},
+            sample_pair=sample_pair, sample_ids=vocab.encode_batch(texts, max_len))
+    order = sorted(rows, key=rows.get)
+    features = torch.from_numpy(store.get_many(order).astype("float16", copy=False)).contiguous()
+    return PCLData(vocab=vocab, features=features, splits=out, max_len=max_len)
+
+
+def _batched(n: int, size: int, generator: torch.Generator, drop_last: bool = True) -> Iterator[torch.Tensor]:
+    order = torch.randperm(n, generator=generator)
+    stop = n - n % size if drop_last and n >= size else n
+    for i in range(0, stop, size):
+        yield order[i:i + size]
+
+
+def model_config(data: PCLData, model: Mapping[str, Any]) -> PCLConfig:
+    return PCLConfig(vocab_size=len(data.vocab), feat_dim=data.feat_dim, n_regions=data.features.shape[1],
+                     max_text_len=data.max_len, **model)
+
+
+class _PCLTask:
+    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, init_from: str | Path | None):
+        self.data, self.model_settings, self.batch_size = data, dict(model), batch_size
+        self.init_from = Path(init_from) if init_from else None
+
+    def build_model(self) -> PCL:
+        model = PCL(model_config(self.data, self.model_settings), self.data.vocab)
+        if self.init_from is not None:
+            state = torch.load(self.init_from, map_location="cpu", weights_only=True)
+            model.load_pretrained(state)
+        return model
+
+    def param_groups(self, model):
+        return [{"params": [p for p in model.parameters() if p.requires_grad]}]
+
+
+class PretrainTask(_PCLTask):
+    """MLM, MVCL and FDA, one task per step drawn from the ratio pool."""
+
+    selection_metric = None  # the public code keeps the last pre-training checkpoint
+
+    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, ratios: Mapping[str, int],
+                 steps_per_epoch: int | None = None, mask_prob: float = 0.15, eos_prob: float = 0.15,
+                 region_prob: float = 0.15, tau_mvcl: float = 1.0, tau_fda: float = 1.0, init_from=None):
+        super().__init__(data, model, batch_size=batch_size, init_from=init_from)
+        unknown = set(ratios) - set(PRETRAIN_TASKS)
+        if unknown or not any(ratios.values()):
+            raise ConfigError(f"pre-training ratios must name some of {PRETRAIN_TASKS} with positive counts, "
+                              f"got {dict(ratios)}")
+        self.pool = [t for t in PRETRAIN_TASKS for _ in range(int(ratios.get(t, 0)))]
+        if "fda" in self.pool:
+            missing = [p for p in data.splits["train"].pair_ids if p not in data.negatives]
+            if missing:
+                raise ConfigError(f"FDA needs negatives for every train pair; {len(missing)} have none",
+                                  fix="build them with idckit.text.negatives.build_negatives")
+            counts = {len(v) for v in data.negatives.values()}
+            if len(counts) != 1:
+                raise ConfigError(f"every pair needs the same number of FDA negatives, got {sorted(counts)}")
+            self.n_neg = counts.pop()
+            train = data.splits["train"]
+            negs = [data.negatives[p] for p in train.pair_ids]
+            self.neg_ids = data.vocab.encode_batch([n for ns in negs for n in ns], data.max_len).view(
+                len(train), self.n_neg, data.max_len)
+        train = data.splits["train"]
+        # samples are stored grouped by pair, so a pair's references are one contiguous range
+        self.counts = torch.bincount(train.sample_pair, minlength=len(train))
+        self.offsets = torch.cumsum(self.counts, 0) - self.counts
+        self.steps_per_epoch = steps_per_epoch or max(1, len(train.sample_pair) // batch_size)
+        self.mask_prob, self.eos_prob, self.region_prob = mask_prob, eos_prob, region_prob
+        self.tau_mvcl, self.tau_fda = tau_mvcl, tau_fda
+
+    def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, Any]]:
+        train, vocab = self.data.splits["train"], self.data.vocab
+        for _ in range(self.steps_per_epoch):
+            task = self.pool[int(torch.randint(len(self.pool), (1,), generator=generator))]
+            if task == "fda":
+                n_pairs = max(1, self.batch_size // (self.n_neg + 1))
+                pairs = torch.randperm(len(train), generator=generator)[:n_pairs]
+                # one reference per pair as the positive, then its negatives
+                pick = self.offsets[pairs] + (torch.rand(len(pairs), generator=generator)
+                                              * self.counts[pairs]).long()
+                pos = train.sample_ids[pick][:, None]
+                texts = torch.cat([pos, self.neg_ids[pairs]], dim=1).flatten(0, 1)   # [P*(1+K), L]
+                yield {"task": "fda", "pairs": pairs.repeat_interleave(self.n_neg + 1), "text": texts,
+                       "groups": self.n_neg + 1}
+                continue
+            samples = torch.randperm(len(train.sample_pair), generator=generator)[:self.batch_size]
+            ids = train.sample_ids[samples]
+            batch = {"task": task, "pairs": train.sample_pair[samples]}
+            if task == "mlm":
+                batch["text"], batch["labels"] = mask_tokens(ids, vocab, generator, p=self.mask_prob,
+                                                             eos_p=self.eos_prob)
+            else:
+                batch["text"] = ids
+                batch["regions"] = mask_regions(len(samples), self.data.features.shape[1], generator,
+                                                p=self.region_prob)
+            yield batch
+
+    def train_step(self, model: PCL, batch: dict[str, Any], step: int):
+        f1, f2 = self.data.pair_features("train", batch["pairs"])
+        task = batch["task"]
+        if task == "mlm":
+            out = model(f1, f2, batch["text"], mode="pretrain")
+            keep = batch["labels"] != -100
+            loss = mlm_loss(model.mlm_logits(out.text[keep]), batch["labels"][keep])
+        elif task == "mvcl":
+            regions = batch["regions"]
+            out = model(f1, f2, batch["text"], mode="pretrain", region_mask=regions)
+            n = regions.shape[2]
+            visual = torch.stack([out.visual[:, 1:1 + n], out.visual[:, 2 + n:2 + 2 * n]], dim=1)  # [B, 2, n, d]
+            original = torch.stack([f1, f2], dim=1)                                                 # [B, 2, n, F]
+            pred = model.mvcl_regress(visual[regions])
+            loss = mvcl_nce(pred, original[regions], original[~regions], tau=self.tau_mvcl)
+        elif task == "fda":
+            out = model(f1, f2, batch["text"], mode="pretrain")
+            sims = model.fda_similarity(out).view(-1, batch["groups"])
+            loss = fda_nce(sims[:, 0], sims[:, 1:], tau=self.tau_fda)
+        else:
+            raise ConfigError(f"unknown pre-training task {task!r}")
+        return loss, {task: float(loss.detach())}
+
+    def evaluate(self, model, split: str = "val") -> dict[str, float]:
+        return {}
+
+
+class FinetuneTask(_PCLTask):
+    """Masked-LM captioning under the uni-directional mask, plus the distractor-judging loss."""
+
+    selection_metric = "CIDEr-D"
+
+    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, mask_prob: float = 0.15,
+                 eos_prob: float = 0.15, distractor_weight: float = 1.0, eval_batch_size: int = 100,
+                 init_from=None, scorer=None):
+        super().__init__(data, model, batch_size=batch_size, init_from=init_from)
+        self.mask_prob, self.eos_prob, self.distractor_weight = mask_prob, eos_prob, distractor_weight
+        self.eval_batch_size = eval_batch_size
+        self.scorer = scorer
+
+    def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, Any]]:
+        train = self.data.splits["train"]
+        for samples in _batched(len(train.sample_pair), self.batch_size, generator):
+            text, labels = mask_tokens(train.sample_ids[samples], self.data.vocab, generator,
+                                       p=self.mask_prob, eos_p=self.eos_prob)
+            yield {"pairs": train.sample_pair[samples], "text": text, "labels": labels}
+
+    def train_step(self, model: PCL, batch: dict[str, Any], step: int):
+        f1, f2 = self.data.pair_features("train", batch["pairs"])
+        out = model(f1, f2, batch["text"], mode="finetune")
+        keep = batch["labels"] != -100
+        loss = mlm_loss(model.mlm_logits(out.text[keep]), batch["labels"][keep])
+        logs = {"mlm": float(loss.detach())}
+        if model.cfg.distractor_head and self.distractor_weight:
+            target = self.data.splits["train"].is_change[batch["pairs"]].long()
+            judge = F.cross_entropy(model.distractor_logits(out), target)
+            loss = loss + self.distractor_weight * judge
+            logs["judge"] = float(judge.detach())
+        return loss, logs
+
+    def evaluate(self, model: PCL, split: str = "val") -> dict[str, float]:
+        from idckit.eval.captions import evaluate_pairs
+
+        preds = predict(model, self.data, split, batch_size=self.eval_batch_size)
+        s = self.data.splits[split]
+        scores = evaluate_pairs(s.references, preds["captions"], dict(zip(s.pair_ids, s.types)),
+                                meteor=False, scorer=self.scorer)
+        out = {"CIDEr-D": scores["total"]["CIDEr-D"], "Bleu_4": scores["total"]["Bleu_4"]}
+        if preds["judge_accuracy"] is not None:
+            out["judge_accuracy"] = preds["judge_accuracy"]
+        return out
+
+
+@torch.inference_mode()
+def predict(model: PCL, data: PCLData, split: str, *, batch_size: int = 100, beam: int = 1,
+            progress: bool = False) -> dict[str, Any]:
+    """Greedy (or beam) captions for every pair of ``split``, and the distractor judgment's accuracy."""
+    from tqdm.auto import tqdm
+
+    was_training = model.training
+    model.eval()
+    s = data.splits[split]
+    captions: dict[str, str] = {}
+    judged_change: list[bool] = []
+    steps = range(0, len(s), batch_size)
+    for i in tqdm(steps, desc=f"decode {split}", disable=not progress):
+        idx = torch.arange(i, min(i + batch_size, len(s)))
+        f1, f2 = data.pair_features(split, idx)
+        if beam > 1:
+            tokens = beam_search(model, (f1, f2), data.max_len - 1, beam)
+        else:
+            tokens = greedy_decode(model, (f1, f2), data.max_len - 1)
+        for j, row in zip(idx.tolist(), tokens.tolist()):
+            captions[s.pair_ids[j]] = data.vocab.decode(row)
+        if model.cfg.distractor_head:
+            # visual tokens never attend to text in fine-tuning, so one [BOS] stands for any caption
+            bos = torch.full((len(idx), 1), data.vocab.bos_id, dtype=torch.long)
+            out = model(f1, f2, bos, mode="finetune")
+            judged_change += model.distractor_logits(out).argmax(-1).bool().tolist()
+    model.train(was_training)
+    accuracy = None
+    if judged_change:
+        accuracy = float((torch.tensor(judged_change) == s.is_change).float().mean())
+    return {"captions": captions, "judged_change": dict(zip(s.pair_ids, judged_change)),
+            "judge_accuracy": accuracy}
