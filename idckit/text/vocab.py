@@ -1,0 +1,91 @@
+"""Word vocabulary for IDC-PCL: the public code's ``dict.json`` shape (word -> id), with fixed special ids.
+
+The specials come first in a fixed order, so a vocabulary file written by the kit always maps them to the same
+ids (the public fine-tuning code hard-codes ``BOS=1`` and ``MASK=5``; the kit reads the ids from here instead).
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from idckit.errors import ConfigError
+from idckit.fileio import write_json
+
+SPECIALS = ("[PAD]", "[BOS]", "[EOS]", "[UNK]", "[MASK]", "[IMG1]", "[IMG2]", "[CLS]")
+_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased words and punctuation marks: ``"The red cube moved."`` -> the red cube moved ."""
+    return _TOKEN.findall(text.lower())
+
+
+class Vocab:
+    pad_id, bos_id, eos_id, unk_id, mask_id, img1_id, img2_id, cls_id = range(len(SPECIALS))
+    n_special = len(SPECIALS)
+
+    def __init__(self, words: Sequence[str]):
+        if tuple(words[:self.n_special]) != SPECIALS:
+            raise ConfigError(f"a vocabulary must start with the specials {SPECIALS}")
+        self.words = list(words)
+        self.ids = {w: i for i, w in enumerate(self.words)}
+        if len(self.ids) != len(self.words):
+            raise ConfigError("a vocabulary has duplicate words")
+
+    @classmethod
+    def build(cls, captions: Iterable[str], min_count: int = 1) -> "Vocab":
+        counts = Counter(t for c in captions for t in tokenize(c))
+        words = sorted((w for w, n in counts.items() if n >= min_count and w not in SPECIALS),
+                       key=lambda w: (-counts[w], w))
+        return cls(list(SPECIALS) + words)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def encode(self, text: str, max_len: int) -> list[int]:
+        """[BOS] words [EOS], words truncated so the whole fits ``max_len`` (EOS always kept)."""
+        if max_len < 3:
+            raise ConfigError(f"max_len must leave room for [BOS] a word [EOS], got {max_len}")
+        words = [self.ids.get(t, self.unk_id) for t in tokenize(text)][:max_len - 2]
+        return [self.bos_id, *words, self.eos_id]
+
+    def encode_batch(self, texts: Sequence[str], max_len: int) -> torch.LongTensor:
+        out = torch.full((len(texts), max_len), self.pad_id, dtype=torch.long)
+        for i, t in enumerate(texts):
+            ids = self.encode(t, max_len)
+            out[i, :len(ids)] = torch.tensor(ids)
+        return out
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Words up to the first [EOS], specials dropped."""
+        words = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id:
+                break
+            if i >= self.n_special and i < len(self.words):
+                words.append(self.words[i])
+        return " ".join(words)
+
+    def save(self, path: str | Path) -> None:
+        write_json(path, self.ids, indent=0)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocab":
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError("vocabulary file not found", path=path, fix="use the vocab.json of a finished run")
+        try:
+            mapping = json.loads(path.read_text(encoding="utf-8"))
+            words = sorted(mapping, key=mapping.get)
+            if [mapping[w] for w in words] != list(range(len(words))):
+                raise ValueError("ids are not 0..N-1")
+        except (json.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"not a vocabulary file ({exc}); expected a JSON object word -> id", path=path,
+                              fix="use the vocab.json written by a finished run") from exc
+        return cls(words)
