@@ -73,6 +73,12 @@ def cmd_readme(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_caption(args: argparse.Namespace) -> int:
+    from idckit.caption import main as caption_main
+
+    return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="idckit", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -114,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--report-dir", type=Path, default=None)
     r.add_argument("--runs-dir", type=Path, default=None)
     r.set_defaults(func=cmd_reproduce)
+
+    c = sub.add_parser("caption", help="say what changed between two images (any size) with a trained model")
+    c.add_argument("before", type=Path)
+    c.add_argument("after", type=Path)
+    c.add_argument("--model", default=None,
+                   help="a run directory or its name in the run cache (default: the best finished run on val)")
+    c.add_argument("--runs-dir", type=Path, default=None)
+    c.add_argument("--beam", type=int, default=1, help="beam width (1 = greedy, the papers' decoding)")
+    c.set_defaults(func=cmd_caption)
 
     rd = sub.add_parser("readme", help="regenerate the README's results table from reports/*.json")
     rd.add_argument("--report-dir", type=Path, default=None)
