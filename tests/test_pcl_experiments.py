@@ -1,0 +1,106 @@
+"""IDC-PCL tasks and experiments at smoke size: the task pool, learning, shared cached runs."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import torch
+
+from idckit.errors import ConfigError
+from idckit.experiments import pcl
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    from idckit.data.synth.clevr_change import generate
+
+    base = tmp_path_factory.mktemp("pcl")
+    root = base / "synth"
+    generate(root, n_pairs=24, seed=1, size=(96, 64), workers=1, progress=False)
+    return pcl.setup("smoke", root, runs_dir=base / "runs", progress=False)
+
+
+def test_pretrain_pool_follows_the_ratios(smoke):
+    from idckit.tasks.pcl import PretrainTask
+
+    data = pcl._data(smoke)
+    task = PretrainTask(data, smoke.config["model"], batch_size=8, ratios={"mlm": 8, "mvcl": 1, "fda": 2},
+                        steps_per_epoch=1100)
+    counts = Counter(b["task"] for b in task.batches(0, torch.Generator().manual_seed(0)))
+    assert abs(counts["mlm"] / 1100 - 8 / 11) < 0.04 and abs(counts["fda"] / 1100 - 2 / 11) < 0.03
+    fda = next(b for b in task.batches(0, torch.Generator().manual_seed(0)) if b["task"] == "fda")
+    assert fda["text"].shape[0] == fda["pairs"].shape[0] == (8 // 7) * 7   # 1 positive + 6 negatives per pair
+    with pytest.raises(ConfigError, match="ratios"):
+        PretrainTask(data, smoke.config["model"], batch_size=8, ratios={"itm": 1})
+
+
+@pytest.mark.parametrize("kind", ["mlm", "mvcl", "fda", "finetune"])
+def test_every_objective_learns_on_a_fixed_batch(smoke, kind):
+    from idckit.tasks.pcl import FinetuneTask, PretrainTask
+
+    data = pcl._data(smoke)
+    if kind == "finetune":
+        task = FinetuneTask(data, smoke.config["model"], batch_size=16)
+    else:
+        task = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={kind: 1})
+    torch.manual_seed(0)
+    model = task.build_model()
+    batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    first = None
+    for step in range(60):
+        loss, logs = task.train_step(model, batch, step)
+        first = first if first is not None else float(loss.detach())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    # MVCL's InfoNCE at tau=1 over ~1,500 in-batch negatives cannot go below ln(1 + N e^-2) ~ 5.3: ask less of it
+    want = first - 0.25 if kind == "mvcl" else 0.8 * first
+    assert float(loss) < want, (kind, first, float(loss))
+
+
+def test_runs_are_shared_and_cached(smoke):
+    full = pcl.run_variant("full", setup_=smoke, progress=False)
+    no_judge = pcl.run_variant("no_judge", setup_=smoke, progress=False)
+    runs = smoke.runs_dir
+    cfg = lambda r: json.loads((runs / r / "config.json").read_text())
+    assert cfg(full["run"])["init"] == cfg(no_judge["run"])["init"] is not None   # one pre-training for both
+    assert len(list(runs.glob("pcl-pretrain-*/metrics.json"))) == 1
+    assert no_judge["judge_accuracy"] is None and 0 <= full["judge_accuracy"] <= 1
+    assert set(full["test"]) >= {"total", "semantic", "distractor"}
+    assert (runs / full["run"] / "test" / "sc_results.json").is_file()
+    mtime = (runs / full["run"] / "metrics.json").stat().st_mtime
+    again = pcl.run_variant("full", setup_=smoke, progress=False)           # cached: no training
+    assert again["test"] == full["test"] and (runs / full["run"] / "metrics.json").stat().st_mtime == mtime
+    with pytest.raises(ConfigError, match="unknown IDC-PCL variant"):
+        pcl.run_variant("bogus", setup_=smoke)
+
+
+def test_caption_cli_uses_the_best_run(smoke, capsys):
+    from idckit.caption import caption_pair, finished_runs
+    from idckit.cli import main
+    from idckit.errors import DatasetError
+
+    pcl.run_variant("full", setup_=smoke, progress=False)
+    pair = smoke.data.dataset().pairs("test")[0]
+    res = caption_pair(pair.before, pair.after, runs_dir=smoke.runs_dir)
+    assert res.run == finished_runs(smoke.runs_dir)[0][1] and isinstance(res.caption, str)
+    assert res.changed in (True, False) and 0 <= res.p_changed <= 1
+    assert main(["caption", str(pair.before), str(pair.after), "--runs-dir", str(smoke.runs_dir)]) == 0
+    assert "judgment:" in capsys.readouterr().out
+    assert main(["caption", str(pair.before), "/nonexistent.png", "--runs-dir", str(smoke.runs_dir)]) == 2
+    assert "image file not found" in capsys.readouterr().err
+    with pytest.raises(DatasetError):
+        caption_pair(pair.before, smoke.runs_dir / "config.json", runs_dir=smoke.runs_dir)
+
+
+def test_caption_without_any_run_says_how_to_get_one(tmp_path, capsys):
+    from idckit.cli import main
+
+    img = tmp_path / "a.png"
+    from PIL import Image
+
+    Image.new("RGB", (50, 30)).save(img)
+    assert main(["caption", str(img), str(img), "--runs-dir", str(tmp_path)]) == 2
+    assert "no trained IDC-PCL run" in capsys.readouterr().err
