@@ -11,7 +11,7 @@ NOTEBOOKS ?=
 export HF_HUB_OFFLINE ?= 1
 export PYTHONHASHSEED = 0
 
-.PHONY: help setup reproduce test lab bench clean-reports check-java
+.PHONY: help setup reproduce test lab bench clean-reports check-java chromium screenshots
 
 help:
 	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$(PROFILE); smoke|cpu|paper)"
@@ -34,7 +34,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name idckit --display-name "Python (idckit)" >/dev/null
 	touch $(STAMP)
 
-setup: check-java $(STAMP)
+# Headless Chromium renders the reports in tests/test_browser.py and makes the README's screenshot.
+chromium:
+	@if [ -n "$$IDCKIT_CHROMIUM" ] || command -v chromium >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "idckit: installing Debian's chromium for the browser tests (once)"; \
+	  (apt-get install -y -q chromium >/tmp/idckit-apt.log 2>&1 || \
+	   (apt-get update -q >>/tmp/idckit-apt.log 2>&1 && apt-get install -y -q chromium >>/tmp/idckit-apt.log 2>&1)) \
+	  || { echo "idckit: apt-get install chromium failed; see /tmp/idckit-apt.log"; exit 1; }; \
+	else echo "idckit: note: no chromium and no root apt-get; tests/test_browser.py will skip (install chromium to run it)"; fi
+
+setup: check-java chromium $(STAMP)
 
 reproduce: setup
 	$(PY) -m idckit.cli reproduce --profile $(PROFILE) $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(NOTEBOOKS)
@@ -47,6 +57,9 @@ lab: setup
 
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+screenshots: setup
+	$(PY) -c "from idckit.browser import screenshot; screenshot('reports/index.html', 'docs/img/index.png', width=1280, height=720)"
 
 clean-reports:
 	rm -rf reports/*.html reports/*.json

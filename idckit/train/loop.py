@@ -222,6 +222,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
                 if n_logged >= cfg.log_every or s["step"] == cfg.max_steps:
                     means = {k: v / n_logged for k, v in sums.items()}
                     log.write(json.dumps({"step": s["step"], "lr": scheduler.get_last_lr()[0], **means}) + "\n")
+                    log.flush()  # so `tail -f log.jsonl` shows a long run's progress
                     bar.set_postfix(loss=f"{means['loss']:.3f}")
                     sums, n_logged = {}, 0
                 over_time = cfg.max_minutes is not None and time.perf_counter() - started > 60 * cfg.max_minutes
