@@ -77,6 +77,18 @@ notes = [n for a, b in key_pairs for n in pcl.ordering_notes({a: kit_mean[a], b:
 for n in notes:
     print(n)
 
+# %% [markdown]
+# ## How hard are the features themselves?
+# A linear probe on per-region feature distances tells real changes from distractors this well (chance is 50 %).
+# Distractor judging, and with it every row's distractor captions, cannot beat the features by much at this budget.
+
+# %%
+probe = pcl.difference_probe(setup)
+print(f"change vs distractor from feature distances: {100 * probe['test_accuracy']:.1f} % on test (chance {100 * probe['chance']:.0f} %)")
+print("judge accuracy of the trained rows:", {r["label"]: r["judge_accuracy"] for r in results if r["judge_accuracy"] is not None})
+notes.append(f"A linear probe on per-region feature distances separates changes from distractors at "
+             f"{100 * probe['test_accuracy']:.1f} % on test (chance {100 * probe['chance']:.0f} %).")
+
 # %%
 full = next(r for r in rows if r["variant"] == order[3] and r["seed"] != "mean")
 path = write_report(

@@ -241,3 +241,39 @@ def ordering_notes(kit: dict[str, float], paper: dict[str, float], metric: str =
             notes.append(f"{'agrees' if agree else 'DIFFERS'}: paper has {a} {'above' if p > 0 else 'below'} "
                          f"{b} ({paper[a]:.1f} vs {paper[b]:.1f}); the kit has {kit[a]:.1f} vs {kit[b]:.1f} {metric}.")
     return notes
+
+
+def difference_probe(s: Setup, *, steps: int = 500, seed: int = 0) -> dict[str, float]:
+    """How separable are real changes from distractors in the grid features themselves?
+
+    A logistic regression on the sorted per-region distances ||f1_j - f2_j|| (plus their mean), trained on train
+    and scored on test. A low accuracy says the features (not the model) make distractor judging hard: the
+    distractors' viewpoint jitter moves every region about as much as a semantic change moves one.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    data = _data(s)
+
+    def xy(split):
+        sp = data.splits[split]
+        f1, f2 = data.pair_features(split, torch.arange(len(sp)))
+        d = (f1 - f2).norm(dim=-1)
+        return torch.cat([d.sort(dim=1, descending=True).values, d.mean(1, keepdim=True)], 1), sp.is_change.float()
+
+    (xtr, ytr), (xte, yte) = xy("train"), xy("test")
+    mu, sd = xtr.mean(0), xtr.std(0) + 1e-6
+    torch.manual_seed(seed)
+    w = torch.zeros(xtr.shape[1], requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.Adam([w, b], 0.05)
+    for _ in range(steps):
+        loss = F.binary_cross_entropy_with_logits((xtr - mu) / sd @ w + b, ytr)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        acc = float((((xte - mu) / sd @ w + b > 0).float() == yte).float().mean())
+    return {"test_accuracy": acc, "chance": float(max(yte.mean(), 1 - yte.mean())),
+            "max_region_distance_change": float(xtr[ytr == 1, 0].mean()),
+            "max_region_distance_distractor": float(xtr[ytr == 0, 0].mean())}
