@@ -89,3 +89,25 @@ def test_cli_extracts_a_clevr_change_root(tiny_clevr, capsys):
     store = FeatureStore.open(tiny_clevr / "features" / "efficientnet_lite0")
     assert store["sc_images/CLEVR_semantic_000004.png"].shape == (49, 1280)
     assert main(["features", str(tiny_clevr), "--backbone", "resnet101"]) == 2  # offline: clear error, exit 2
+
+
+def test_clip_backbone_gives_the_vit_patch_tokens_of_a_local_checkpoint(images, tmp_path):
+    from idckit.models.clip_loader import STANDIN_CLIP, load_clip, save_clip_checkpoint
+
+    torch.manual_seed(0)
+    clip, _, _ = load_clip(STANDIN_CLIP, None)
+    ckpt = save_clip_checkpoint(clip, tmp_path / "standin.pt", STANDIN_CLIP)
+    root, names = images
+    store = extract_features(root, f"clip:{STANDIN_CLIP}", weights=str(ckpt), images=names[:2], batch_size=2,
+                             out_dir=tmp_path / "clipf", progress=False)
+    side = clip.visual.grid_size[0]
+    assert store.array.shape == (2, side * side, clip.visual.transformer.width)
+    assert str(ckpt) in store.meta["weights"]
+    # the same tokens as open_clip's own tower on CLIP-preprocessed pixels (up to resize and float16)
+    _, forward, _ = build_backbone(f"clip:{STANDIN_CLIP}", str(ckpt))
+    with torch.inference_mode():
+        direct = forward(preprocess([root / names[1]]))[0].flatten(1).T.numpy()
+    np.testing.assert_allclose(store[names[1]].astype(np.float32), direct, rtol=1e-2, atol=1e-2)
+    assert not np.allclose(store[names[0]], store[names[1]])
+    with pytest.raises(WeightsUnavailableError, match="needs weights"):
+        build_backbone(f"clip:{STANDIN_CLIP}", None)

@@ -19,8 +19,9 @@ Backbones:
     (``weights=PATH``), or torchvision's ``IMAGENET1K_V1`` where a hub is reachable; ``weights="random"`` is
     allowed for tests and labelled as such.
 Preprocessing follows RCC/CLIP4IDC: RGB, bicubic resize to 224x224 without keeping the aspect ratio, ImageNet
-mean/std. Not yet here: ``clip:<model>`` patch-token features (issue 3 lists them; the CLIP4IDC models encode
-raw pixels and do not need them).
+mean/std.
+  - ``clip:<open_clip model>``: the ViT's patch tokens (e.g. ``clip:ViT-B-32`` with ``weights="openai"``, 7x7x768;
+    or the kit's stand-in CLIP from a local checkpoint), resized and normalised the CLIP way.
 """
 from __future__ import annotations
 
@@ -95,6 +96,40 @@ def _resnet101(weights: str | None):
     return body, body, label
 
 
+def _clip(name: str, weights: str | None):
+    """``clip:<open_clip model>``: the ViT's patch tokens as the grid (after ``ln_post``, before the projection).
+
+    ``weights`` is an open_clip pretrained tag ("openai", the paper's) or a local checkpoint such as the kit's
+    stand-in; there is no default, since CLIP without weights would be a random network.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from idckit.models.clip_loader import load_clip
+
+    if weights is None:
+        raise WeightsUnavailableError(f"clip:{name} needs weights",
+                                      fix="pass --weights openai (online) or --weights /path/to/checkpoint.pt")
+    model, _, _ = load_clip(name, None if weights == "random" else weights)
+    visual = model.visual.eval()
+    visual.output_tokens = True
+    size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else visual.image_size
+    imagenet_mean, imagenet_std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
+    clip_mean = torch.tensor(getattr(visual, "image_mean", None) or (0.48145466, 0.4578275, 0.40821073)).view(1, 3, 1, 1)
+    clip_std = torch.tensor(getattr(visual, "image_std", None) or (0.26862954, 0.26130258, 0.27577711)).view(1, 3, 1, 1)
+
+    def forward(x):
+        # the shared preprocessing is ImageNet's at 224 px: undo it, then CLIP's size and normalisation
+        x = x * imagenet_std + imagenet_mean
+        x = F.interpolate(x.contiguous(), size=(size, size), mode="bicubic", align_corners=False).clamp(0, 1)
+        _, tokens = visual((x - clip_mean) / clip_std)
+        side = int(round(tokens.shape[1] ** 0.5))
+        return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], side, side)
+
+    label = "random (untrained; for tests only)" if weights == "random" else f"CLIP {name} ({weights})"
+    return visual, forward, label
+
+
 BACKBONES: dict[str, Callable] = {"efficientnet_lite0": _efficientnet_lite0, "resnet101": _resnet101}
 
 
@@ -102,9 +137,12 @@ def build_backbone(name: str, weights: str | None = None):
     """(module, forward fn image->[B, C, h, w], weights label)."""
     import torch
 
-    if name not in BACKBONES:
-        raise ConfigError(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}")
-    module, forward, label = BACKBONES[name](weights)
+    if name.startswith("clip:"):
+        module, forward, label = _clip(name[len("clip:"):], weights)
+    elif name not in BACKBONES:
+        raise ConfigError(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}, clip:<open_clip model>")
+    else:
+        module, forward, label = BACKBONES[name](weights)
     module.to(memory_format=torch.channels_last)  # CPU convolutions run faster in NHWC
     return module, forward, label
 
