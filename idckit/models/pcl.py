@@ -25,8 +25,13 @@ Deviations from the public code (yaolinli/IDC), each deliberate:
 - Decoding caches the keys/values of visual tokens AND of every committed word (the public code caches only the
   visual side and recomputes all text every step), stops when every row has emitted [EOS] (the public code
   always runs max_len-1 steps), and works for batch size 1 (the public ``.squeeze()`` crashes).
-- Kept from the public code where the paper is silent: ReLU FFN, the Sigmoid after the visual projection
-  (``visual_activation``), one shared embedding LayerNorm, a 2-way distractor head on [IMG1; IMG2].
+- The visual projection is linear, as the paper describes it; the public code's Sigmoid after it is an option
+  (``visual_activation="sigmoid"``). Under the embedding LayerNorm the Sigmoid (slope 1/4 at 0) shrinks the visual
+  content to a fraction of the positional signal at initialisation, and short runs then ignore the images.
+- Word embeddings are initialised at unit scale (see ``__init__``); the public code multiplies N(0, 1) vectors by
+  sqrt(d), which makes positions nearly invisible instead.
+- Kept from the public code where the paper is silent: ReLU FFN, one shared embedding LayerNorm, a 2-way
+  distractor head on [IMG1; IMG2].
 """
 from __future__ import annotations
 
@@ -59,7 +64,7 @@ class PCLConfig:
     max_text_len: int = 40
     difference_encoder: bool = True  # False: table 4 row 5, regions go straight to the cross-modal transformer
     distractor_head: bool = True
-    visual_activation: str = "sigmoid"  # "sigmoid" (public code) or "none"
+    visual_activation: str = "none"     # "none" (the paper's linear projection) or "sigmoid" (the public code)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,6 +160,11 @@ class PCL(nn.Module):
         if cfg.distractor_head:
             self.judge = nn.Linear(2 * d, 2)
         self.apply(self._init)
+
+        # Word vectors start at unit scale, like the positional table they are added to: at the usual 0.02 the
+        # sinusoids (norm ~sqrt(d/2)) would drown the word identity under the embedding LayerNorm, and a short
+        # run learns captions by position only ("the the the ...").
+        nn.init.normal_(self.word.weight, std=1.0)
 
     @staticmethod
     def _init(m):
