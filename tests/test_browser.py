@@ -1,73 +1,156 @@
 """The committed reports render in a real headless Chromium: tables, plots that decode, no tracebacks.
 
-Without Chromium the tests skip locally, but FAIL under CI (CI=true), so a missing install step fails CI.
+Without Chromium these tests skip locally, but FAIL under CI (CI=true), so a missing install step fails CI.
+The error-path tests use a fake Chromium script and run everywhere.
 """
 from __future__ import annotations
 
+import base64
 import os
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from idckit import browser
-from idckit.errors import MissingDependencyError
+from idckit.errors import IdckitError, MissingDependencyError
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORTS = sorted(p for p in (ROOT / "reports").glob("*.html") if p.name != "index.html")
+# every report page; not index.html, and not hidden or _tmp-* files a running `idckit reproduce` may leave
+REPORTS = sorted(p for p in (ROOT / "reports").glob("*.html")
+                 if p.name != "index.html" and not p.name.startswith((".", "_")))
+# a 1x1 PNG, as our reports embed their plots (base64 data: URIs)
+PNG_1PX = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5E"
+                           "rkJggg==")
 
 
-def _need_chromium():
+@pytest.fixture(scope="module")
+def chromium():
     try:
-        browser.find_chromium()
+        return browser.find_chromium()
     except MissingDependencyError as err:
-        if os.environ.get("CI"):
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
             pytest.fail(f"CI must have Chromium (make setup installs it): {err}")
-        pytest.skip("Chromium not installed (run make setup)")
+        pytest.skip("Chromium is not installed (make setup installs it; CI=true turns this skip into a failure)")
 
 
-
-def test_index_screenshot_is_a_real_picture(tmp_path):
-    _need_chromium()
+def _gray(png: Path) -> np.ndarray:
     from PIL import Image
 
+    return np.asarray(Image.open(png).convert("L"), dtype=np.float32)
+
+
+def test_index_screenshot_is_a_real_picture(chromium, tmp_path):
     png = browser.screenshot(ROOT / "reports" / "index.html", tmp_path / "index.png", width=1000, height=700)
-    img = np.asarray(Image.open(png).convert("L"), dtype=np.float32)
+    img = _gray(png)
     assert img.shape == (700, 1000)
     assert img.std() > 5, "the screenshot is blank"
 
 
-def test_index_lists_every_report_with_working_links():
-    _need_chromium()
+def test_screenshot_window_and_full_page(chromium, tmp_path):
+    page = tmp_path / "tall.html"
+    page.write_text('<!doctype html><html><head><style>body{margin:0}</style></head><body>'
+                    '<div style="height:850px;background:#f00"></div><div style="height:2000px;background:#00f"></div>'
+                    "</body></html>")
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(browser.screenshot(page, tmp_path / "a.png", width=600, height=900)).convert("RGB"))
+    assert rgb.shape == (900, 600, 3)
+    assert tuple(rgb[840, 300]) == (255, 0, 0) and tuple(rgb[860, 300]) == (0, 0, 255)  # the window is the viewport
+    full = browser.screenshot(page, tmp_path / "b.png", width=600, full_page=True)
+    full = np.asarray(Image.open(full).convert("RGB"))
+    assert full.shape == (2850, 600, 3) and tuple(full[-1, 300]) == (0, 0, 255)
+    assert not list(tmp_path.glob(".*"))  # no temporary PNG left behind
+
+
+def test_index_lists_every_report_with_working_links(chromium):
     page = browser.inspect(ROOT / "reports" / "index.html")
-    assert page.tables >= 1 and not page.tracebacks
+    assert page.tables >= 1 and not page.tracebacks and not page.error_cells
     targets = [link for link in page.links if link.endswith(".html")]
-    assert {Path(t).name for t in targets} >= {p.name for p in REPORTS}
-    assert all((ROOT / "reports" / t).is_file() for t in targets)
+    assert all((ROOT / "reports" / t).is_file() for t in targets), targets
+    missing = {p.name for p in REPORTS} - {Path(t).name for t in targets}
+    assert not missing, f"reports not on the index (re-run `idckit reproduce` to rewrite it): {sorted(missing)}"
 
 
 @pytest.mark.parametrize("html", REPORTS, ids=[p.stem for p in REPORTS])
-def test_report_renders_tables_and_plots(html):
-    _need_chromium()
+def test_report_renders_tables_and_plots(chromium, html):
     page = browser.inspect(html)
     assert page.tables >= 1, "no table rendered"
     assert page.images, "no plot rendered"
     assert not page.broken_images, page.broken_images
     assert not page.tracebacks, page.tracebacks[:3]
+    assert not page.error_cells, page.error_cells[:3]
 
 
-def test_the_check_can_fail(tmp_path):
-    _need_chromium()
+def test_the_check_can_fail(chromium, tmp_path):
+    (tmp_path / "ok.png").write_bytes(PNG_1PX)
     bad = tmp_path / "bad.html"
-    bad.write_text("<html><body><table><tr><td>1</td></tr></table><img src='missing.png'>"
+    bad.write_text("<!doctype html><html><head><title>bad</title></head><body>"
+                   "<table><tr><td>1</td><td>KeyError</td></tr></table>"
+                   f"<img src='data:image/png;base64,{base64.b64encode(PNG_1PX).decode()}'>"
+                   "<img src='ok.png'><img src='missing.png'>"
                    "<pre>Traceback (most recent call last):\nValueError: boom</pre></body></html>")
     page = browser.inspect(bad)
-    assert page.tables == 1 and len(page.broken_images) == 1 and page.tracebacks
+    assert page.title == "bad" and page.tables == 1
+    loaded = {im["src"]: im["loaded"] for im in page.images}
+    assert loaded == {f"data:image/png;base64,{base64.b64encode(PNG_1PX).decode()}"[:80]: True,
+                      "ok.png": True, "missing.png": False}  # relative images resolve beside the original page
+    assert page.tracebacks == ["Traceback (most recent call last)", "ValueError: "]
+    assert page.error_cells == ["KeyError"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.html", "ok.png"]  # nothing written beside it
 
 
-def test_missing_chromium_error_says_how_to_install(monkeypatch):
-    monkeypatch.setenv("IDCKIT_CHROMIUM", "/nonexistent/chromium")
-    monkeypatch.setattr(browser.shutil, "which", lambda name: None)
-    monkeypatch.setattr(browser.Path, "is_file", lambda self: False)
-    with pytest.raises(MissingDependencyError, match="make setup"):
+def test_probe_goes_after_the_doctype_and_into_the_head():
+    with_head = browser._with_probe("<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>x</body></html>",
+                                    "file:///r/")
+    assert with_head.startswith('<!DOCTYPE html><html><head><base href="file:///r/"><meta')
+    no_head = browser._with_probe("<!doctype html><p>x", "file:///r/")
+    assert no_head.startswith('<!doctype html><base href="file:///r/"><p>x') and no_head.endswith("</script>")
+
+
+def _fake_chromium(tmp_path, monkeypatch, body: str) -> None:
+    fake = tmp_path / "fake-chromium"
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("IDCKIT_CHROMIUM", str(fake))
+
+
+def test_a_failing_chromium_is_reported_with_its_stderr(tmp_path, monkeypatch):
+    _fake_chromium(tmp_path, monkeypatch, "echo 'cannot open display: the real reason' >&2; exit 3")
+    page = tmp_path / "p.html"
+    page.write_text("<p>x</p>")
+    with pytest.raises(IdckitError, match=r"exit 3\)[\s\S]*the real reason"):
+        browser.screenshot(page, tmp_path / "p.png")
+    assert not list(tmp_path.glob("*.png")) and not list(tmp_path.glob(".*"))
+
+
+def test_a_hanging_chromium_times_out_and_is_killed_with_its_children(tmp_path, monkeypatch):
+    # like Debian's launcher: a shell script whose browser runs as a child, not exec'd
+    _fake_chromium(tmp_path, monkeypatch, f"echo starting >&2; sleep 30 & echo $! > {tmp_path}/child; wait")
+    page = tmp_path / "p.html"
+    page.write_text("<p>x</p>")
+    t0 = time.monotonic()
+    with pytest.raises(IdckitError, match=r"did not finish within 1 s[\s\S]*starting"):
+        browser.inspect(page, timeout=1)
+    assert time.monotonic() - t0 < 10, "waited for the browser's child instead of killing it"
+    stat = Path(f"/proc/{(tmp_path / 'child').read_text().strip()}/stat")
+    assert not stat.exists() or stat.read_text().split(") ")[1][0] in "ZX", "the browser's child survived"
+
+
+def test_a_page_without_the_probe_output_is_an_error(tmp_path, monkeypatch):
+    _fake_chromium(tmp_path, monkeypatch, "echo '<html><body>no probe</body></html>'")
+    page = tmp_path / "p.html"
+    page.write_text("<p>x</p>")
+    with pytest.raises(IdckitError, match="load event never fired"):
+        browser.inspect(page)
+
+
+def test_missing_chromium_error_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("IDCKIT_CHROMIUM", str(tmp_path / "no-such-chromium"))
+    with pytest.raises(MissingDependencyError, match="IDCKIT_CHROMIUM"):
+        browser.find_chromium()
+    monkeypatch.delenv("IDCKIT_CHROMIUM")
+    monkeypatch.setattr(browser, "CANDIDATES", (str(tmp_path / "chromium"), "idckit-no-such-browser"))
+    with pytest.raises(MissingDependencyError, match=r"make setup[\s\S]*apt-get install -y chromium"):
         browser.find_chromium()
