@@ -35,14 +35,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Headless Chromium renders the reports in tests/test_browser.py and makes the README's screenshot.
+# Found the way idckit.browser.find_chromium finds it; installed from Debian (about 45 s, once) only when absent.
 chromium:
-	@if [ -n "$$IDCKIT_CHROMIUM" ] || command -v chromium >/dev/null 2>&1; then :; \
+	@if [ -n "$$IDCKIT_CHROMIUM" ] || command -v chromium chromium-browser google-chrome >/dev/null 2>&1; then :; \
 	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	  echo "idckit: installing Debian's chromium for the browser tests (once)"; \
+	  echo "idckit: installing Debian's chromium for the browser tests (once; log in /tmp/idckit-apt.log)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
 	  (apt-get install -y -q chromium >/tmp/idckit-apt.log 2>&1 || \
 	   (apt-get update -q >>/tmp/idckit-apt.log 2>&1 && apt-get install -y -q chromium >>/tmp/idckit-apt.log 2>&1)) \
 	  || { echo "idckit: apt-get install chromium failed; see /tmp/idckit-apt.log"; exit 1; }; \
-	else echo "idckit: note: no chromium and no root apt-get; tests/test_browser.py will skip (install chromium to run it)"; fi
+	else echo "idckit: note: no chromium and no root apt-get; tests/test_browser.py will skip (and fail under CI=true)"; \
+	  echo "        fix: sudo apt-get install -y chromium   (or set IDCKIT_CHROMIUM=/path/to/chrome)"; fi
 
 setup: check-java chromium $(STAMP)
 
@@ -58,8 +61,9 @@ lab: setup
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
+# The README's picture of reports/index.html: 1280 px wide, as tall as the page, in headless Chromium.
 screenshots: setup
-	$(PY) -c "from idckit.browser import screenshot; screenshot('reports/index.html', 'docs/img/index.png', width=1280, height=720)"
+	$(PY) -c "from idckit.browser import screenshot; screenshot('reports/index.html', 'docs/img/index.png', width=1280, full_page=True)"
 
 clean-reports:
 	rm -rf reports/*.html reports/*.json
