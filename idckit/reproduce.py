@@ -52,8 +52,14 @@ def to_html(executed: Path, html_path: Path) -> None:
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(executed), as_version=4)
+    # Progress bars and tool chatter go to stderr; a reader of the report wants tables and plots. Errors are
+    # not streams and stay visible.
+    for cell in nb.cells:
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = [o for o in cell.get("outputs", [])
+                               if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    body, _ = exporter.from_notebook_node(nb)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"idckit: {html_path.stem}"}})
     fileio.write_text(html_path, body)
 
 

@@ -58,3 +58,23 @@ def test_index_lists_every_report(tmp_path):
                            "commit": "abc"}}))
     page = write_index(tmp_path).read_text()
     assert page.count("<tr>") == 3 and "Table a" in page and "2.5" in page and "0, 1" in page and "2.0 min" in page
+
+
+def test_html_hides_code_and_stderr_but_keeps_errors_and_sets_the_title(tmp_path):
+    import nbformat
+
+    from idckit.reproduce import to_html
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("print('x')")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text="progress 50%|#####"),
+                    nbformat.v4.new_output("stream", name="stdout", text="a visible line"),
+                    nbformat.v4.new_output("error", ename="ValueError", evalue="boom", traceback=["ValueError: boom"])]
+    nb.cells = [cell]
+    src = tmp_path / "t.ipynb"
+    nbformat.write(nb, str(src))
+    to_html(src, tmp_path / "t.html")
+    html = (tmp_path / "t.html").read_text()
+    assert "a visible line" in html and "boom" in html
+    assert "progress 50%" not in html and "print(&#39;x&#39;)" not in html and "print('x')" not in html
+    assert "<title>idckit: t</title>" in html
