@@ -39,6 +39,7 @@ class Vocab:
 
     @classmethod
     def build(cls, captions: Iterable[str], min_count: int = 1) -> "Vocab":
+        """Specials, then every token seen ``min_count`` times or more, by count (descending) then alphabetically."""
         counts = Counter(t for c in captions for t in tokenize(c))
         words = sorted((w for w, n in counts.items() if n >= min_count and w not in SPECIALS),
                        key=lambda w: (-counts[w], w))
@@ -55,6 +56,7 @@ class Vocab:
         return [self.bos_id, *words, self.eos_id]
 
     def encode_batch(self, texts: Sequence[str], max_len: int) -> torch.LongTensor:
+        """[N, max_len]: :meth:`encode` of each text, padded with [PAD]."""
         out = torch.full((len(texts), max_len), self.pad_id, dtype=torch.long)
         for i, t in enumerate(texts):
             ids = self.encode(t, max_len)
@@ -73,19 +75,26 @@ class Vocab:
         return " ".join(words)
 
     def save(self, path: str | Path) -> None:
+        """A JSON word -> id map, written atomically."""
         write_json(path, self.ids, indent=0)
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocab":
+        """Read a word -> id JSON map written by :meth:`save` (the public code's ``dict.json`` shape)."""
         path = Path(path)
+        fix = "use the vocab.json written by a finished run, or rebuild it with Vocab.build(train captions).save(path)"
         if not path.is_file():
-            raise ConfigError("vocabulary file not found", path=path, fix="use the vocab.json of a finished run")
+            raise ConfigError("vocabulary file not found", path=path, fix=fix)
         try:
             mapping = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(mapping, dict) or not all(isinstance(i, int) for i in mapping.values()):
+                raise ValueError("expected a JSON object word -> integer id")
             words = sorted(mapping, key=mapping.get)
             if [mapping[w] for w in words] != list(range(len(words))):
-                raise ValueError("ids are not 0..N-1")
-        except (json.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
-            raise ConfigError(f"not a vocabulary file ({exc}); expected a JSON object word -> id", path=path,
-                              fix="use the vocab.json written by a finished run") from exc
+                raise ValueError("the ids are not 0..N-1, each once")
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(f"not a vocabulary file ({exc})", path=path, fix=fix) from exc
+        if tuple(words[:cls.n_special]) != SPECIALS:
+            raise ConfigError(f"not a kit vocabulary: ids 0..{cls.n_special - 1} must be the specials {SPECIALS}, "
+                              f"got {words[:cls.n_special]}", path=path, fix=fix)
         return cls(words)
