@@ -1,42 +1,67 @@
 """IDC-PCL (Yao, Wang, Jin, AAAI 2022), readable top to bottom.
 
-    features of image 1, image 2 ──► projection + type/position embeddings
-        ──► single-image encoder (shared weights, each image with its [IMG] token)
-        ──► pair-image encoder (both images together)          = the image difference encoder
-        ──► cross-modal transformer over [IMG1 v1.. IMG2 v2.. (CLS) text..]
-        ──► heads: MLM (words), MVCL regression (features), FDA similarity, distractor judging
+    features of image 1, image 2 --> projection + type/position embeddings
+        --> single-image encoder (shared weights, each image alone with its [IMG] token)
+        --> pair-image encoder (both images together)          = the image difference encoder
+        --> cross-modal transformer over [IMG1 v1.. IMG2 v2.. (CLS) text..]
+        --> heads: MLM (words), MVCL regression (features), FDA similarity, distractor judging
 
-Pre-training runs the cross-modal transformer bidirectionally over ``[IMG1, v1 x n, IMG2, v2 x n, CLS, text]``;
-fine-tuning drops CLS and uses the paper's uni-directional mask: visual tokens see only visual tokens, a text
-token sees every visual token and the text up to itself. Captions are generated as in the paper: the input is
-``[BOS] w1 .. w(i-1) [MASK]`` and the next word is read at ``[MASK]``.
+Pre-training runs the cross-modal transformer bidirectionally over ``[IMG1, v1 x n, IMG2, v2 x n, CLS, text]``
+(141 tokens on CLEVR-Change); fine-tuning drops CLS (140 tokens, as the public code) and uses the paper's
+uni-directional mask: visual tokens see only visual tokens, a text token sees every visual token and the text up
+to itself, never [PAD]. Captions are generated as in the paper (section 2.3): the input is
+``[BOS] w1 .. w(i-1) [MASK]`` and the next word is read at [MASK].
 
-Deviations from the public code (yaolinli/IDC), each deliberate:
+Deviations from the public code (yaolinli/IDC, facts in shared/reference/idc_pcl.md), each deliberate:
 
-- Positions: a correct sinusoidal table (the public one has the tutorial bug that doubles the frequency decay
-  and leaves most dimensions constant), as a non-persistent buffer.
-- Padding is masked as keys everywhere; the public pre-training attends to [PAD] tokens (``mask=None``).
-- ``torch.nn.LayerNorm`` (biased variance) in pre-LN blocks with a final LayerNorm; the public code's LayerNorm
-  divides by the unbiased std + eps and has no final norm. Attention is PyTorch's fused
-  ``scaled_dot_product_attention``.
-- [IMG1]/[IMG2]/[CLS] are distinct vocabulary entries (the public code uses one ``<CLS>`` word with three types).
-- The MVCL regression head's last layer is its own ``Linear(d, feat_dim)``; the public code ties it to the
-  transposed visual projection (with a Sigmoid in front of the projection the tie is not an inverse anyway).
-- Decoding caches the keys/values of visual tokens AND of every committed word (the public code caches only the
-  visual side and recomputes all text every step), stops when every row has emitted [EOS] (the public code
-  always runs max_len-1 steps), and works for batch size 1 (the public ``.squeeze()`` crashes).
-- The visual projection is linear, as the paper describes it; the public code's Sigmoid after it is an option
-  (``visual_activation="sigmoid"``). Under the embedding LayerNorm the Sigmoid (slope 1/4 at 0) shrinks the visual
-  content to a fraction of the positional signal at initialisation, and short runs then ignore the images.
-- Word embeddings are initialised at unit scale (see ``__init__``); the public code multiplies N(0, 1) vectors by
-  sqrt(d), which makes positions nearly invisible instead.
-- Kept from the public code where the paper is silent: ReLU FFN, one shared embedding LayerNorm, a 2-way
-  distractor head on [IMG1; IMG2].
+- Positions: a correct sinusoidal table (Vaswani et al.), as a non-persistent buffer. The public table has the
+  tutorial bug (exponent 4k/d instead of 2k/d) that doubles the frequency decay and leaves dimensions >= 256 nearly
+  constant below position 100, and it is saved in every checkpoint. Regions of both images use positions 0..n-1
+  (as the public code), text 0..L-1, the special tokens none.
+- Padding is masked as keys everywhere; the public pre-training attends to [PAD] (``mask=None``), so its outputs
+  depend on how far a caption was padded.
+- ``torch.nn.LayerNorm`` (biased variance, eps 1e-5) in pre-LN blocks plus a final LayerNorm after the
+  cross-modal transformer; the public LayerNorm is ``a*(x-mean)/(std+eps)+b`` with the unbiased std, and its
+  transformer has no final norm (its heads read un-normalised residual streams). Attention is PyTorch's fused
+  ``scaled_dot_product_attention`` with a boolean mask (True = may attend) instead of -1e9 fills.
+- [IMG1], [IMG2] and [CLS] are distinct vocabulary entries (ids 5, 6, 7 of :class:`idckit.text.vocab.Vocab`),
+  embedded as word + type embedding; the public code uses one ``<CLS>`` word for all three, told apart by type
+  only. The type table has 6 rows (IMG1, image-1 region, IMG2, image-2 region, CLS, text; the public one has 7
+  with row 0 unused). Special ids come from the vocabulary, never hard-coded (public fine-tuning: BOS=1, MASK=5).
+- The visual projection is linear, as the paper describes it ("a linear layer is applied"); the public code's
+  Sigmoid after it is an option (``visual_activation="sigmoid"``). Under the embedding LayerNorm the Sigmoid
+  (slope 1/4 at 0) shrinks the visual content to a fraction of the positional signal at initialisation, and short
+  runs then ignore the images.
+- Word embeddings start at unit scale (see ``__init__``); the public code multiplies N(0, 1) vectors by sqrt(d),
+  which makes the positions nearly invisible instead. Everything else starts at N(0, 0.02), zero biases.
+- The MVCL regression head's output layer is its own ``Linear(d, feat_dim)``; the public code ties it to the
+  transposed visual projection. The tie only approximately inverts a Linear+Sigmoid and couples the regression
+  target space to the input projection; the paper says only "regression to the original feature space". Cost:
+  +1.05M parameters at feat_dim 2048 (see below).
+- Dropout masks of the special tokens are drawn per sample (the public code embeds them once per batch).
+- Decoding caches the keys/values of the visual tokens AND of every committed word in preallocated per-layer
+  buffers (the public code caches only the visual side and recomputes all text through every layer at every
+  step), skips the work whose result nobody reads (the last layer's attention output and FFN for visual tokens
+  and committed words: only their keys/values are needed), stops once every row has emitted [EOS] (the public
+  code always runs max_len-1 steps) and works for batch size 1 (the public ``.squeeze()`` raises).
+- The paper's section 2.3 says [CLS] is also fed at inference; the public fine-tuning layout has no [CLS] and the
+  kit follows the code (the fine-tuning mask makes a [CLS] that no text token reads pointless anyway).
+
+Kept from the public code where the paper is silent: pre-LN blocks, ReLU FFN, dropout 0.2 on embeddings,
+attention probabilities, the FFN hidden layer and both residual branches (attention dropout makes PyTorch take the
+unfused "math" attention in training), one embedding LayerNorm shared by all inputs, a 2-way distractor head on
+``[h_IMG1; h_IMG2]``, an untied MLM head ``Linear(d, V)``, the MVCL head's ``Linear(d,d) -> GELU -> LayerNorm``.
+
+Size at the paper's CLEVR-Change setting (V=80, feat_dim 2048, d 512, 3+1+1 layers): 18.21M parameters against
+the public fine-tuning model's 16.90M: +1.05M for the untied MVCL output layer and +0.26M for the rest of the MVCL
+head (the public fine-tuning model drops its regression head; this module always has it, so pre-training and
+fine-tuning checkpoints have the same keys), +1,024 for the final LayerNorm, -512 for the smaller type table.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
@@ -47,6 +72,7 @@ from idckit.errors import ConfigError
 
 # token types
 T_IMG1, T_REG1, T_IMG2, T_REG2, T_CLS, T_TEXT = range(6)
+SPECIAL_KEYS = ("pad", "bos", "eos", "mask", "img1", "img2", "cls")
 
 
 @dataclass
@@ -58,23 +84,36 @@ class PCLConfig:
     n_heads: int = 8
     d_ff: int = 2048
     n_layers: int = 3               # cross-modal layers: 3 on CLEVR-Change, 2 on Birds-to-Words
-    single_layers: int = 1
-    pair_layers: int = 1
+    single_layers: int = 1          # paper table 6 "SE block"
+    pair_layers: int = 1            # paper table 6 "PE block"
     dropout: float = 0.2
     max_text_len: int = 40
     difference_encoder: bool = True  # False: table 4 row 5, regions go straight to the cross-modal transformer
     distractor_head: bool = True
     visual_activation: str = "none"     # "none" (the paper's linear projection) or "sigmoid" (the public code)
 
+    def __post_init__(self):
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.visual_activation not in ("sigmoid", "none"):
+            raise ConfigError(f"visual_activation must be 'sigmoid' or 'none', got {self.visual_activation!r}")
+        if self.n_layers < 1:
+            raise ConfigError(f"the cross-modal transformer needs at least one layer, got n_layers={self.n_layers}")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PCLConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> "PCLConfig":
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown IDC-PCL config keys {sorted(unknown)}",
+                              fix=f"use only {[f.name for f in fields(cls)]}")
         return cls(**d)
 
 
 def sinusoid_table(n: int, d: int) -> torch.Tensor:
+    """PE[pos, 2k] = sin(pos / 10000^(2k/d)), PE[pos, 2k+1] = cos(pos / 10000^(2k/d))."""
     pos = torch.arange(n, dtype=torch.float32)[:, None]
     freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
     table = torch.zeros(n, d)
@@ -83,6 +122,7 @@ def sinusoid_table(n: int, d: int) -> torch.Tensor:
     return table
 
 
+# -- transformer ----------------------------------------------------------------------------------------------
 class Attention(nn.Module):
     def __init__(self, cfg: PCLConfig):
         super().__init__()
@@ -90,15 +130,21 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def forward(self, x, mask=None, past: tuple[torch.Tensor, torch.Tensor] | None = None):
-        """x [B, Lq, d]; ``past`` keys/values [B, h, Lp, d/h] put in front of x's; mask [B|1, 1, Lq, Lp+Lq] bool
-        (True = may attend). Returns (output, (k, v) of x's own positions)."""
-        b, lq, d = x.shape
-        q, k, v = self.qkv(x).view(b, lq, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
-        keys, values = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of x [B, L, d], each [B, h, L, d/h]."""
+        b, length, d = x.shape
+        q, k, v = self.qkv(x).view(b, length, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        return q, k, v
+
+    def attend(self, q, k, v, mask=None) -> torch.Tensor:
+        """Queries [B, h, Lq, d/h] over keys/values [B, h, Lk, d/h]; mask [B|1, 1, Lq, Lk] bool, True = may attend."""
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                            dropout_p=self.dropout if self.training else 0.0)
-        return self.out(y.transpose(1, 2).reshape(b, lq, d)), (k, v)
+        b, _, lq, _ = q.shape
+        return self.out(y.transpose(1, 2).reshape(b, lq, -1))
+
+    def forward(self, x, mask=None):
+        return self.attend(*self.heads(x), mask)
 
 
 class Block(nn.Module):
@@ -112,10 +158,17 @@ class Block(nn.Module):
                                  nn.Linear(cfg.d_ff, cfg.d_model))
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, mask=None, past=None):
-        a, kv = self.attn(self.ln1(x), mask, past)
-        x = x + self.drop(a)
-        return x + self.drop(self.ffn(self.ln2(x))), kv
+    def forward(self, x, mask=None):
+        x = x + self.drop(self.attn(self.ln1(x), mask))
+        return self.finish(x)
+
+    def finish(self, x):
+        """The FFN half of the block, on the attention half's output."""
+        return x + self.drop(self.ffn(self.ln2(x)))
+
+    def keys_values(self, x):
+        """This block's keys/values of x [B, L, d] (its input), each [B, h, L, d/h]."""
+        return self.attn.heads(self.ln1(x))[1:]
 
 
 @dataclass
@@ -129,24 +182,31 @@ class PCLOutput:
 
 @dataclass
 class DecodingState:
-    past: list[tuple[torch.Tensor, torch.Tensor]]   # per cross-modal layer: keys/values of visual + committed words
-    pos: int                                         # text position of the next committed word
+    """Per cross-modal layer, key/value buffers [B, h, capacity, d/h] whose first ``n_keys`` slots hold the visual
+    tokens' and the committed words' keys/values; ``pos`` is the text position of the next committed word."""
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    n_keys: int
+    pos: int = 0
 
 
 class PCL(nn.Module):
+    """The whole model. ``vocab``: a :class:`idckit.text.vocab.Vocab`, or a mapping with the ids of
+    ``pad, bos, eos, mask, img1, img2, cls``."""
+
     def __init__(self, cfg: PCLConfig, vocab):
         super().__init__()
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError(f"d_model {cfg.d_model} is not divisible by n_heads {cfg.n_heads}")
-        if cfg.visual_activation not in ("sigmoid", "none"):
-            raise ConfigError(f"visual_activation must be 'sigmoid' or 'none', got {cfg.visual_activation!r}")
+        ids = {k: int(vocab[k] if isinstance(vocab, Mapping) else getattr(vocab, f"{k}_id")) for k in SPECIAL_KEYS}
+        if max(ids.values()) >= cfg.vocab_size:
+            raise ConfigError(f"special token ids {ids} do not fit vocab_size {cfg.vocab_size}")
         self.cfg = cfg
-        self.pad_id, self.bos_id, self.eos_id = vocab.pad_id, vocab.bos_id, vocab.eos_id
-        self.mask_id, self.img1_id, self.img2_id, self.cls_id = vocab.mask_id, vocab.img1_id, vocab.img2_id, vocab.cls_id
+        self.pad_id, self.bos_id, self.eos_id, self.mask_id = ids["pad"], ids["bos"], ids["eos"], ids["mask"]
+        self.img1_id, self.img2_id, self.cls_id = ids["img1"], ids["img2"], ids["cls"]
         d = cfg.d_model
         self.word = nn.Embedding(cfg.vocab_size, d)
         self.token_type = nn.Embedding(6, d)
-        self.register_buffer("pe", sinusoid_table(max(cfg.n_regions, cfg.max_text_len + 1, 256), d), persistent=False)
+        self.register_buffer("pe", sinusoid_table(max(cfg.n_regions, cfg.max_text_len + 1, 256), d),
+                             persistent=False)
         self.project = nn.Linear(cfg.feat_dim, d)
         self.emb_ln = nn.LayerNorm(d)
         self.emb_drop = nn.Dropout(cfg.dropout)
@@ -176,8 +236,9 @@ class PCL(nn.Module):
 
     # -- embeddings ---------------------------------------------------------------------------------------
     def _special(self, token_id: int, type_id: int, batch: int) -> torch.Tensor:
+        """[B, 1, d]: a special token (word + type embedding, no position)."""
         e = self.word.weight[token_id] + self.token_type.weight[type_id]
-        return self.emb_drop(self.emb_ln(e)).expand(batch, 1, -1)
+        return self.emb_drop(self.emb_ln(e).expand(batch, 1, -1))
 
     def _regions(self, f: torch.Tensor, type_id: int) -> torch.Tensor:
         x = self.project(f)
@@ -185,18 +246,21 @@ class PCL(nn.Module):
             x = torch.sigmoid(x)
         return self.emb_drop(self.emb_ln(x + self.token_type.weight[type_id] + self.pe[:f.shape[1]]))
 
-    def _text(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
-        pos = self.pe[start:start + ids.shape[1]]
+    def _text(self, ids: torch.Tensor, positions: torch.Tensor | int = 0) -> torch.Tensor:
+        """Text embeddings; ``positions`` is the first position (consecutive) or one position per token."""
+        pos = self.pe[positions:positions + ids.shape[1]] if isinstance(positions, int) else self.pe[positions]
         return self.emb_drop(self.emb_ln(self.word(ids) + self.token_type.weight[T_TEXT] + pos))
 
     # -- the image difference encoder ----------------------------------------------------------------------
     def encode_visual(self, f1: torch.Tensor, f2: torch.Tensor, region_mask: torch.Tensor | None = None):
         """[B, 2 + 2n, d]: [IMG1, regions of 1, IMG2, regions of 2]. ``region_mask`` [B, 2, n] (True = zero the
-        raw feature, for MVCL) acts before the projection, as in the public code."""
-        if f1.shape != f2.shape or f1.dim() != 3 or f1.shape[1:] != (self.cfg.n_regions, self.cfg.feat_dim):
-            raise ConfigError(f"features must be [B, {self.cfg.n_regions}, {self.cfg.feat_dim}], got "
-                              f"{tuple(f1.shape)} and {tuple(f2.shape)}")
+        raw feature, for MVCL) acts before the projection, as in the paper and the public code."""
+        n, fd = self.cfg.n_regions, self.cfg.feat_dim
+        if f1.shape != f2.shape or f1.dim() != 3 or tuple(f1.shape[1:]) != (n, fd):
+            raise ConfigError(f"features must be [B, {n}, {fd}], got {tuple(f1.shape)} and {tuple(f2.shape)}")
         if region_mask is not None:
+            if tuple(region_mask.shape) != (f1.shape[0], 2, n):
+                raise ConfigError(f"region_mask must be [B, 2, {n}] bool, got {tuple(region_mask.shape)}")
             f1 = f1.masked_fill(region_mask[:, 0, :, None], 0.0)
             f2 = f2.masked_fill(region_mask[:, 1, :, None], 0.0)
         b = f1.shape[0]
@@ -204,59 +268,64 @@ class PCL(nn.Module):
         x2 = torch.cat([self._special(self.img2_id, T_IMG2, b), self._regions(f2, T_REG2)], 1)
         if not self.cfg.difference_encoder:
             return torch.cat([x1, x2], 1)
-        x = torch.cat([x1, x2], 0)              # the single-image encoder sees each image alone
+        x = torch.cat([x1, x2], 0)              # the single-image encoder sees each image alone (shared weights)
         for blk in self.single:
-            x = blk(x)[0]
+            x = blk(x)
         x = torch.cat([x[:b], x[b:]], 1)       # the pair encoder sees both
         for blk in self.pair:
-            x = blk(x)[0]
+            x = blk(x)
         return x
 
-    # -- masks ---------------------------------------------------------------------------------------------
+    # -- masks (bool, True = may attend) -------------------------------------------------------------------
+    def _pretrain_mask(self, n_front: int, text_ids: torch.Tensor) -> torch.Tensor:
+        """[B, 1, 1, n_front + L]: everything attends to everything but [PAD]."""
+        front = torch.ones(text_ids.shape[0], n_front, dtype=torch.bool, device=text_ids.device)
+        return torch.cat([front, text_ids != self.pad_id], 1)[:, None, None, :]
+
     def _finetune_mask(self, n_visual: int, text_ids: torch.Tensor) -> torch.Tensor:
+        """[B, 1, nv + L, nv + L]: visual rows see visual keys; text rows see visual keys and non-[PAD] text up to
+        themselves. Every row sees the visual keys, so none is empty."""
         b, length = text_ids.shape
-        n = n_visual + length
-        allowed = torch.zeros(n, n, dtype=torch.bool, device=text_ids.device)
+        n, dev = n_visual + length, text_ids.device
+        allowed = torch.zeros(n, n, dtype=torch.bool, device=dev)
         allowed[:, :n_visual] = True
-        allowed[n_visual:, n_visual:] = torch.ones(length, length, dtype=torch.bool, device=text_ids.device).tril()
-        keys = torch.cat([torch.ones(b, n_visual, dtype=torch.bool, device=text_ids.device),
-                          text_ids != self.pad_id], 1)
-        allowed = allowed[None] & keys[:, None, :]
-        allowed[:, torch.arange(n), torch.arange(n)] = True  # a [PAD] query still sees itself (no empty rows)
-        return allowed[:, None]
+        allowed[n_visual:, n_visual:] = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
+        keys = torch.cat([torch.ones(b, n_visual, dtype=torch.bool, device=dev), text_ids != self.pad_id], 1)
+        return (allowed[None] & keys[:, None, :])[:, None]
 
     # -- forward -------------------------------------------------------------------------------------------
+    def _cross(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        for blk in self.cross:
+            x = blk(x, mask)
+        return self.ln_f(x)
+
     def forward(self, f1, f2, text_ids: torch.Tensor, mode: str = "pretrain", region_mask=None) -> PCLOutput:
+        """f1, f2 [B, n, feat_dim]; text_ids [B, L]. ``mode`` picks the layout and mask (see the module doc)."""
         if mode not in ("pretrain", "finetune"):
             raise ConfigError(f"mode must be 'pretrain' or 'finetune', got {mode!r}")
         visual = self.encode_visual(f1, f2, region_mask)
         b, nv = visual.shape[:2]
         text = self._text(text_ids)
         if mode == "pretrain":
-            x = torch.cat([visual, self._special(self.cls_id, T_CLS, b), text], 1)
-            keys = torch.cat([torch.ones(b, nv + 1, dtype=torch.bool, device=text_ids.device),
-                              text_ids != self.pad_id], 1)
-            mask = keys[:, None, None, :]
+            x = self._cross(torch.cat([visual, self._special(self.cls_id, T_CLS, b), text], 1),
+                            self._pretrain_mask(nv + 1, text_ids))
         else:
-            x = torch.cat([visual, text], 1)
-            mask = self._finetune_mask(nv, text_ids)
-        for blk in self.cross:
-            x = blk(x, mask)[0]
-        x = self.ln_f(x)
-        n = self.cfg.n_regions
-        has_cls = mode == "pretrain"
+            x = self._cross(torch.cat([visual, text], 1), self._finetune_mask(nv, text_ids))
+        n, has_cls = self.cfg.n_regions, mode == "pretrain"
         return PCLOutput(visual=x[:, :nv], cls=x[:, nv] if has_cls else None, text=x[:, nv + has_cls:],
                          img1=x[:, 0], img2=x[:, 1 + n])
 
     # -- heads ---------------------------------------------------------------------------------------------
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[.., V] word logits of text hidden states (pre-training MLM, fine-tuning, generation)."""
         return self.mlm_head(hidden)
 
     def mvcl_regress(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[.., feat_dim]: visual hidden states regressed to the raw feature space (MVCL's prediction)."""
         return self.mvcl_head(hidden)
 
     def fda_similarity(self, out: PCLOutput) -> torch.Tensor:
-        """cos(mean(h_IMG1, h_IMG2), h_CLS) per sequence."""
+        """[B]: cos(mean(h_IMG1, h_IMG2), h_CLS), the paper's eq. 9 score."""
         if out.cls is None:
             raise ConfigError("FDA needs the pre-training layout (mode='pretrain')")
         return F.cosine_similarity(0.5 * (out.img1 + out.img2), out.cls, dim=-1)
@@ -267,59 +336,98 @@ class PCL(nn.Module):
             raise ConfigError("this model was built without the distractor-judging head (distractor_head=False)")
         return self.judge(torch.cat([out.img1, out.img2], -1))
 
-    # -- generation: [BOS] w1 .. w(i-1) [MASK] -> w_i, with key/value caches ----------------------------------
+    # -- generation: [BOS] w1 .. w(i-1) [MASK] -> w_i ----------------------------------------------------------
+    # Under the fine-tuning mask a text position sees only the visual tokens and earlier text, so nothing computed
+    # for a position ever changes when later words arrive: the keys/values of the visual tokens (per layer) are
+    # computed once, those of each committed word once, and every step runs just two tokens, the newest committed
+    # word and a [MASK] after it. The [MASK]'s keys/values are discarded (its slot is overwritten next step).
     def start_decoding(self, visual: tuple[torch.Tensor, torch.Tensor]) -> DecodingState:
         x = self.encode_visual(*visual)
-        past = []
-        for blk in self.cross:   # visual tokens only ever attend to visual tokens: compute them once
-            x, kv = blk(x)
-            past.append(kv)
-        return DecodingState(past=past, pos=0)
+        b, nv, _ = x.shape
+        capacity = nv + self.cfg.max_text_len + 1
+        keys, values = [], []
+        for i, blk in enumerate(self.cross):
+            k, v = blk.keys_values(x)
+            kbuf = k.new_empty(b, k.shape[1], capacity, k.shape[3])
+            vbuf = torch.empty_like(kbuf)
+            kbuf[:, :, :nv], vbuf[:, :, :nv] = k, v
+            keys.append(kbuf)
+            values.append(vbuf)
+            if i + 1 < len(self.cross):   # the last layer's visual outputs are never read: keys/values suffice
+                x = blk.finish(x + blk.attn.attend(*blk.attn.heads(blk.ln1(x))))
+        return DecodingState(keys=keys, values=values, n_keys=nv, pos=0)
 
     def decode_step(self, state: DecodingState, tokens: torch.LongTensor) -> torch.Tensor:
-        """Commit ``tokens`` at position ``state.pos`` and return the logits read at a [MASK] after it."""
-        b = tokens.shape[0]
-        ids = torch.stack([tokens, torch.full_like(tokens, self.mask_id)], 1)
-        x = self._text(ids, start=state.pos)
-        n_past = state.past[0][0].shape[2]
-        mask = torch.ones(2, n_past + 2, dtype=torch.bool, device=tokens.device)
-        mask[0, -1] = False  # the committed word does not see the [MASK] after it
-        new_past = []
-        for blk, past in zip(self.cross, state.past):
-            x, (k, v) = blk(x, mask[None, None], past)
-            new_past.append((torch.cat([past[0], k[:, :, :1]], 2), torch.cat([past[1], v[:, :, :1]], 2)))
-        state.past, state.pos = new_past, state.pos + 1
-        return self.mlm_head(self.ln_f(x[:, 1]))
-
-    def reorder_state(self, state: DecodingState, index: torch.LongTensor) -> DecodingState:
-        return DecodingState(past=[(k[index], v[index]) for k, v in state.past], pos=state.pos)
-
-    def full_logits(self, visual: tuple[torch.Tensor, torch.Tensor], tokens: torch.LongTensor) -> torch.Tensor:
-        """No cache: the whole fine-tuning forward on ``[tokens, [MASK]]``. Returns [B, 1, V], the logits at the
-        [MASK] (the next word after ``tokens``); only that position is a prediction in this generation scheme."""
-        ids = torch.cat([tokens, torch.full_like(tokens[:, :1], self.mask_id)], 1)
-        out = self(*visual, ids, mode="finetune")
-        return self.mlm_head(out.text[:, -1:])
-
-    def recompute_text_logits(self, state: DecodingState, tokens: torch.LongTensor) -> torch.Tensor:
-        """The public code's step: visual keys/values cached, ``[tokens, [MASK]]`` recomputed through every layer.
-        Used by the decoding benchmark as the baseline; ``state`` must hold visual keys/values only."""
-        ids = torch.cat([tokens, torch.full_like(tokens[:, :1], self.mask_id)], 1)
-        x = self._text(ids)
-        length = ids.shape[1]
-        n_past = state.past[0][0].shape[2]
-        mask = torch.ones(length, n_past + length, dtype=torch.bool, device=ids.device)
-        mask[:, n_past:] = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()
-        for blk, past in zip(self.cross, state.past):
-            x = blk(x, mask[None, None], past)[0]
+        """Commit ``tokens`` [B] at text position ``state.pos``; return [B, V], the logits read at a [MASK] after it."""
+        n = state.n_keys
+        if n + 2 > state.keys[0].shape[2]:     # longer than max_text_len: grow the buffers
+            grow = lambda t: torch.cat([t, torch.empty_like(t)], 2)
+            state.keys, state.values = [grow(t) for t in state.keys], [grow(t) for t in state.values]
+        x = self._text(torch.stack([tokens, torch.full_like(tokens, self.mask_id)], 1), state.pos)
+        mask = torch.ones(1, 1, 2, n + 2, dtype=torch.bool, device=tokens.device)
+        mask[..., 0, -1] = False               # the committed word does not see the [MASK] after it
+        last = len(self.cross) - 1
+        for i, (blk, kbuf, vbuf) in enumerate(zip(self.cross, state.keys, state.values)):
+            q, k, v = blk.attn.heads(blk.ln1(x))
+            kbuf[:, :, n:n + 2], vbuf[:, :, n:n + 2] = k, v
+            if i == last:                      # only the [MASK]'s output is read; it may see every key
+                x, q, mask = x[:, 1:], q[:, :, 1:], None
+            x = blk.finish(x + blk.attn.attend(q, kbuf[:, :, :n + 2], vbuf[:, :, :n + 2], mask))
+        state.n_keys, state.pos = n + 1, state.pos + 1
         return self.mlm_head(self.ln_f(x[:, -1]))
 
-    def load_pretrained(self, state: dict[str, torch.Tensor]) -> dict[str, list[str]]:
-        """Load the keys this model has (pre-training -> fine-tuning); report what was skipped."""
+    def reorder_state(self, state: DecodingState, index: torch.LongTensor) -> DecodingState:
+        pick = lambda t: t.index_select(0, index)
+        return DecodingState(keys=[pick(t) for t in state.keys], values=[pick(t) for t in state.values],
+                             n_keys=state.n_keys, pos=state.pos)
+
+    def full_logits(self, visual: tuple[torch.Tensor, torch.Tensor], tokens: torch.LongTensor,
+                    every_step: bool = False) -> torch.Tensor:
+        """No cache: the whole model, images included.
+
+        ``every_step=False`` (what ``naive_greedy_decode`` uses): one fine-tuning forward over the paper's input
+        ``[visual, tokens, [MASK]]``; returns [B, 1, V], the logits at the [MASK], equal to what ``decode_step``
+        returns after committing ``tokens``. It is the only prediction in that input: the MLM head at a committed
+        word reconstructs that word, it does not predict the next one, so those positions are not returned.
+
+        ``every_step=True``: [B, L, V] whose position t equals ``decode_step``'s output after committing
+        ``tokens[:, :t+1]`` (CLIP4IDC's meaning of ``full_logits``), in one forward: L [MASK]s are appended, the one
+        at position t+1 seeing the visual tokens, ``tokens[:, :t+1]`` and itself (UniLM's parallel masks). Used to
+        check the cache at every position and to score whole captions.
+        """
+        length = tokens.shape[1]
+        visual_x = self.encode_visual(*visual)
+        b, nv, _ = visual_x.shape
+        n_mask = length if every_step else 1
+        dev = tokens.device
+        masks = torch.full((b, n_mask), self.mask_id, dtype=torch.long, device=dev)
+        positions = torch.cat([torch.arange(length, device=dev),                       # the words
+                               torch.arange(length + 1 - n_mask, length + 1, device=dev)])  # the [MASK]s
+        x = torch.cat([visual_x, self._text(torch.cat([tokens, masks], 1), positions)], 1)
+        # fine-tuning mask over [visual, tokens], then the [MASK] rows: visual keys, tokens up to t, themselves
+        mask = self._finetune_mask(nv, tokens)[:, 0]                       # [B, nv+L, nv+L]
+        n = nv + length + n_mask
+        allowed = torch.zeros(b, n, n, dtype=torch.bool, device=dev)
+        allowed[:, :nv + length, :nv + length] = mask
+        rows = torch.arange(nv + length, n, device=dev)
+        allowed[:, rows, :nv] = True
+        upto = torch.arange(length, device=dev)[None, :] < positions[length:, None]
+        allowed[:, rows, nv:nv + length] = upto[None] & (tokens != self.pad_id)[:, None, :]
+        allowed[:, rows, rows] = True
+        out = self._cross(x, allowed[:, None])
+        return self.mlm_head(out[:, nv + length:])
+
+    def load_pretrained(self, state: Mapping[str, torch.Tensor]) -> dict[str, list[str]]:
+        """Load the keys this model has with matching shapes (pre-training -> fine-tuning, or a model without the
+        distractor head or the difference encoder); report what was left out. ``missing``: this model's keys not in
+        ``state`` (they keep their initialisation); ``unexpected``: keys of ``state`` this model lacks;
+        ``mismatched``: keys in both with different shapes (not loaded)."""
         own = self.state_dict()
+        mismatched = sorted(k for k, v in state.items() if k in own and own[k].shape != v.shape)
         usable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
         self.load_state_dict(usable, strict=False)
-        return {"missing": sorted(set(own) - set(usable)), "unexpected": sorted(set(state) - set(usable))}
+        return {"missing": sorted(set(own) - set(state)), "unexpected": sorted(set(state) - set(own)),
+                "mismatched": mismatched}
 
 
 # -- masking for MLM and MVCL ---------------------------------------------------------------------------------
@@ -327,19 +435,20 @@ def mask_tokens(ids: torch.LongTensor, vocab, generator: torch.Generator, p: flo
                 eos_p: float = 0.15) -> tuple[torch.LongTensor, torch.LongTensor]:
     """BERT-style masking of caption words, as the public code does it (``mask_sent``/``random_mask``).
 
-    Each word is chosen with probability ``p`` (at least one per caption); a chosen word becomes [MASK] (80 %),
-    a random word (10 %; drawn from real words, where the public code also draws special tokens) or stays (10 %).
-    Separately, with probability ``eos_p`` the [EOS] becomes [MASK] and must be predicted, which teaches
-    generation to stop. [BOS] and [PAD] are never masked. Labels are -100 where nothing is predicted.
+    ``ids`` [B, L] are ``[BOS] words [EOS] [PAD]..``. Each word (non-special id, or [UNK]) is chosen with
+    probability ``p``, at least one per caption that has a word (the word with the smallest draw); a chosen word
+    becomes [MASK] (80 %), a random word (10 %) or stays (10 %), and is labelled with the original id. The random
+    word is drawn uniformly from the non-special ids; the public code draws from the whole vocabulary, specials
+    included, which feeds the model [PAD]/[BOS]/[IMG1] in mid-sentence. Separately, with probability ``eos_p`` the
+    [EOS] becomes [MASK] labelled [EOS], which teaches generation to stop. [BOS] and [PAD] are never masked.
+    Returns (inputs, labels), labels -100 where nothing is predicted. Deterministic given ``generator``.
     """
     ids = ids.clone()
     labels = torch.full_like(ids, -100)
     words = (ids >= vocab.n_special) | (ids == vocab.unk_id)
     u = torch.rand(ids.shape, generator=generator)
     chosen = words & (u < p)
-    # at least one word per caption: force the word with the smallest draw where none was chosen
-    has_words = words.any(1)
-    none = has_words & ~chosen.any(1)
+    none = words.any(1) & ~chosen.any(1)
     if none.any():
         first = torch.where(words, u, torch.full_like(u, 2.0)).argmin(1)
         chosen[none, first[none]] = True
@@ -356,7 +465,9 @@ def mask_tokens(ids: torch.LongTensor, vocab, generator: torch.Generator, p: flo
 
 
 def mask_regions(batch: int, n_regions: int, generator: torch.Generator, p: float = 0.15) -> torch.Tensor:
-    """[B, 2, n] bool: per sample one image (p = 0.5 each) gets ``p`` of its regions masked, at least one."""
+    """[B, 2, n] bool, True = masked: per sample one image (p = 0.5 each) gets each region masked with
+    probability ``p``, at least one (the region with the smallest draw); the other image is left whole, so the
+    masked content can be recovered from the other image and the caption (paper section 2.2)."""
     which = torch.rand(batch, generator=generator) < 0.5
     u = torch.rand(batch, n_regions, generator=generator)
     chosen = u < p
