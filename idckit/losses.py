@@ -1,4 +1,8 @@
-"""The kit's losses, as plain functions of tensors (formulas in the docstrings)."""
+"""The kit's losses, as plain functions of tensors (formulas in the docstrings).
+
+All of them compute in float32 whatever the input dtype (bf16 autocast feeds bf16 logits), and none of them
+normalises by anything the caller cannot see: "mean" is over the terms named in each formula.
+"""
 from __future__ import annotations
 
 import torch
@@ -6,19 +10,35 @@ import torch.nn.functional as F
 
 
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Cross-entropy over positions whose label is not -100 (the masked tokens)."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100,
-                           reduction=reduction)
+    """Masked-LM cross-entropy: the sum or mean, over the positions i with labels[i] != -100, of
+
+        -log softmax(logits[i])[labels[i]]
+
+    ``logits`` [.., V], ``labels`` [..] (the masked tokens' original ids, -100 elsewhere). With no labelled position
+    the loss is 0 (connected to the graph), not the NaN of an empty mean. IDC-PCL's pre-training averages
+    (``raw_loss.mean()``); its fine-tuning sums (``reduction="sum"``).
+    """
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    flat_logits, flat_labels = logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1)
+    if not bool((flat_labels != -100).any()):
+        return flat_logits.sum() * 0.0
+    return F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction=reduction)
 
 
 def mvcl_nce(pred: torch.Tensor, target: torch.Tensor, negatives: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
-    """IDC-PCL's masked visual contrastive loss, mean over the M masked regions:
+    """IDC-PCL's masked visual contrastive loss (paper eq. 8), mean over the M masked regions:
 
-    -log( exp(cos(p_i, t_i)/tau) / (exp(cos(p_i, t_i)/tau) + sum_n exp(cos(p_i, n)/tau)) )
+        L = 1/M sum_i -log( exp(cos(p_i, t_i)/tau) / (exp(cos(p_i, t_i)/tau) + sum_n exp(cos(p_i, n)/tau)) )
 
-    ``pred``/``target`` [M, F]: the regressed feature and the original feature of each masked region;
-    ``negatives`` [N, F]: the unmasked image features of the batch (the paper's in-batch negatives).
+    ``pred`` [M, F]: the regressed feature of each masked region; ``target`` [M, F]: its original feature before
+    masking; ``negatives`` [N, F]: the paper's negatives, the unmasked image features in the batch. (The public
+    code instead uses the other masked regions' original features plus the regression head's outputs at all
+    unmasked positions; pass those as ``negatives`` to get its variant.) tau = 1 in the paper and the code.
     """
+    if pred.shape != target.shape or pred.dim() != 2 or negatives.dim() != 2 or negatives.shape[1] != pred.shape[1]:
+        raise ValueError(f"expected pred, target [M, F] and negatives [N, F], got {tuple(pred.shape)}, "
+                         f"{tuple(target.shape)}, {tuple(negatives.shape)}")
     p = F.normalize(pred.float(), dim=-1)
     pos = (p * F.normalize(target.float(), dim=-1)).sum(-1, keepdim=True)       # [M, 1]
     neg = p @ F.normalize(negatives.float(), dim=-1).T                           # [M, N]
@@ -27,12 +47,27 @@ def mvcl_nce(pred: torch.Tensor, target: torch.Tensor, negatives: torch.Tensor, 
 
 
 def fda_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
-    """FDA: -log softmax([pos, neg_1..neg_K] / tau)[0], mean over pairs. ``pos`` [B], ``neg`` [B, K]."""
+    """FDA's contrastive loss (paper eq. 9), mean over the B pairs:
+
+        L = 1/B sum_b -log( exp(pos_b/tau) / (exp(pos_b/tau) + sum_k exp(neg_bk/tau)) )
+
+    ``pos`` [B]: the score of the pair with its true caption; ``neg`` [B, K]: with its K hard negatives (the
+    scores are cosines, ``PCL.fda_similarity``).
+    """
+    if pos.dim() != 1 or neg.dim() != 2 or neg.shape[0] != pos.shape[0]:
+        raise ValueError(f"expected pos [B] and neg [B, K], got {tuple(pos.shape)} and {tuple(neg.shape)}")
     logits = torch.cat([pos[:, None], neg], dim=1).float() / tau
     return F.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long, device=pos.device))
 
 
 def symmetric_infonce(logits: torch.Tensor) -> torch.Tensor:
-    """CLIP's loss: the mean of the row-wise and column-wise cross-entropies with the diagonal as targets."""
+    """CLIP's (and CLIP4IDC's retrieval) loss on a [B, B] score matrix whose diagonal holds the matching pairs:
+
+        L = 1/2 ( 1/B sum_i -log softmax(logits[i, :])[i]  +  1/B sum_j -log softmax(logits[:, j])[j] )
+
+    (any temperature is already applied to ``logits``).
+    """
+    if logits.dim() != 2 or logits.shape[0] != logits.shape[1]:
+        raise ValueError(f"expected a square [B, B] score matrix, got {tuple(logits.shape)}")
     target = torch.arange(len(logits), device=logits.device)
     return 0.5 * (F.cross_entropy(logits.float(), target) + F.cross_entropy(logits.float().T, target))

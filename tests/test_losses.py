@@ -3,46 +3,101 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
-import torch.nn.functional as F
 
 from idckit.losses import fda_nce, mlm_loss, mvcl_nce, symmetric_infonce
 
 
-def test_mlm_loss_ignores_unmasked_positions():
+def cos(a, b) -> float:
+    return float(a @ b) / (float(a.norm()) * float(b.norm()))
+
+
+def nce_loop(scores_pos: list[float], scores_neg: list[list[float]], tau: float) -> float:
+    """mean_i -log(exp(s_i/tau) / (exp(s_i/tau) + sum_n exp(s_in/tau))), one term at a time."""
+    total = 0.0
+    for s, negs in zip(scores_pos, scores_neg):
+        num = math.exp(s / tau)
+        total += -math.log(num / (num + sum(math.exp(x / tau) for x in negs)))
+    return total / len(scores_pos)
+
+
+def test_mlm_loss_hand_case_ignores_unlabelled_positions():
     logits = torch.tensor([[[2.0, 0.0], [0.0, 0.0]], [[0.0, 5.0], [1.0, 1.0]]])
     labels = torch.tensor([[0, -100], [-100, 1]])
-    # position (0,0): -log softmax([2,0])[0]; position (1,1): -log 0.5
+    # position (0,0): -log(e^2 / (e^2 + 1)); position (1,1): -log(1/2)
     want = (math.log(1 + math.exp(-2)) + math.log(2)) / 2
     assert math.isclose(mlm_loss(logits, labels).item(), want, rel_tol=1e-6)
     assert math.isclose(mlm_loss(logits, labels, "sum").item(), 2 * want, rel_tol=1e-6)
+    assert mlm_loss(logits.bfloat16(), labels).dtype == torch.float32
+    with pytest.raises(ValueError, match="reduction"):
+        mlm_loss(logits, labels, "none")
 
 
-def test_fda_nce_hand_case():
-    pos, neg = torch.tensor([1.0, 0.0]), torch.tensor([[0.0, 0.0], [1.0, -1.0]])
-    a = -math.log(math.e / (math.e + 2))
-    b = -math.log(1 / (1 + math.e + math.exp(-1)))
-    assert math.isclose(fda_nce(pos, neg).item(), (a + b) / 2, rel_tol=1e-6)
-    # temperature divides the logits
-    assert math.isclose(fda_nce(pos, neg, tau=0.5).item(), fda_nce(2 * pos, 2 * neg).item(), rel_tol=1e-6)
+def test_mlm_loss_with_nothing_labelled_is_zero_with_a_graph():
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    loss = mlm_loss(logits, torch.full((2, 3), -100))
+    assert loss.item() == 0.0
+    loss.backward()
+    assert torch.equal(logits.grad, torch.zeros_like(logits))
 
 
-def test_mvcl_nce_matches_a_loop():
-    g = torch.Generator().manual_seed(0)
-    pred, target, negs = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g), torch.randn(7, 6, generator=g)
-    total = 0.0
-    for p, t in zip(pred, target):
-        pos = math.exp(F.cosine_similarity(p, t, dim=0).item() / 0.7)
-        neg = sum(math.exp(F.cosine_similarity(p, n, dim=0).item() / 0.7) for n in negs)
-        total += -math.log(pos / (pos + neg))
-    assert math.isclose(mvcl_nce(pred, target, negs, tau=0.7).item(), total / 4, rel_tol=1e-5)
-    # orthogonal hand case: cos(p,t)=1, cos(p,n)=0 -> -log(e / (e + 1))
+def test_mvcl_nce_hand_cases():
+    # cos(p, t) = 1, cos(p, n) = 0: -log(e / (e + 1))
     one = mvcl_nce(torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 3.0]]))
     assert math.isclose(one.item(), -math.log(math.e / (math.e + 1)), rel_tol=1e-6)
+    # 2 regions, 2 negatives, tau 0.5; cosines by hand:
+    pred = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    target = torch.tensor([[1.0, 1.0], [0.0, -1.0]])
+    negs = torch.tensor([[-1.0, 0.0], [0.0, 2.0]])
+    r = math.sqrt(0.5)
+    # region 0: pos cos((1,0),(1,1)) = r; negs: cos((1,0),(-1,0)) = -1, cos((1,0),(0,2)) = 0
+    # region 1: pos cos((1,1),(0,-1)) = -r; negs: cos((1,1),(-1,0)) = -r, cos((1,1),(0,2)) = r
+    a = -math.log(math.exp(2 * r) / (math.exp(2 * r) + math.exp(-2) + 1))
+    b = -math.log(math.exp(-2 * r) / (math.exp(-2 * r) + math.exp(-2 * r) + math.exp(2 * r)))
+    assert math.isclose(mvcl_nce(pred, target, negs, tau=0.5).item(), (a + b) / 2, rel_tol=1e-6)
 
 
-def test_symmetric_infonce_hand_case():
+def test_mvcl_nce_matches_a_loop_and_has_gradients():
+    g = torch.Generator().manual_seed(0)
+    pred = torch.randn(4, 6, generator=g).requires_grad_()
+    target, negs = torch.randn(4, 6, generator=g), torch.randn(7, 6, generator=g)
+    want = nce_loop([cos(p, t) for p, t in zip(pred.detach(), target)],
+                    [[cos(p, n) for n in negs] for p in pred.detach()], tau=0.7)
+    loss = mvcl_nce(pred, target, negs, tau=0.7)
+    assert math.isclose(loss.item(), want, rel_tol=1e-5)
+    loss.backward()
+    assert pred.grad is not None and bool(pred.grad.abs().sum() > 0)
+    # scale invariance: cosine scores do not care about feature norms
+    assert math.isclose(mvcl_nce(3 * pred, target, 0.1 * negs, tau=0.7).item(), want, rel_tol=1e-5)
+    with pytest.raises(ValueError, match="expected"):
+        mvcl_nce(pred, target[:3], negs)
+
+
+def test_fda_nce_hand_case_and_loop():
+    pos, neg = torch.tensor([1.0, 0.0]), torch.tensor([[0.0, 0.0], [1.0, -1.0]])
+    a = -math.log(math.e / (math.e + 2))                       # logits [1, 0, 0]
+    b = -math.log(1 / (1 + math.e + math.exp(-1)))             # logits [0, 1, -1]
+    assert math.isclose(fda_nce(pos, neg).item(), (a + b) / 2, rel_tol=1e-6)
+    assert math.isclose(fda_nce(pos, neg, tau=0.5).item(), fda_nce(2 * pos, 2 * neg).item(), rel_tol=1e-6)
+    g = torch.Generator().manual_seed(1)
+    pos, neg = torch.rand(5, generator=g) * 2 - 1, torch.rand(5, 6, generator=g) * 2 - 1
+    assert math.isclose(fda_nce(pos, neg, tau=0.3).item(), nce_loop(pos.tolist(), neg.tolist(), 0.3), rel_tol=1e-5)
+    with pytest.raises(ValueError, match="expected"):
+        fda_nce(pos, neg[:4])
+
+
+def test_symmetric_infonce_hand_case_and_loop():
     logits = torch.tensor([[2.0, 0.0], [1.0, 1.0]])
     rows = (-math.log(math.exp(2) / (math.exp(2) + 1)) - math.log(0.5)) / 2
     cols = (-math.log(math.exp(2) / (math.exp(2) + math.e)) - math.log(math.e / (1 + math.e))) / 2
     assert math.isclose(symmetric_infonce(logits).item(), (rows + cols) / 2, rel_tol=1e-6)
+    s = torch.randn(5, 5, generator=torch.Generator().manual_seed(2))
+    row_terms = [-(s[i, i] - torch.logsumexp(s[i], 0)).item() for i in range(5)]
+    col_terms = [-(s[j, j] - torch.logsumexp(s[:, j], 0)).item() for j in range(5)]
+    assert math.isclose(symmetric_infonce(s).item(), (sum(row_terms) + sum(col_terms)) / 10, rel_tol=1e-5)
+    # a perfect, confident matrix costs almost nothing; swapping its columns costs a lot
+    eye = 20 * torch.eye(4)
+    assert symmetric_infonce(eye).item() < 1e-6 and symmetric_infonce(eye[:, [1, 0, 3, 2]]).item() > 19
+    with pytest.raises(ValueError, match="square"):
+        symmetric_infonce(torch.zeros(2, 3))
