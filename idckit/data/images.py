@@ -1,0 +1,95 @@
+"""Images for models that read raw pixels (CLIP4IDC): decoded and resized once, kept as uint8, normalised per batch.
+
+CLIP4IDC trains on pixels, so every step needs images at the CLIP input size. Decoding PNGs and resizing them
+at every step (the public code's 4 loader workers) would cost more than the small stand-in ViT itself on a CPU,
+so :class:`ImageCache` does it once: ``[N, 3, S, S]`` uint8 in memory (6,000 synthetic images at 112 px are
+226 MB), rows addressed by the image's path relative to the dataset root. Normalisation (CLIP's mean/std) happens
+per batch in :meth:`ImageCache.batch`.
+
+Resizing follows the public code's ``rawimage_util.py``: RGB, bicubic, straight to S x S without keeping the
+aspect ratio ("squash"; a centre crop would cut objects off the sides of CLEVR's 3:2 images).
+
+On disk (optional ``cache_dir``): ``images.npy`` (uint8, np.lib.format) + ``index.json`` (relative path -> row)
++ ``meta.json`` (size, count, complete), written atomically, so notebooks in separate kernels share one decode.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from idckit import fileio
+from idckit.data.clevr_change import load_image
+
+#: OpenAI CLIP's normalisation (open_clip's OPENAI_DATASET_MEAN/STD), used by every CLIP incl. the stand-in.
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def resize_uint8(path: str | Path, size: int) -> np.ndarray:
+    """[3, size, size] uint8: RGB, bicubic squash resize (no crop, aspect ratio not kept)."""
+    from PIL import Image
+
+    img = load_image(path).resize((size, size), Image.BICUBIC)
+    return np.asarray(img, dtype=np.uint8).transpose(2, 0, 1).copy()
+
+
+class ImageCache:
+    """uint8 images at one square size, addressed by relative path; :meth:`batch` gives normalised floats."""
+
+    def __init__(self, pixels: torch.Tensor, index: dict[str, int], mean=CLIP_MEAN, std=CLIP_STD):
+        if pixels.dtype != torch.uint8 or pixels.ndim != 4 or pixels.shape[1] != 3:
+            raise ValueError(f"pixels must be uint8 [N, 3, S, S], got {pixels.dtype} {tuple(pixels.shape)}")
+        self.pixels, self.index = pixels, dict(index)
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1)
+
+    @property
+    def size(self) -> int:
+        return self.pixels.shape[-1]
+
+    def __len__(self) -> int:
+        return self.pixels.shape[0]
+
+    def rows(self, rel_paths: Sequence[str]) -> torch.Tensor:
+        return torch.tensor([self.index[p] for p in rel_paths], dtype=torch.long)
+
+    def batch(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows -> [B, 3, S, S] float32, scaled to [0, 1] and normalised with CLIP's mean/std."""
+        x = self.pixels[rows].float().div_(255.0)
+        return (x - self.mean) / self.std
+
+    @classmethod
+    def build(cls, root: str | Path, rel_paths: Sequence[str], size: int, *, cache_dir: str | Path | None = None,
+              progress: bool = False) -> "ImageCache":
+        """Decode and resize ``rel_paths`` (relative to ``root``); reuse ``cache_dir`` if it holds the same set."""
+        from tqdm.auto import tqdm
+
+        root = Path(root)
+        paths = sorted(dict.fromkeys(rel_paths))
+        digest = hashlib.sha256(("\n".join(paths) + f"\n{size}").encode()).hexdigest()[:16]
+        if cache_dir is not None:
+            cache_dir = Path(cache_dir)
+            meta_path = cache_dir / "meta.json"
+            if meta_path.is_file():
+                meta = json.loads(meta_path.read_text())
+                if meta.get("complete") and meta.get("digest") == digest:
+                    index = json.loads((cache_dir / "index.json").read_text())
+                    pixels = torch.from_numpy(np.load(cache_dir / "images.npy"))
+                    return cls(pixels, index)
+        pixels = np.empty((len(paths), 3, size, size), dtype=np.uint8)
+        for i, rel in enumerate(tqdm(paths, desc=f"images {size}px", disable=not progress, leave=False)):
+            pixels[i] = resize_uint8(root / rel, size)
+        index = {p: i for i, p in enumerate(paths)}
+        if cache_dir is not None:
+            with fileio.atomic_path(cache_dir / "images.npy") as tmp:
+                with open(tmp, "wb") as f:
+                    np.save(f, pixels)
+            fileio.write_json(cache_dir / "index.json", index)
+            fileio.write_json(cache_dir / "meta.json", {"size": size, "count": len(paths), "digest": digest,
+                                                         "root": str(root), "complete": True}, indent=1)
+        return cls(torch.from_numpy(pixels), index)
