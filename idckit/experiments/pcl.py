@@ -225,7 +225,10 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
     return Provenance(profile=s.profile, seeds=list(seeds), wall_seconds=round(wall_seconds, 1),
                       selection_split="val (CIDEr-D)", **provenance_fields(s),
                       extra={"model_size": s.config["model"], "fda_tagger": tagger,
-                             "runs": [r["run"] for r in results]})
+                             "runs": [r["run"] for r in results],
+                             # wall_seconds is this notebook's; training happened once, in the cached runs:
+                             "train_seconds": round(sum(r.get("finetune_seconds", 0.0) for r in results)
+                                                    + sum({r.get("pretrain_seconds", 0.0) for r in results}), 1)})
 
 
 def ordering_notes(kit: dict[str, float], paper: dict[str, float], metric: str = "CIDEr-D") -> list[str]:
