@@ -48,8 +48,7 @@ class Setup:
     def identity(self) -> dict[str, Any]:
         return {"data": str(self.data.root), "data_version": self.data.version, "max_len": self.config["max_len"]}
 
-    @property
-    def image_size(self) -> int:
+    def _vision(self) -> dict:
         import open_clip
 
         import idckit.models.clip_loader  # noqa: F401  (registers the stand-in configs)
@@ -57,8 +56,17 @@ class Setup:
         cfg = open_clip.get_model_config(self.config["clip"]["name"])
         if cfg is None:
             raise ConfigError(f"unknown CLIP architecture {self.config['clip']['name']!r}")
-        size = cfg["vision_cfg"]["image_size"]
+        return cfg["vision_cfg"]
+
+    @property
+    def image_size(self) -> int:
+        size = self._vision()["image_size"]
         return size if isinstance(size, int) else size[0]
+
+    @property
+    def depth(self) -> int:
+        """Residual blocks of the CLIP's ViT (N_intra + N_inter); table 7 splits them."""
+        return self._vision()["layers"]
 
 
 def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
