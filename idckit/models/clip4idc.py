@@ -60,6 +60,18 @@ Decoding follows ``idckit.models.decoding``'s incremental protocol: ``start_deco
 caption encoder once and computes every decoder layer's cross-attention keys/values once; ``decode_step`` embeds one
 token, appends its self-attention keys/values to per-layer caches and returns next-token logits; ``full_logits``
 recomputes everything (the public code recomputes the caption encoder and the whole prefix at every step).
+``visual`` is either the (before, after) images or pair-encoder tokens computed beforehand: with a frozen encoder
+(paper table 7; the kit's cpu profile) they are computed once per pair, not once per epoch.
+
+Two options for small machines, both off by default and both exact reformulations, not approximations of a
+different model:
+* ``PairEncoder.encode_intra`` / ``forward_from_intra`` split the forward pass at the intra/inter boundary, so
+  frozen intra blocks can run once per image and be cached (tested equal to ``forward``).
+* ``output_ids`` trims the captioner's vocabulary to the BPE ids the captions use (plus SOT/EOT/pad). The model is
+  the same with every other id's logit fixed at -inf: on CLEVR-like captions ~100 of 49,408 rows, which removes
+  most of the LM head's cost (at hidden 128 the full head is 2x the rest of the caption model) and Adam's update
+  of a 6.3M-row table every step. Decoding still returns logits over CLIP's BPE ids (-inf off the list), so
+  decoded token ids are CLIP's.
 """
 from __future__ import annotations
 
@@ -152,17 +164,31 @@ class PairEncoder(nn.Module):
             x = x.transpose(0, 1)
         return x
 
+    def encode_intra(self, images: torch.Tensor) -> torch.Tensor:
+        """[N, 3, H, W] -> [N, n+1, width]: the intra stage of each image on its own (embedding + N_intra blocks).
+
+        Depends on one image only, so a caller that keeps these blocks frozen can compute it once per image and
+        feed :meth:`forward_from_intra` (the kit's cpu profile does; the result is the same as :meth:`forward`)."""
+        return self.run_blocks(self.embed(images), 0, self.n_intra)
+
     def forward(self, before: torch.Tensor, after: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """before, after: [B, 3, H, W] -> (tokens [B, 2(n+1), D], pair vector [B, D]); D = CLIP's embed dim."""
         if before.shape != after.shape:
             raise ValueError(f"before {tuple(before.shape)} and after {tuple(after.shape)} differ in shape")
         batch = before.shape[0]
-        x = self.embed(torch.cat([before, after]))                   # [2B, n+1, width], one image per row
-        x = self.run_blocks(x, 0, self.n_intra)
-        bef, aft = x[:batch], x[batch:]
+        x = self.encode_intra(torch.cat([before, after]))            # [2B, n+1, width], one image per row
+        return self.forward_from_intra(x[:batch], x[batch:])
+
+    def forward_from_intra(self, bef: torch.Tensor, aft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Intra-stage outputs [B, n+1, width] of the before and after images -> (tokens, pair vector)."""
+        if bef.shape != aft.shape or bef.shape[1] != self.tokens_per_image:
+            raise ValueError(f"intra outputs must both be [B, {self.tokens_per_image}, width], got "
+                             f"{tuple(bef.shape)} and {tuple(aft.shape)}")
+        dtype = self.visual.conv1.weight.dtype
+        bef, aft = bef.to(dtype), aft.to(dtype)
         if self.joint:
-            bef = bef + self.bef_embedding.to(x.dtype)
-            aft = aft + self.aft_embedding.to(x.dtype)
+            bef = bef + self.bef_embedding.to(dtype)
+            aft = aft + self.aft_embedding.to(dtype)
         x = torch.cat([bef, aft], dim=1)                              # [B, 2(n+1), width]
         if self.joint:
             x = self.ln_mid(x + self.joint_positional_embedding.to(x.dtype))
@@ -364,7 +390,8 @@ class CLIP4IDCCaptioner(nn.Module):
     the text tower is not kept). To start from an adapted retrieval model, load its pair encoder's weights:
     ``captioner.pair_encoder.load_state_dict(retrieval.pair_encoder.state_dict())``."""
 
-    def __init__(self, clip: nn.Module, cfg: CaptionerConfig = PAPER_CAPTIONER):
+    def __init__(self, clip: nn.Module, cfg: CaptionerConfig = PAPER_CAPTIONER,
+                 output_ids: "list[int] | torch.Tensor | None" = None):
         super().__init__()
         if cfg.variant not in ("clip4idc", "clip-ft"):
             raise ValueError(f"variant must be 'clip4idc' or 'clip-ft', got {cfg.variant!r}")
@@ -389,6 +416,19 @@ class CLIP4IDCCaptioner(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
 
         vocab = clip.token_embedding.num_embeddings
+        self.register_buffer("vocab_ids", None)        # row -> BPE id when trimmed (see output_ids)
+        if output_ids is not None:
+            # A trimmed vocabulary: the rows of CLIP's BPE table the captions use (plus SOT, EOT, pad); row r is
+            # BPE id vocab_ids[r]. Same model otherwise; see the module docstring.
+            ids = sorted({int(i) for i in torch.as_tensor(output_ids).flatten().tolist()}
+                         | {self.bos_id, self.eos_id, self.pad_id})
+            if ids[0] < 0 or ids[-1] >= vocab:
+                raise ValueError(f"output_ids must be CLIP BPE ids in [0, {vocab})")
+            self.register_buffer("vocab_ids", torch.tensor(ids, dtype=torch.long))
+            rows = torch.full((vocab,), -1, dtype=torch.long)
+            rows[self.vocab_ids] = torch.arange(len(ids))
+            self.register_buffer("vocab_rows", rows, persistent=False)
+            vocab = len(ids)
         self.word_embedding = nn.Embedding(vocab, d)
         self.position_embedding = nn.Embedding(cfg.max_len, d)
         self.embed_norm = nn.LayerNorm(d, eps=1e-12)
@@ -403,7 +443,8 @@ class CLIP4IDCCaptioner(nn.Module):
                     f"got {d}) and max_len <= its context ({clip.positional_embedding.shape[0]}); "
                     "change the sizes or set tie_clip_embeddings=False")
             with torch.no_grad():
-                self.word_embedding.weight.copy_(clip.token_embedding.weight)
+                table = clip.token_embedding.weight
+                self.word_embedding.weight.copy_(table if self.vocab_ids is None else table[self.vocab_ids])
                 self.position_embedding.weight.copy_(clip.positional_embedding[:cfg.max_len])
         if cfg.freeze_visual:
             self.pair_encoder.requires_grad_(False)
@@ -441,13 +482,33 @@ class CLIP4IDCCaptioner(nn.Module):
             return outputs
         return [outputs[-1]] * len(self.decoder)
 
+    def to_rows(self, tokens: torch.Tensor) -> torch.Tensor:
+        """CLIP BPE ids -> rows of the (possibly trimmed) vocabulary; the identity without trimming."""
+        if self.vocab_ids is None:
+            return tokens
+        rows = self.vocab_rows[tokens]
+        if bool((rows < 0).any()):
+            unknown = sorted(set(tokens[rows < 0].tolist()))[:5]
+            raise ValueError(f"BPE ids {unknown} are not in this captioner's trimmed vocabulary")
+        return rows
+
+    def to_vocab_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Row logits -> logits over all CLIP BPE ids (-inf where trimmed away), as decoding expects."""
+        if self.vocab_ids is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.vocab_rows.shape[0]), float("-inf"))
+        full[..., self.vocab_ids] = logits
+        return full
+
     def embed_tokens(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
         if start + tokens.shape[1] > self.cfg.max_len:
             raise ValueError(f"a caption prefix longer than max_len={self.cfg.max_len}")
-        return self.embed_drop(self.embed_norm(self.word_embedding(tokens) + self.position_embedding(positions)))
+        words = self.word_embedding(self.to_rows(tokens))
+        return self.embed_drop(self.embed_norm(words + self.position_embedding(positions)))
 
     def lm_head(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits over the captioner's vocabulary rows (all of CLIP's BPE unless trimmed)."""
         return self.head_transform(x) @ self.word_embedding.weight.t() + self.head_bias
 
     def decode(self, memories: list[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
@@ -458,13 +519,26 @@ class CLIP4IDCCaptioner(nn.Module):
 
     def forward(self, before: torch.Tensor, after: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: tokens [B, T] (tokens[:, 0] = SOT) -> logits [B, T, V] for the next token at each
-        position. Causal self-attention only: right padding never affects the positions before it."""
+        position (V: vocabulary rows). Causal self-attention only: right padding never affects earlier positions."""
         return self.decode(self.encode(before, after), tokens)
+
+    def memories(self, visual) -> list[torch.Tensor]:
+        """``visual`` = (before, after) images, or pair-encoder tokens [B, 2(n+1), D] computed beforehand (a
+        frozen encoder's output, computed once per pair) -> the memory of each decoder layer."""
+        if isinstance(visual, torch.Tensor):
+            return self.encode_pair_tokens(visual)
+        return self.encode(*visual)
+
+    def caption_loss(self, memories: list[torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+        """Word-level cross-entropy of ``tokenize_captions`` output ids [B, max_len] (pad 0 ignored)."""
+        logits = self.decode(memories, ids[:, :-1])
+        target = self.to_rows(ids[:, 1:])
+        pad_row = int(self.to_rows(torch.tensor([self.pad_id]))[0])
+        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=pad_row)
 
     def loss(self, before: torch.Tensor, after: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Word-level cross-entropy of ``tokenize_captions`` output ids [B, max_len] (pad 0 ignored)."""
-        logits = self(before, after, ids[:, :-1])
-        return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), ignore_index=self.pad_id)
+        return self.caption_loss(self.encode(before, after), ids)
 
     def param_groups(self, lr_visual: float, lr_caption: float) -> list[dict]:
         """Pair encoder (CLIP's ViT and e1/e2/p/ln_mid; paper: 1e-7) vs the caption model (1e-4); trainable only."""
@@ -473,10 +547,10 @@ class CLIP4IDCCaptioner(nn.Module):
         return [{"name": "visual", "lr": lr_visual, "params": [p for p in params if id(p) in visual]},
                 {"name": "caption", "lr": lr_caption, "params": [p for p in params if id(p) not in visual]}]
 
-    # --- incremental decoding (idckit.models.decoding protocol); visual = (before, after) ------------------------
+    # --- incremental decoding (idckit.models.decoding protocol); visual: see memories() -------------------------
 
-    def start_decoding(self, visual: tuple[torch.Tensor, torch.Tensor]) -> DecodingState:
-        memories = self.encode(*visual)
+    def start_decoding(self, visual) -> DecodingState:
+        memories = self.memories(visual)
         cross = [layer.cross_attn.keys_values(m) for layer, m in zip(self.decoder, memories)]
         return DecodingState(cross_kv=cross, self_kv=[None] * len(self.decoder))
 
@@ -492,12 +566,12 @@ class CLIP4IDCCaptioner(nn.Module):
             x = layer.cross_attn.attend(x, *state.cross_kv[i])
             x = layer.ffn(x)
         state.position += 1
-        return self.lm_head(x[:, 0])
+        return self.to_vocab_logits(self.lm_head(x[:, 0]))
 
     def reorder_state(self, state: DecodingState, index: torch.LongTensor) -> DecodingState:
         pick = lambda kv: None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
         return DecodingState(cross_kv=[pick(kv) for kv in state.cross_kv],
                              self_kv=[pick(kv) for kv in state.self_kv], position=state.position)
 
-    def full_logits(self, visual: tuple[torch.Tensor, torch.Tensor], tokens: torch.LongTensor) -> torch.Tensor:
-        return self(*visual, tokens)
+    def full_logits(self, visual, tokens: torch.LongTensor) -> torch.Tensor:
+        return self.to_vocab_logits(self.decode(self.memories(visual), tokens))

@@ -1,0 +1,456 @@
+"""CLIP4IDC's two stages as :class:`idckit.train.task.Task` objects for the one training loop.
+
+* :class:`AdaptTask` (paper 2.3, "adaptation"): symmetric InfoNCE between pair vectors and CLIP text features of
+  the change captions, CLIP's learnable temperature (clamped at 100 like the public code), CLIP's own weights at a
+  small lr and the new e1/e2/p/ln_mid at 1e-4 (two parameter groups), the distractor-swap augmentation (with
+  probability 0.5 the before image is replaced by the scene's non-semantic image: the pair (nsc, sc) keeps the
+  change caption), every change caption its own sample. Val text->pair R@1 selects the checkpoint (the public code
+  selects on test).
+* :class:`CaptionTask` (paper 2.4): the caption transformer on the pair encoder's tokens; each step sees B train
+  scenes twice, (default, semantic) with one random change caption and (default, non-semantic) with one random
+  no-change caption (the public code's two passes, here one forward over 2B). The pair encoder trains at its own
+  small lr or is frozen; val CIDEr-D (greedy decoding, KV cache, PTB tokenisation) selects; early stopping is the
+  loop's ``patience``.
+
+Frozen parts are computed once, not once per step (same numbers, less time; tested equal):
+
+* ``freeze_intra`` (adaptation): the intra blocks (and the patch/position embeddings below them) stay at CLIP's
+  weights; their per-image output is cached for every image once (:class:`IntraCache`), and each step runs only
+  the inter blocks, the text tower and the loss.
+* frozen pair encoder (captioning: table 7 always, the cpu profile by choice): the pair tokens of every pair are
+  computed once and the caption model trains on them.
+
+All data lives in memory (:class:`PairData`): uint8 images at the CLIP size, caption BPE ids, per-pair rows. Every
+random draw of a batch comes from the generator the loop passes to ``batches``, so a resumed run replays it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from idckit.data.clevr_change import ClevrChange
+from idckit.data.images import ImageCache
+from idckit.errors import ConfigError
+from idckit.losses import symmetric_infonce
+from idckit.models.clip4idc import (CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval, PairEncoder,
+                                    clip_bpe_tokenizer, tokenize_captions)
+
+MAX_LOGIT_SCALE = math.log(100.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class PairSplit:
+    """One split: pairs as image rows (semantic pair of a scene, then its distractor pair) and captions."""
+
+    pair_ids: list[str]
+    types: list[str]
+    before: torch.Tensor          # [P] image rows
+    after: torch.Tensor           # [P]
+    is_change: torch.Tensor       # [P] bool
+    distractor_row: torch.Tensor  # [P] semantic pairs: the scene's non-semantic image (swap augmentation); else -1
+    references: dict[str, list[str]]
+    sample_pair: torch.Tensor     # [S] pair index of each caption
+    sample_ids: torch.Tensor      # [S, L] SOT ... EOT 0 ... (CLIP BPE)
+
+    def __len__(self) -> int:
+        return len(self.pair_ids)
+
+    @property
+    def change_pairs(self) -> torch.Tensor:
+        return torch.nonzero(self.is_change).flatten()
+
+    def captions_of(self, pairs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sample index offset, count) of each pair's captions (samples are stored grouped by pair)."""
+        counts = torch.bincount(self.sample_pair, minlength=len(self))
+        offsets = torch.cumsum(counts, 0) - counts
+        return offsets[pairs], counts[pairs]
+
+
+@dataclass
+class PairData:
+    images: ImageCache
+    splits: dict[str, PairSplit]
+    max_len: int
+
+    def caption_ids(self) -> list[int]:
+        """Every BPE id of the train captions (the trimmed output vocabulary; SOT/EOT/pad are added by the model)."""
+        return sorted(set(self.splits["train"].sample_ids.flatten().tolist()))
+
+
+def load_pair_data(dataset: ClevrChange, size: int, *, max_len: int = 32, cache_dir: str | Path | None = None,
+                   splits: Sequence[str] = ("train", "val", "test"), progress: bool = False) -> PairData:
+    """Every pair of ``splits`` with its images (decoded once, ``size`` px) and tokenised captions."""
+    per_split = {s: dataset.pairs(s, check_images=True) for s in splits}
+    rel = lambda p: p.relative_to(dataset.root).as_posix()  # noqa: E731
+    paths = [rel(x) for pairs in per_split.values() for p in pairs for x in (p.before, p.after)]
+    images = ImageCache.build(dataset.root, paths, size, cache_dir=cache_dir, progress=progress)
+    out = {}
+    for split, pairs in per_split.items():
+        nsc_of = {p.index: images.index[rel(p.after)] for p in pairs if not p.is_change}
+        texts = [c for p in pairs for c in p.captions]
+        out[split] = PairSplit(
+            pair_ids=[p.pair_id for p in pairs], types=[p.change_type for p in pairs],
+            before=images.rows([rel(p.before) for p in pairs]), after=images.rows([rel(p.after) for p in pairs]),
+            is_change=torch.tensor([p.is_change for p in pairs]),
+            distractor_row=torch.tensor([nsc_of.get(p.index, -1) if p.is_change else -1 for p in pairs],
+                                        dtype=torch.long),
+            references={p.pair_id: list(p.captions) for p in pairs},
+            sample_pair=torch.tensor([i for i, p in enumerate(pairs) for _ in p.captions], dtype=torch.long),
+            sample_ids=tokenize_captions(texts, max_len))
+    return PairData(images=images, splits=out, max_len=max_len)
+
+
+def decode_ids(rows: Sequence[Sequence[int]]) -> list[str]:
+    """Greedy output ids (after SOT) -> caption strings, cut at EOT (and at pad, which never follows a word)."""
+    tok = clip_bpe_tokenizer()
+    out = []
+    for ids in rows:
+        words = []
+        for i in ids:
+            if i in (tok.eot_token_id, 0):
+                break
+            words.append(int(i))
+        out.append(" ".join(tok.decode(words).split()))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Caches of frozen computation
+# ---------------------------------------------------------------------------------------------------------------
+
+def fingerprint(params: Sequence[torch.Tensor]) -> float:
+    """A checksum of frozen weights, to tell whether a cache was computed from these exact weights."""
+    with torch.no_grad():
+        return float(sum((p.double() * (1 + torch.arange(p.numel(), dtype=torch.float64).view(p.shape) % 7)).sum()
+                         for p in params))
+
+
+_FROZEN_KEYS: "weakref.WeakKeyDictionary[torch.nn.Module, dict[str, float]]" = weakref.WeakKeyDictionary()
+
+
+def frozen_key(module: torch.nn.Module, what: str, params: Sequence[torch.Tensor]) -> float:
+    """:func:`fingerprint` of frozen ``params`` of ``module``, computed once per (module object, what): at first
+    use, i.e. after the loop has loaded any checkpoint into it; frozen weights do not change after that."""
+    keys = _FROZEN_KEYS.setdefault(module, {})
+    if what not in keys:
+        keys[what] = fingerprint(params)
+    return keys[what]
+
+
+def intra_frozen_params(encoder: PairEncoder) -> list[torch.Tensor]:
+    v = encoder.visual
+    params = [v.conv1.weight, v.class_embedding, v.positional_embedding, *v.ln_pre.parameters()]
+    for block in v.transformer.resblocks[:encoder.n_intra]:
+        params += list(block.parameters())
+    return params
+
+
+def freeze_intra(encoder: PairEncoder) -> None:
+    for p in intra_frozen_params(encoder):
+        p.requires_grad_(False)
+
+
+@dataclass
+class IntraCache:
+    """Intra-stage outputs [rows, n+1, width] of images (keyed by image row) under frozen intra weights."""
+
+    rows: torch.Tensor           # image rows cached, sorted
+    values: torch.Tensor         # [len(rows), n+1, width] float32
+    n_intra: int
+    key: float                   # fingerprint of the frozen weights
+    _lookup: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self):
+        size = int(self.rows.max()) + 1 if len(self.rows) else 0
+        self._lookup = torch.full((size,), -1, dtype=torch.long)
+        self._lookup[self.rows] = torch.arange(len(self.rows))
+
+    def __getitem__(self, rows: torch.Tensor) -> torch.Tensor:
+        idx = self._lookup[rows]
+        if bool((idx < 0).any()):
+            raise KeyError("image rows not in the intra cache")
+        return self.values[idx]
+
+    @classmethod
+    @torch.inference_mode()
+    def compute(cls, encoder: PairEncoder, images: ImageCache, rows: torch.Tensor, *, batch_size: int = 128,
+                progress: bool = False) -> "IntraCache":
+        from tqdm.auto import tqdm
+
+        rows = torch.unique(rows)
+        was = encoder.training
+        encoder.eval()
+        out = []
+        for i in tqdm(range(0, len(rows), batch_size), desc=f"intra cache ({encoder.n_intra} blocks)",
+                      disable=not progress, leave=False):
+            out.append(encoder.encode_intra(images.batch(rows[i:i + batch_size])).float())
+        encoder.train(was)
+        return cls(rows=rows, values=torch.cat(out), n_intra=encoder.n_intra,
+                   key=fingerprint(intra_frozen_params(encoder)))
+
+
+@torch.inference_mode()
+def pair_tokens(encoder: PairEncoder, images: ImageCache, before: torch.Tensor, after: torch.Tensor, *,
+                intra: IntraCache | None = None, batch_size: int = 64, progress: bool = False) -> torch.Tensor:
+    """[P, 2(n+1), D] pair-encoder tokens of the given pairs (from the intra cache when it matches)."""
+    from tqdm.auto import tqdm
+
+    was = encoder.training
+    encoder.eval()
+    out = []
+    for i in tqdm(range(0, len(before), batch_size), desc="pair tokens", disable=not progress, leave=False):
+        b, a = before[i:i + batch_size], after[i:i + batch_size]
+        out.append(_encode(encoder, images, b, a, intra)[0].float())
+    encoder.train(was)
+    return torch.cat(out) if out else torch.empty(0)
+
+
+def _encode(encoder: PairEncoder, images: ImageCache, before: torch.Tensor, after: torch.Tensor,
+            intra: IntraCache | None):
+    if intra is not None:
+        return encoder.forward_from_intra(intra[before], intra[after])
+    return encoder(images.batch(before), images.batch(after))
+
+
+def _usable_intra(cache: IntraCache | None, encoder: PairEncoder) -> IntraCache | None:
+    if cache is None or cache.n_intra != encoder.n_intra:
+        return None
+    return cache if cache.key == frozen_key(encoder, "intra", intra_frozen_params(encoder)) else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adaptation
+# ---------------------------------------------------------------------------------------------------------------
+
+class AdaptTask:
+    """Pair <-> text retrieval on the change captions (the paper's adaptation stage)."""
+
+    selection_metric = "t2p_R@1"
+
+    def __init__(self, data: PairData, clip_model: str, pretrained: str | None, *, n_intra: int | None = None,
+                 batch_size: int = 128, clip_lr_scale: float = 1e-3, weight_decay: float = 0.2,
+                 swap_prob: float = 0.5, freeze_intra: bool = False, eval_batch_size: int = 128,
+                 intra_cache: IntraCache | None = None, progress: bool = False):
+        self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
+        self.n_intra, self.batch_size, self.clip_lr_scale = n_intra, batch_size, clip_lr_scale
+        self.weight_decay, self.swap_prob, self.freeze_intra = weight_decay, swap_prob, freeze_intra
+        self.eval_batch_size, self.intra_cache, self.progress = eval_batch_size, intra_cache, progress
+        train = data.splits["train"]
+        keep = train.is_change[train.sample_pair]
+        self.samples = torch.nonzero(keep).flatten()           # every change caption is a sample
+
+    def build_model(self) -> CLIP4IDCRetrieval:
+        from idckit.models.clip_loader import load_clip
+
+        clip, _, _ = load_clip(self.clip_model, self.pretrained)
+        model = CLIP4IDCRetrieval(clip, n_intra=self.n_intra)
+        if self.freeze_intra:
+            freeze_intra(model.pair_encoder)
+        return model
+
+    def param_groups(self, model: CLIP4IDCRetrieval) -> list[dict[str, Any]]:
+        """CLIP's weights at lr * clip_lr_scale (paper 1e-7 = 1e-4 * 1e-3), the new e1/e2/p/ln_mid at lr; weight
+        decay on CLIP's matrices only (not on gains, biases, embeddings, the temperature or the new parameters)."""
+        new = {id(p) for p in model.pair_encoder.new_parameters()}
+        decay, no_decay, fresh = [], [], []
+        for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue
+            if id(p) in new:
+                fresh.append(p)
+            elif p.ndim < 2 or "embedding" in name or "logit_scale" in name:
+                no_decay.append(p)
+            else:
+                decay.append(p)
+        return [{"params": decay, "lr_scale": self.clip_lr_scale, "weight_decay": self.weight_decay},
+                {"params": no_decay, "lr_scale": self.clip_lr_scale, "weight_decay": 0.0},
+                {"params": fresh, "lr_scale": 1.0, "weight_decay": 0.0}]
+
+    def _intra(self, model: CLIP4IDCRetrieval) -> IntraCache | None:
+        """The intra cache for this model's frozen weights (computed on first use, on every image needed)."""
+        if not self.freeze_intra:
+            return None
+        cache = _usable_intra(self.intra_cache, model.pair_encoder)
+        if cache is None:
+            rows = torch.cat([torch.cat([s.before, s.after, s.distractor_row[s.distractor_row >= 0]])
+                              for s in self.data.splits.values()])
+            cache = self.intra_cache = IntraCache.compute(model.pair_encoder, self.data.images, rows,
+                                                          progress=self.progress)
+        return cache
+
+    def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
+        train = self.data.splits["train"]
+        n = len(self.samples)
+        size = min(self.batch_size, n)
+        order = self.samples[torch.randperm(n, generator=generator)]
+        for start in range(0, n - size + 1, size):
+            s = order[start:start + size]
+            pairs = train.sample_pair[s]
+            swap = torch.rand(len(s), generator=generator) < self.swap_prob
+            yield {"pairs": pairs, "ids": train.sample_ids[s], "swap": swap}
+
+    def swapped_before(self, pairs: torch.Tensor, swap: torch.Tensor) -> torch.Tensor:
+        """Before-image rows with the distractor swap applied: (nsc, sc) instead of (default, sc) where swap."""
+        train = self.data.splits["train"]
+        nsc = train.distractor_row[pairs]
+        if bool((swap & (nsc < 0)).any()):
+            raise ValueError("a swapped pair has no non-semantic image")
+        return torch.where(swap, nsc, train.before[pairs])
+
+    def train_step(self, model: CLIP4IDCRetrieval, batch: dict[str, torch.Tensor], step: int):
+        with torch.no_grad():
+            model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
+        train = self.data.splits["train"]
+        before = self.swapped_before(batch["pairs"], batch["swap"])
+        _, pair = _encode(model.pair_encoder, self.data.images, before, train.after[batch["pairs"]],
+                          self._intra(model))
+        text = model.encode_text(batch["ids"])
+        logits = model.logit_scale.exp() * F.normalize(text, dim=-1) @ F.normalize(pair, dim=-1).t()
+        loss = symmetric_infonce(logits)
+        acc = (logits.argmax(1) == torch.arange(len(logits))).float().mean()
+        return loss, {"t2p_acc": float(acc), "temperature": float(1 / model.logit_scale.detach().exp())}
+
+    @torch.inference_mode()
+    def similarity(self, model: CLIP4IDCRetrieval, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """[n_caption, n_pair] cosine similarities over the change pairs of ``split`` and their captions."""
+        model.eval()
+        s = self.data.splits[split]
+        pairs = s.change_pairs
+        column = torch.full((len(s),), -1, dtype=torch.long)
+        column[pairs] = torch.arange(len(pairs))
+        samples = torch.nonzero(column[s.sample_pair] >= 0).flatten()
+        intra = self._intra(model)
+        vecs = [F.normalize(_encode(model.pair_encoder, self.data.images, s.before[p], s.after[p], intra)[1], dim=-1)
+                for p in pairs.split(self.eval_batch_size)]
+        texts = [F.normalize(model.encode_text(s.sample_ids[x]), dim=-1) for x in samples.split(256)]
+        return torch.cat(texts) @ torch.cat(vecs).t(), column[s.sample_pair[samples]]
+
+    def evaluate(self, model: CLIP4IDCRetrieval, split: str = "val") -> dict[str, float]:
+        """R@1/5/10, MdR, MnR in both directions (CLIP4IDC's protocol, idckit.eval.retrieval)."""
+        from idckit.eval.retrieval import retrieval_metrics
+
+        sim, text_pair = self.similarity(model, split)
+        return retrieval_metrics(sim, text_pair, ks=(1, 5, 10))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Captioning
+# ---------------------------------------------------------------------------------------------------------------
+
+class CaptionTask:
+    """CLIP4IDC / CLIP-FT captioning with val CIDEr-D selection."""
+
+    selection_metric = "CIDEr-D"
+
+    def __init__(self, data: PairData, clip_model: str, pretrained: str | None, captioner: Mapping[str, Any], *,
+                 batch_size: int = 16, visual_lr_scale: float = 1e-3, init_from: str | Path | None = None,
+                 trim_vocab: bool = False, eval_batch_size: int = 100, intra_cache: IntraCache | None = None,
+                 scorer=None, progress: bool = False):
+        self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
+        self.cfg = CaptionerConfig(**{**dict(captioner), "max_len": data.max_len})
+        if visual_lr_scale == 0 and not self.cfg.freeze_visual:
+            self.cfg = dataclasses.replace(self.cfg, freeze_visual=True)
+        self.batch_size, self.visual_lr_scale = batch_size, visual_lr_scale
+        self.init_from = Path(init_from) if init_from else None
+        self.trim_vocab, self.eval_batch_size = trim_vocab, eval_batch_size
+        self.intra_cache, self.scorer, self.progress = intra_cache, scorer, progress
+        self._tokens: dict[str, torch.Tensor] = {}
+        self._tokens_key: float | None = None
+        train = data.splits["train"]
+        self.scenes = train.change_pairs                     # semantic pair i; its distractor pair is i + 1
+        if not bool((~train.is_change[self.scenes + 1]).all()):
+            raise ConfigError("train pairs must alternate semantic, distractor (ClevrChange.pairs order)")
+        self.offsets, self.counts = train.captions_of(torch.arange(len(train)))
+
+    @property
+    def frozen(self) -> bool:
+        return self.cfg.freeze_visual
+
+    def build_model(self) -> CLIP4IDCCaptioner:
+        from idckit.models.clip_loader import load_clip
+
+        clip, _, _ = load_clip(self.clip_model, self.pretrained)
+        out_ids = self.data.caption_ids() if self.trim_vocab else None
+        model = CLIP4IDCCaptioner(clip, self.cfg, output_ids=out_ids)
+        if self.init_from is not None:
+            state = torch.load(self.init_from, map_location="cpu", weights_only=True)
+            encoder = {k[len("pair_encoder."):]: v for k, v in state.items() if k.startswith("pair_encoder.")}
+            if not encoder:
+                raise ConfigError("the adaptation checkpoint has no pair_encoder weights", path=self.init_from)
+            model.pair_encoder.load_state_dict(encoder)
+        return model
+
+    def param_groups(self, model: CLIP4IDCCaptioner) -> list[dict[str, Any]]:
+        groups = model.param_groups(self.visual_lr_scale, 1.0)
+        return [{"params": g["params"], "lr_scale": g["lr"]} for g in groups if g["params"]]
+
+    def _visual(self, model: CLIP4IDCCaptioner, split: str, pairs: torch.Tensor):
+        """What the captioner reads for ``pairs``: cached pair tokens (frozen encoder) or the two images."""
+        s = self.data.splits[split]
+        if not self.frozen:
+            return self.data.images.batch(s.before[pairs]), self.data.images.batch(s.after[pairs])
+        key = frozen_key(model.pair_encoder, "all", list(model.pair_encoder.parameters()))
+        if self._tokens_key != key:
+            self._tokens, self._tokens_key = {}, key
+        if split not in self._tokens:
+            intra = _usable_intra(self.intra_cache, model.pair_encoder)
+            self._tokens[split] = pair_tokens(model.pair_encoder, self.data.images, s.before, s.after, intra=intra,
+                                              progress=self.progress)
+        return self._tokens[split][pairs]
+
+    def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
+        scenes = self.scenes[torch.randperm(len(self.scenes), generator=generator)]
+        size = min(self.batch_size, len(scenes))
+        for start in range(0, len(scenes) - size + 1, size):
+            sc = scenes[start:start + size]
+            pairs = torch.cat([sc, sc + 1])                  # (default, sc) then (default, nsc)
+            pick = self.offsets[pairs] + (torch.rand(len(pairs), generator=generator) * self.counts[pairs]).long()
+            yield {"pairs": pairs, "ids": self.data.splits["train"].sample_ids[pick]}
+
+    def train_step(self, model: CLIP4IDCCaptioner, batch: dict[str, torch.Tensor], step: int):
+        memories = model.memories(self._visual(model, "train", batch["pairs"]))
+        loss = model.caption_loss(memories, batch["ids"])
+        return loss, {}
+
+    @torch.inference_mode()
+    def predict(self, model: CLIP4IDCCaptioner, split: str) -> dict[str, str]:
+        """Greedy captions (KV cache, at most max_len - 1 tokens after SOT) for every pair of ``split``."""
+        from tqdm.auto import tqdm
+
+        from idckit.models.decoding import greedy_decode
+
+        was = model.training
+        model.eval()
+        s = self.data.splits[split]
+        out: dict[str, str] = {}
+        for idx in tqdm(torch.arange(len(s)).split(self.eval_batch_size), desc=f"decode {split}",
+                        disable=not self.progress, leave=False):
+            tokens = greedy_decode(model, self._visual(model, split, idx), self.data.max_len - 1)
+            for j, text in zip(idx.tolist(), decode_ids(tokens.tolist())):
+                out[s.pair_ids[j]] = text
+        model.train(was)
+        return out
+
+    def evaluate(self, model: CLIP4IDCCaptioner, split: str = "val") -> dict[str, float]:
+        from idckit.eval.captions import evaluate_pairs
+
+        preds = self.predict(model, split)
+        s = self.data.splits[split]
+        scores = evaluate_pairs(s.references, preds, dict(zip(s.pair_ids, s.types)), meteor=False,
+                                scorer=self.scorer)
+        out = {"CIDEr-D": scores["total"]["CIDEr-D"], "Bleu_4": scores["total"]["Bleu_4"]}
+        for sub in ("semantic", "distractor"):
+            if sub in scores:
+                out[f"CIDEr-D_{sub}"] = scores[sub]["CIDEr-D"]
+        return out

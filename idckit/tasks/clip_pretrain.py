@@ -1,0 +1,205 @@
+"""Pre-training the kit's offline stand-in CLIP: contrastive image <-> scene description, train images only.
+
+Where no model hub is reachable there are no OpenAI CLIP weights, so the kit trains its own small CLIP and saves it
+as an ordinary open_clip checkpoint, which then loads through the very same ``pretrained=<file>`` path as any other
+weights (``idckit.models.clip_loader.load_clip``). Every report names it "idckit stand-in CLIP (synthetic
+pre-training)", never CLIP.
+
+Data: the synthetic generator writes ``scene_descriptions.json`` = {image file: "there is a large red metal cube ,
+a small ... and a ..."} (objects left to right). Only images of the TRAIN split's scenes are used (their default,
+semantic and non-semantic images), so neither val nor test images are ever seen in pre-training. Val default images
+(never trained on) select the checkpoint by image <-> text R@1.
+
+What CLIP pre-training is: symmetric InfoNCE over a batch of (image, text) with a learned temperature (open_clip's
+init 1/0.07, clamped at 100 as OpenAI's). Choices for this data:
+
+* One image per scene per batch (uniformly one of its three images): a scene's default and non-semantic images have
+  the same description, so two of them in one batch would be false negatives.
+* Text augmentation: a description of up to 10 objects does not fit in 32 tokens, so each sample keeps a random
+  subset of its objects that fits (in their left-to-right order, so relative positions stay true). Evaluation keeps
+  the first objects that fit, deterministically.
+* No image augmentation: flips would make the left-to-right descriptions false, and crops would cut objects out.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from idckit.data.clevr_change import ClevrChange, default_name, nonsemantic_name, semantic_name
+from idckit.data.images import ImageCache
+from idckit.errors import DatasetError
+from idckit.losses import symmetric_infonce
+
+MAX_LOGIT_SCALE = math.log(100.0)   # OpenAI CLIP (and CLIP4IDC's code) clamp the inverse temperature at 100
+
+
+def split_objects(description: str) -> list[str]:
+    """"there is A , B and C" -> ["a ...", "b ...", "c ..."]; anything else -> [description]."""
+    text = " ".join(description.split())
+    if not text.startswith("there is "):
+        return [text]
+    body = text[len("there is "):]
+    head, sep, last = body.rpartition(" and ")
+    parts = (head.split(" , ") + [last]) if sep else [body]
+    return [p for p in parts if p]
+
+
+def join_objects(objects: Sequence[str]) -> str:
+    if len(objects) == 1:
+        return "there is " + objects[0]
+    return "there is " + " , ".join(objects[:-1]) + " and " + objects[-1]
+
+
+@dataclass
+class DescriptionData:
+    """Images (uint8 cache) and their descriptions, split into objects with their BPE lengths."""
+
+    images: ImageCache
+    train_scenes: torch.Tensor            # [S, 3] image rows (default, semantic, non-semantic) per train scene
+    objects: dict[int, list[str]]         # image row -> objects, left to right
+    object_tokens: dict[int, list[int]]   # image row -> BPE length of each object
+    val_rows: torch.Tensor                # [V] val default images: checkpoint selection
+    context_length: int = 32
+
+    def text(self, row: int, generator: torch.Generator | None = None) -> str:
+        """A description of image ``row`` that fits the context: a random object subset (or the first ones)."""
+        objs, lens = self.objects[row], self.object_tokens[row]
+        budget = self.context_length - 4          # SOT, "there is", EOT
+        order = list(range(len(objs)))
+        if generator is not None:
+            order = torch.randperm(len(objs), generator=generator).tolist()
+        keep, used = [], 0
+        for i in order:
+            cost = lens[i] + (1 if keep else 0)   # a separator ("," or "and") before every object but the first
+            if used + cost <= budget:
+                keep.append(i)
+                used += cost
+        if not keep:                               # one object longer than the context: the tokenizer will cut it
+            keep = [order[0]]
+        return join_objects([objs[i] for i in sorted(keep)])
+
+
+def load_description_data(root: str | Path, size: int, *, context_length: int = 32,
+                          cache_dir: str | Path | None = None, progress: bool = False) -> DescriptionData:
+    """Train-scene images and val default images of a CLEVR-Change root that has ``scene_descriptions.json``."""
+    from idckit.models.clip4idc import clip_bpe_tokenizer
+
+    root = Path(root)
+    path = root / "scene_descriptions.json"
+    if not path.is_file():
+        raise DatasetError(
+            "no scene_descriptions.json: the stand-in CLIP is pre-trained on the synthetic generator's "
+            "single-image scene descriptions", path=path,
+            fix="pre-train on the synthetic default (leave data_root unset, or `idckit generate clevr-change`), or "
+                "use real CLIP weights (clip_model='ViT-B-32', pretrained='openai')")
+    descriptions = json.loads(path.read_text(encoding="utf-8"))
+    ds = ClevrChange(root)
+    train = [(f"images/{default_name(i)}", f"sc_images/{semantic_name(i)}", f"nsc_images/{nonsemantic_name(i)}")
+             for i in ds.indices("train")]
+    val = [f"images/{default_name(i)}" for i in ds.indices("val")]
+    rels = [p for scene in train for p in scene] + val
+    for rel in rels:
+        if Path(rel).name not in descriptions:
+            raise DatasetError(f"scene_descriptions.json has no description of {Path(rel).name}", path=path,
+                               fix="re-generate the synthetic dataset")
+    images = ImageCache.build(root, rels, size, cache_dir=cache_dir, progress=progress)
+    tok = clip_bpe_tokenizer()
+    objects, lengths = {}, {}
+    for rel in rels:
+        row = images.index[rel]
+        objs = split_objects(descriptions[Path(rel).name])
+        objects[row] = objs
+        lengths[row] = [len(tok.encode(o)) for o in objs]
+    scenes = torch.tensor([[images.index[p] for p in scene] for scene in train], dtype=torch.long).view(-1, 3)
+    return DescriptionData(images=images, train_scenes=scenes, objects=objects, object_tokens=lengths,
+                           val_rows=images.rows(val), context_length=context_length)
+
+
+def _tokenize(texts: list[str], context_length: int) -> torch.Tensor:
+    from idckit.models.clip4idc import tokenize_captions
+
+    return tokenize_captions(texts, context_length)
+
+
+def contrastive_logits(clip, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """[B_text, B_image] = exp(logit_scale) * cos(text, image), CLIP's training logits."""
+    img = F.normalize(clip.encode_image(images), dim=-1)
+    txt = F.normalize(clip.encode_text(tokens), dim=-1)
+    return clip.logit_scale.exp() * txt @ img.t()
+
+
+class StandinPretrainTask:
+    """The loop's Task for the stand-in: symmetric InfoNCE on (train image, description); val R@1 selects."""
+
+    selection_metric = "R@1"
+
+    def __init__(self, data: DescriptionData, model_name: str, *, batch_size: int, weight_decay: float = 0.2,
+                 eval_batch_size: int = 256):
+        self.data, self.model_name, self.batch_size = data, model_name, batch_size
+        self.weight_decay, self.eval_batch_size = weight_decay, eval_batch_size
+
+    def build_model(self):
+        from idckit.models.clip_loader import load_clip
+
+        model, _, _ = load_clip(self.model_name, None)
+        if model.visual.image_size[0] != self.data.images.size or model.context_length != self.data.context_length:
+            raise ValueError(f"{self.model_name} expects {model.visual.image_size[0]} px and "
+                             f"{model.context_length} tokens; the data has {self.data.images.size} px and "
+                             f"{self.data.context_length}")
+        return model
+
+    def param_groups(self, model) -> list[dict[str, Any]]:
+        """open_clip's rule: weight decay on matrices, none on gains, biases, embeddings and the temperature."""
+        decay, no_decay = [], []
+        for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue
+            exclude = p.ndim < 2 or "embedding" in name or "logit_scale" in name or name.endswith("class_embedding")
+            (no_decay if exclude else decay).append(p)
+        return [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
+        scenes = self.data.train_scenes
+        order = torch.randperm(len(scenes), generator=generator)
+        size = min(self.batch_size, len(scenes))
+        for start in range(0, len(scenes) - size + 1, size):
+            idx = order[start:start + size]
+            which = torch.randint(3, (len(idx),), generator=generator)
+            rows = scenes[idx, which]
+            texts = [self.data.text(int(r), generator) for r in rows]
+            yield {"rows": rows, "tokens": _tokenize(texts, self.data.context_length)}
+
+    def train_step(self, model, batch: dict[str, torch.Tensor], step: int):
+        with torch.no_grad():                      # the clamp after the previous step, as OpenAI and CLIP4IDC do
+            model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
+        logits = contrastive_logits(model, self.data.images.batch(batch["rows"]), batch["tokens"])
+        loss = symmetric_infonce(logits)
+        acc = (logits.argmax(1) == torch.arange(len(logits))).float().mean()
+        return loss, {"t2i_acc": float(acc), "logit_scale": float(model.logit_scale.detach().exp())}
+
+    @torch.inference_mode()
+    def evaluate(self, model, split: str = "val") -> dict[str, float]:
+        """Image <-> text R@1/5 on the val default images (one deterministic description each)."""
+        from idckit.eval.retrieval import retrieval_metrics
+
+        if split != "val":
+            raise ValueError("the stand-in is evaluated on val images only (test images are never touched)")
+        model.eval()
+        rows = self.data.val_rows
+        img, txt = [], []
+        for i in range(0, len(rows), self.eval_batch_size):
+            r = rows[i:i + self.eval_batch_size]
+            img.append(F.normalize(model.encode_image(self.data.images.batch(r)), dim=-1))
+            tokens = _tokenize([self.data.text(int(x)) for x in r], self.data.context_length)
+            txt.append(F.normalize(model.encode_text(tokens), dim=-1))
+        sim = torch.cat(txt) @ torch.cat(img).t()
+        m = retrieval_metrics(sim, torch.arange(len(rows)), ks=(1, 5))
+        out = {"t2i_R@1": m["t2p_R@1"], "i2t_R@1": m["p2t_R@1"], "t2i_R@5": m["t2p_R@5"], "i2t_R@5": m["p2t_R@5"]}
+        out["R@1"] = (out["t2i_R@1"] + out["i2t_R@1"]) / 2
+        return out
