@@ -136,6 +136,13 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).view(b, length, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
         return q, k, v
 
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v of x [B, L, d] without computing q, each [B, h, L, d/h]."""
+        b, length, d = x.shape
+        kv = F.linear(x, self.qkv.weight[d:], self.qkv.bias[d:])
+        k, v = kv.view(b, length, 2, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        return k, v
+
     def attend(self, q, k, v, mask=None) -> torch.Tensor:
         """Queries [B, h, Lq, d/h] over keys/values [B, h, Lk, d/h]; mask [B|1, 1, Lq, Lk] bool, True = may attend."""
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
@@ -168,7 +175,7 @@ class Block(nn.Module):
 
     def keys_values(self, x):
         """This block's keys/values of x [B, L, d] (its input), each [B, h, L, d/h]."""
-        return self.attn.heads(self.ln1(x))[1:]
+        return self.attn.keys_values(self.ln1(x))
 
 
 @dataclass
@@ -347,14 +354,16 @@ class PCL(nn.Module):
         capacity = nv + self.cfg.max_text_len + 1
         keys, values = [], []
         for i, blk in enumerate(self.cross):
-            k, v = blk.keys_values(x)
+            if i + 1 < len(self.cross):
+                q, k, v = blk.attn.heads(blk.ln1(x))
+                x = blk.finish(x + blk.attn.attend(q, k, v))
+            else:                          # the last layer's visual outputs are never read: keys/values suffice
+                k, v = blk.keys_values(x)
             kbuf = k.new_empty(b, k.shape[1], capacity, k.shape[3])
             vbuf = torch.empty_like(kbuf)
             kbuf[:, :, :nv], vbuf[:, :, :nv] = k, v
             keys.append(kbuf)
             values.append(vbuf)
-            if i + 1 < len(self.cross):   # the last layer's visual outputs are never read: keys/values suffice
-                x = blk.finish(x + blk.attn.attend(*blk.attn.heads(blk.ln1(x))))
         return DecodingState(keys=keys, values=values, n_keys=nv, pos=0)
 
     def decode_step(self, state: DecodingState, tokens: torch.LongTensor) -> torch.Tensor:
