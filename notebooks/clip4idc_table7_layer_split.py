@@ -26,9 +26,10 @@ profile = "cpu"        # smoke | cpu | paper
 data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo
 report_dir = None      # None: reports/ in the repo
-seed = 0
+seeds = [0]            # one seed per split (the paper reports one run per split)
 
 # %%
+seed = seeds[0]
 import time
 
 import pandas as pd
