@@ -178,26 +178,4 @@ def test_fit_caption_selects_on_val_and_predicts_every_pair(data, tiny_clip, tmp
     assert decode_ids(ids[1:] + [320], 49407) == "the cube is gone"
 
 
-def test_experiment_runs_are_cached_and_name_their_clip(tmp_path):
-    """The smoke profile end to end on adaptation: the stand-in CLIP is trained once and reused; a second call
-    trains nothing; unknown variants and conflicting architectures fail with the fix."""
-    from idckit.data.synth.clevr_change import generate
-    from idckit.experiments import clip4idc
-
-    root = tmp_path / "synth"
-    generate(root, n_pairs=24, seed=2, size=(48, 32), workers=1, progress=False)
-    s = clip4idc.setup("smoke", root, runs_dir=tmp_path / "runs", progress=False)
-    a = clip4idc.adapt(s, None, 0, progress=False)
-    assert {"t2p_R@1", "p2t_R@1"} <= set(a["test"]) and {"t2p_R@1"} <= set(a["test_unadapted"])
-    assert "stand-in idckit-smoke-clip" in a["clip"]
-    metrics = tmp_path / "runs" / a["run"] / "metrics.json"
-    stamp = metrics.stat().st_mtime_ns
-    again = clip4idc.adapt(s, None, 0, progress=False)
-    assert again["run"] == a["run"] and metrics.stat().st_mtime_ns == stamp and again["test"] == a["test"]
-    assert len(list((tmp_path / "runs").glob("clip-pretrain-*"))) == 1
-    rows = clip4idc.retrieval_rows([a])
-    assert [r["variant"] for r in rows] == ["adapted (default)", "before adaptation (default)"]
-    with pytest.raises(ConfigError, match="unknown CLIP4IDC variant"):
-        clip4idc.run_variant(s, "clip-xl")
-    with pytest.raises(ConfigError, match="different settings"):
-        clip4idc.register_architecture("idckit-smoke-clip", {"embed_dim": 8}, tmp_path)
+# The experiments module (idckit.experiments.clip4idc) is tested in tests/test_clip4idc_experiments.py.

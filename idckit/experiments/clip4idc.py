@@ -1,19 +1,34 @@
 """CLIP4IDC experiments on CLEVR-Change: the runs behind the clip4idc_* notebooks, each trained once and cached.
 
-A notebook calls :func:`setup` then :func:`runs` (captioning) or :func:`adapt` (retrieval) and gets metrics back.
-Between them, in this order and each a cached run keyed by its config (:mod:`idckit.experiments.runs`):
+A notebook calls :func:`setup`, then one function per run: :func:`adapt` (retrieval), :func:`run_variant` /
+:func:`runs` (captioning). Between them, each a cached run keyed by its full config (:mod:`idckit.experiments.runs`):
 
-1. the CLIP: the profile's open_clip weights (``clip.pretrained``: a tag such as ``openai`` or a checkpoint file),
-   or, when that is null, the offline stand-in pre-trained here on the train images' scene descriptions
-   (one run shared by every seed, variant and table);
-2. adaptation (retrieval), per seed and intra/inter split; its val-best pair encoder starts the captioner;
-3. captioning, per variant (CLIP-FT, CLIP4IDC w/o adaptation, CLIP4IDC), seed and split; val CIDEr-D selects
-   the checkpoint; test is decoded once, greedily, and scored with the RCC breakdown.
+1. the CLIP: named weights (``pretrained``: an open_clip tag such as ``openai``, or a checkpoint file), or, when
+   ``pretrained`` is None, the kit's offline stand-in pre-trained here on the TRAIN images' scene descriptions and
+   saved as an open_clip checkpoint (:mod:`idckit.tasks.clip_pretrain`; one run shared by every table);
+2. adaptation (:class:`idckit.tasks.clip4idc.AdaptTask`) per intra/inter split and seed; its val-best pair
+   encoder starts the CLIP4IDC captioner;
+3. captioning (:class:`idckit.tasks.clip4idc.CaptionTask`) per variant (CLIP-FT, CLIP4IDC w/o adaptation,
+   CLIP4IDC), split and seed; val CIDEr-D selects; test is decoded once (greedy, KV cache) and scored with the RCC
+   breakdown (PTB tokenisation, METEOR where the profile asks for it).
+
+Tables share runs: table 1's seed-0 CLIP4IDC run is table 2's, table 5's CLIP4IDC row and table 7's default split
+(at the cpu profile the captioner's encoder is frozen anyway, so the frozen-encoder run of table 7 is the same
+config); table 6 reads table 1's adaptation run. Every table uses the one stand-in CLIP.
+
+Settings are data: ``configs/clip_standin.json``, ``configs/clip4idc_adapt.json``, ``configs/clip4idc_caption.json``
+(base = the paper's, profiles smoke / cpu / paper). ``train`` blocks may give ``epochs`` (and
+``warmup_fraction``, ``eval_every_epochs``) instead of steps; they are converted with the data's size here.
+
+Frozen work is computed once per process: the intra-stage outputs of a frozen stand-in (per split depth) are shared
+by every adaptation and captioning run of a notebook (``_INTRA``).
 """
 from __future__ import annotations
 
 import copy
 import hashlib
+import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,37 +40,47 @@ from idckit import paths
 from idckit.errors import ConfigError
 from idckit.experiments.config import load_config
 from idckit.experiments.data import DataChoice, clevr_change
-from idckit.experiments.pcl import TYPES, _mean_sd, ordering_notes  # noqa: F401  (shared table helpers)
 from idckit.experiments.runs import Run, open_run
 
-#: table 5's rows (CLEVR columns): (label, captioner switches, start from the adapted encoder?)
+#: table 5's rows (CLEVR columns): label, captioner switches, does it start from the adapted encoder
 VARIANTS: dict[str, dict[str, Any]] = {
     "clip-ft": {"label": "CLIP-FT", "captioner": {"variant": "clip-ft"}, "adapt": False},
     "no-adapt": {"label": "CLIP4IDC w/o adaptation", "captioner": {"variant": "clip4idc"}, "adapt": False},
     "clip4idc": {"label": "CLIP4IDC", "captioner": {"variant": "clip4idc"}, "adapt": True},
 }
 MODEL = "CLIP4IDC (idckit)"
+STANDIN_LABEL = "idckit stand-in CLIP (synthetic pre-training)"
+TYPES = ("color", "material", "add", "drop", "move", "distractor")
+RETRIEVAL_KEYS = ("t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10",
+                  "p2t_MdR", "p2t_MnR")
 
 
 @dataclass
 class Setup:
     profile: str
-    config: dict[str, Any]
+    config: dict[str, Any]          # {"clip": {"model", "pretrained"}, "standin": ..., "adapt": ..., "caption": ...}
     data: DataChoice
     runs_dir: Path
+    progress: bool = True
+
+    @property
+    def clip_model(self) -> str:
+        return self.config["clip"]["model"]
 
     @property
     def identity(self) -> dict[str, Any]:
-        return {"data": str(self.data.root), "data_version": self.data.version, "max_len": self.config["max_len"]}
+        """What every run key depends on besides its own settings: which data."""
+        return {"data": str(self.data.root), "data_version": self.data.version}
 
     def _vision(self) -> dict:
         import open_clip
 
-        import idckit.models.clip_loader  # noqa: F401  (registers the stand-in configs)
+        import idckit.models.clip_loader  # noqa: F401  (registers the kit's stand-in configs)
 
-        cfg = open_clip.get_model_config(self.config["clip"]["name"])
+        cfg = open_clip.get_model_config(self.clip_model)
         if cfg is None:
-            raise ConfigError(f"unknown CLIP architecture {self.config['clip']['name']!r}")
+            raise ConfigError(f"unknown CLIP architecture {self.clip_model!r}",
+                              fix="use one of open_clip.list_models(), e.g. 'ViT-B-32' or 'idckit-standin-ViT-T-16'")
         return cfg["vision_cfg"]
 
     @property
@@ -68,182 +93,332 @@ class Setup:
         """Residual blocks of the CLIP's ViT (N_intra + N_inter); table 7 splits them."""
         return self._vision()["layers"]
 
+    @property
+    def default_n_intra(self) -> int:
+        from idckit.models.clip4idc import default_n_intra
+
+        return default_n_intra(self.depth)
+
 
 def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          overrides: dict | None = None, progress: bool = True) -> Setup:
-    """Data (generated on first use when synthetic) and the run settings of ``profile``."""
-    cfg = load_config("clip4idc", profile, overrides)
+          clip_model: str | None = None, pretrained: str | None = None, overrides: dict | None = None,
+          progress: bool = True) -> Setup:
+    """The data (generated on first use when synthetic) and every setting of ``profile``.
+
+    ``clip_model`` / ``pretrained`` override the profile's CLIP (e.g. ``"ViT-B-32"``, ``"openai"`` for the paper's);
+    ``pretrained=None`` with no override means the profile's choice (the stand-in at smoke and cpu).
+    ``overrides`` = ``{"standin": {...}, "adapt": {...}, "caption": {...}}`` deep-merged into the configs."""
+    overrides = overrides or {}
+    unknown = set(overrides) - {"standin", "adapt", "caption"}
+    if unknown:
+        raise ConfigError(f"unknown override sections {sorted(unknown)}; known: standin, adapt, caption")
+    cfg = {"standin": load_config("clip_standin", profile, overrides.get("standin")),
+           "adapt": load_config("clip4idc_adapt", profile, overrides.get("adapt")),
+           "caption": load_config("clip4idc_caption", profile, overrides.get("caption"))}
+    clip = dict(cfg["adapt"].pop("clip"))
+    if clip_model is not None:
+        clip = {"model": clip_model, "pretrained": pretrained}
+    elif pretrained is not None:
+        clip["pretrained"] = pretrained
+    cfg["clip"] = clip
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
-    if cfg["clip"].get("architecture"):
-        register_architecture(cfg["clip"]["name"], cfg["clip"]["architecture"], runs / "clip_configs")
-    return Setup(profile, cfg, clevr_change(profile, data_root, progress=progress), runs)
+    s = Setup(profile, cfg, clevr_change(profile, data_root, progress=progress), runs, progress)
+    s.image_size  # noqa: B018  (fails now, with the fix, on an unknown architecture)
+    return s
 
 
-def register_architecture(name: str, architecture: dict, directory: Path) -> None:
-    """Make an open_clip architecture given in a config (the smoke profile's tiny CLIP) known to open_clip."""
-    import open_clip
-
-    from idckit import fileio
-    import idckit.models.clip_loader  # noqa: F401
-
-    known = open_clip.get_model_config(name)
-    if known is not None:
-        if known != architecture:
-            raise ConfigError(f"CLIP architecture {name!r} is already registered with different settings",
-                              fix="give the config's architecture a new name")
-        return
-    path = Path(directory) / f"{name}.json"
-    fileio.write_json(path, architecture, indent=1)
-    open_clip.add_model_config(path)
+# -- shared in-memory data and caches -------------------------------------------------------------------------
+_DATA: dict[tuple, Any] = {}
+_INTRA: dict[tuple, Any] = {}
 
 
-_DATA_CACHE: dict[tuple, Any] = {}
+def _image_cache_dir(s: Setup, root: Path) -> Path:
+    tag = hashlib.sha256(str(root).encode()).hexdigest()[:8]
+    return s.runs_dir / "images" / f"{root.name}-{tag}-{s.image_size}px"
 
 
 def _data(s: Setup):
-    """Images (uint8, decoded once and cached on disk beside the runs) and BPE captions, shared by all runs."""
-    from idckit.tasks.clip import load_clip_data
+    """Images (uint8, decoded once, cached on disk beside the runs) and BPE captions, shared by all runs."""
+    from idckit.tasks.clip4idc import load_pair_data
 
-    key = (str(s.data.root), s.image_size, s.config["max_len"])
-    if key not in _DATA_CACHE:
-        tag = hashlib.sha256(str(s.data.root).encode()).hexdigest()[:8]
-        cache = s.runs_dir / "images" / f"{s.data.root.name}-{tag}-{s.image_size}px" if s.config["image_cache"] else None
-        _DATA_CACHE.clear()
-        _DATA_CACHE[key] = load_clip_data(s.data.dataset(), image_size=s.image_size, max_len=s.config["max_len"],
-                                          cache_dir=cache)
-    return _DATA_CACHE[key]
+    key = (str(s.data.root), s.image_size, s.config["caption"]["max_len"])
+    if key not in _DATA:
+        _DATA.clear()
+        _INTRA.clear()
+        _DATA[key] = load_pair_data(s.data.dataset(), s.image_size, max_len=s.config["caption"]["max_len"],
+                                    cache_dir=_image_cache_dir(s, s.data.root), progress=s.progress)
+    return _DATA[key]
 
 
-def _train_config(c: dict, seed: int):
+def _intra_cache(s: Setup, clip: dict, encoder) -> Any:
+    """The intra-stage outputs of every image under this CLIP's frozen weights and split (once per process)."""
+    from idckit.tasks.clip4idc import IntraCache
+
+    key = (str(s.data.root), clip["key"], encoder.n_intra)
+    if key not in _INTRA:
+        while len(_INTRA) >= 3:                       # a notebook's splits come one after another
+            _INTRA.pop(next(iter(_INTRA)))
+        data = _data(s)
+        rows = torch.cat([torch.cat([sp.before, sp.after, sp.distractor_row[sp.distractor_row >= 0]])
+                          for sp in data.splits.values()])
+        _INTRA[key] = IntraCache.compute(encoder, data.images, rows, progress=s.progress)
+    return _INTRA[key]
+
+
+def _train_config(c: dict, seed: int, samples_per_epoch: int, batch_size: int):
+    """The loop's TrainConfig from a ``train`` block; ``epochs``, ``warmup_fraction`` and ``eval_every_epochs``
+    become steps for this data size."""
     from idckit.train.loop import TrainConfig
 
-    t = dict(c["train"])
-    if "betas" in t:
-        t["betas"] = tuple(t["betas"])
+    t = dict(c)
+    steps_per_epoch = max(1, samples_per_epoch // batch_size)
+    epochs, warmup, every = t.pop("epochs", None), t.pop("warmup_fraction", None), t.pop("eval_every_epochs", None)
+    if epochs is not None:                       # a profile sets these to null to give steps directly
+        t["max_steps"] = int(math.ceil(epochs * steps_per_epoch))
+    if warmup is not None:
+        t["warmup_steps"] = int(round(warmup * t["max_steps"]))
+    if every is not None:
+        t["eval_every"] = max(1, int(every * steps_per_epoch))
     return TrainConfig.from_dict({**t, "seed": seed})
 
 
 # -- 1. the CLIP ----------------------------------------------------------------------------------------------
-def clip_weights(s: Setup, *, progress: bool = True) -> dict[str, Any]:
-    """``{"name", "weights", "description", "run", ...}``: what every later run loads with ``load_clip``."""
+def _file_identity(path: str) -> str:
+    p = Path(path)
+    h = hashlib.sha256()
+    with p.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return f"file:{p.name}:{h.hexdigest()[:16]}"
+
+
+def _description_root(s: Setup) -> Path:
+    """Where the stand-in learns: this data if it has scene descriptions, else the profile's synthetic default."""
+    if (s.data.root / "scene_descriptions.json").is_file():
+        return s.data.root
+    return clevr_change(s.profile, None, progress=s.progress).root
+
+
+def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
+    """``{"name", "weights", "key", "run", "description", ...}``: what every later run loads with ``load_clip``.
+
+    With named weights nothing is trained. Otherwise the stand-in is pre-trained (once; cached by its config)."""
     from idckit.models.clip_loader import save_clip_checkpoint
-    from idckit.tasks.clip import ClipPretrainTask
+    from idckit.tasks.clip_pretrain import StandinPretrainTask, load_description_data
     from idckit.train.loop import fit
 
-    name, pretrained = s.config["clip"]["name"], s.config["clip"]["pretrained"]
+    progress = s.progress if progress is None else progress
+    name, pretrained = s.clip_model, s.config["clip"]["pretrained"]
     if pretrained is not None:
-        return {"name": name, "weights": str(pretrained), "key": str(pretrained), "run": None,
-                "description": f"open_clip {name} ({pretrained})"}
-    c = copy.deepcopy(s.config["pretrain_clip"])
-    run = open_run(s.runs_dir, "clip-pretrain", {"kind": "clip-pretrain", **s.identity, "name": name,
-                                                 "architecture": s.config["clip"].get("architecture"),
-                                                 "pretrain": c, "seed": 0})
+        is_file = os.path.isfile(str(pretrained))
+        return {"name": name, "weights": str(pretrained), "run": None, "wall_seconds": 0.0,
+                "key": _file_identity(str(pretrained)) if is_file else f"tag:{pretrained}",
+                "description": f"open_clip {name} ({'local file ' if is_file else ''}{pretrained})"}
+    c = copy.deepcopy(s.config["standin"])
+    if c["model"] != name:
+        raise ConfigError(f"the stand-in pre-training config builds {c['model']!r} but the CLIP asked for is "
+                          f"{name!r}", fix="pass pretrained=<weights> for other architectures, or set "
+                                           "overrides={'standin': {'model': ...}}")
+    root = _description_root(s)
+    from idckit.data.synth.vocab import GENERATOR_VERSION
+
+    run = open_run(s.runs_dir, "clip-standin", {"kind": "clip-standin", "data": str(root),
+                                                "data_version": GENERATOR_VERSION, "standin": c, "seed": 0})
     path = run.dir / "clip.pt"
     if not run.is_complete():
-        task = ClipPretrainTask(_data(s), name, batch_size=c["batch_size"], eval_batch_size=c["eval_batch_size"])
-        res = fit(task, _train_config(c, 0), run.dir, progress=progress)
+        t0 = time.perf_counter()
+        data = load_description_data(root, s.image_size, cache_dir=_image_cache_dir(s, root) / "standin",
+                                     progress=progress)
+        task = StandinPretrainTask(data, name, batch_size=c["batch_size"], weight_decay=c["weight_decay"],
+                                   eval_batch_size=c["eval_batch_size"])
+        res = fit(task, _train_config(c["train"], 0, len(data.train_scenes), c["batch_size"]), run.dir,
+                  progress=progress)
         save_clip_checkpoint(res.model, path, name)
         run.complete({"val": res.best_metrics, "best_step": res.best_step, "steps": res.steps,
-                      "history": res.history, "wall_seconds": round(res.wall_seconds, 1)})
+                      "history": res.history, "train_seconds": res.wall_seconds,
+                      "wall_seconds": round(time.perf_counter() - t0, 1), "checkpoint": str(path)})
     m = run.metrics()
-    return {"name": name, "weights": str(path), "key": run.key, "run": run.dir.name, "val": m["val"],
-            "wall_seconds": m["wall_seconds"],
-            "description": f"offline stand-in {name} pre-trained here on train scene descriptions "
-                           f"({m['steps']} steps, val image<-text R@1 {m['val'].get('t2p_R@1', float('nan')):.1f})"}
+    return {"name": name, "weights": str(path), "key": f"standin:{run.key}", "run": run.dir.name, "val": m["val"],
+            "wall_seconds": m["wall_seconds"], "steps": m["steps"],
+            "description": f"{STANDIN_LABEL}: {name} pre-trained here on train-image scene descriptions "
+                           f"({m['steps']} steps, val image<->text R@1 {m['val']['R@1']:.1f})"}
 
 
-# -- 2. adaptation ----------------------------------------------------------------------------------------------
-def _adapt_run(s: Setup, clip: dict, n_intra: int | None, seed: int) -> Run:
-    return open_run(s.runs_dir, "clip4idc-adapt", {"kind": "clip4idc-adapt", **s.identity, "clip": clip["key"],
-                                                   "clip_name": clip["name"], "n_intra": n_intra,
-                                                   "adapt": s.config["adapt"], "seed": seed})
-
-
-def _adapt_task(s: Setup, clip: dict, n_intra: int | None):
-    from idckit.tasks.clip import AdaptTask
+# -- 2. adaptation --------------------------------------------------------------------------------------------
+def _adapt_task(s: Setup, clip: dict, n_intra: int):
+    from idckit.tasks.clip4idc import AdaptTask
 
     c = s.config["adapt"]
-    return AdaptTask(_data(s), clip["name"], clip["weights"], batch_size=c["batch_size"], n_intra=n_intra,
-                     lr_scale_clip=c["lr_scale_clip"], swap_prob=c["swap_prob"], eval_batch_size=c["eval_batch_size"])
+    task = AdaptTask(_data(s), clip["name"], clip["weights"], n_intra=n_intra, batch_size=c["batch_size"],
+                     clip_lr_scale=c["clip_lr_scale"], weight_decay=c["weight_decay"], swap_prob=c["swap_prob"],
+                     freeze_intra=c["freeze_intra"], freeze_embeddings=c["freeze_embeddings"],
+                     eval_batch_size=c["eval_batch_size"], progress=s.progress)
+    if c["freeze_intra"]:
+        torch.manual_seed(0)
+        task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder)
+    return task
 
 
-def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool = True) -> dict[str, Any]:
-    """Retrieval adaptation (cached): ``{"run", "n_intra", "val", "test", "test_unadapted", "wall_seconds"}``;
-    ``test_unadapted`` is the same retrieval evaluation of the encoder before adaptation (same seed)."""
+def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool | None = None) -> dict[str, Any]:
+    """Retrieval adaptation (cached). Returns ``{"run", "n_intra", "seed", "clip", "val", "test",
+    "test_unadapted", "test_plain_clip", "history", "wall_seconds", ...}``: test retrieval after adaptation, of the
+    same split encoder before it (fresh e1/e2/p/ln_mid, same seed) and of plain CLIP (mean of the two images'
+    embeddings, no joint layers)."""
+    from idckit.models.clip4idc import CLIP4IDCRetrieval
+    from idckit.models.clip_loader import load_clip
     from idckit.train.loop import fit
 
+    progress = s.progress if progress is None else progress
     clip = clip_weights(s, progress=progress)
-    run = _adapt_run(s, clip, n_intra, seed)
+    n_intra = s.default_n_intra if n_intra is None else n_intra
+    c = s.config["adapt"]
+    run = open_run(s.runs_dir, "clip4idc-adapt", {"kind": "clip4idc-adapt", **s.identity, "clip": clip["key"],
+                                                  "clip_model": clip["name"], "n_intra": n_intra,
+                                                  "max_len": s.config["caption"]["max_len"], "adapt": c,
+                                                  "seed": seed})
     if not run.is_complete():
+        t0 = time.perf_counter()
         task = _adapt_task(s, clip, n_intra)
         torch.manual_seed(seed)
         before = task.evaluate(task.build_model(), "test")
-        res = fit(task, _train_config(s.config["adapt"], seed), run.dir, progress=progress)
+        plain_model = CLIP4IDCRetrieval(load_clip(clip["name"], clip["weights"])[0], n_intra=s.depth, joint=False)
+        plain = _evaluate_plain(task, plain_model)
+        samples = len(task.samples)
+        res = fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress)
         run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
-                      "test": task.evaluate(res.model, "test"), "test_unadapted": before,
-                      "wall_seconds": round(res.wall_seconds, 1)})
-    return {"run": run.dir.name, "n_intra": n_intra, "seed": seed, "clip": clip["description"], **run.metrics(),
-            "_best": str(run.dir / "best.pt")}
+                      "stopped": res.stopped, "test": task.evaluate(res.model, "test"), "test_unadapted": before,
+                      "test_plain_clip": plain, "train_seconds": res.wall_seconds,
+                      "wall_seconds": round(time.perf_counter() - t0, 1)})
+    return {"run": run.dir.name, "n_intra": n_intra, "n_inter": s.depth - n_intra, "seed": seed,
+            "clip": clip["description"], **run.metrics(), "_best": str(run.dir / "best.pt")}
 
 
-# -- 3. captioning ----------------------------------------------------------------------------------------------
+def _evaluate_plain(task, model) -> dict[str, float]:
+    """Retrieval of plain CLIP: each image through the whole tower, pair vector = mean of the two embeddings."""
+    from idckit.eval.retrieval import retrieval_metrics
+
+    saved = task.freeze_intra
+    task.freeze_intra = False                  # the intra cache belongs to the split encoder, not to this one
+    try:
+        sim, text_pair = task.similarity(model, "test")
+    finally:
+        task.freeze_intra = saved
+    return retrieval_metrics(sim, text_pair, ks=(1, 5, 10))
+
+
+# -- 3. captioning --------------------------------------------------------------------------------------------
+_SCORER = None
+
+
+def _final_scorer(meteor: bool):
+    """One scorer (one METEOR JVM) for every final test scoring of the process."""
+    global _SCORER
+    from idckit.eval.captions import CaptionScorer
+
+    if _SCORER is None or (meteor and not _SCORER.has_meteor):
+        if _SCORER is not None:
+            _SCORER.close()
+        _SCORER = CaptionScorer(meteor=meteor)
+        import atexit
+
+        atexit.register(_SCORER.close)
+    return _SCORER
+
+
 def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: int | None = None,
-                freeze_visual: bool = False, progress: bool = True) -> dict[str, Any]:
+                freeze_visual: bool | None = None, progress: bool | None = None) -> dict[str, Any]:
     """Adapt (if the variant does), caption, select on val, decode and score test; cached by config.
 
-    Returns ``{"variant", "label", "seed", "run", "val", "test": {subset: {metric}}, "wall_seconds", ...}`` with
-    metrics on pycocoevalcap's raw scale (CIDEr-D 1.0 = 100 in the papers)."""
+    ``freeze_visual`` None: the profile's choice (frozen at smoke/cpu, fine-tuned at its small lr at paper); True
+    freezes the pair encoder (paper table 7). Returns ``{"variant", "label", "seed", "n_intra", "run", "clip",
+    "adapt", "val", "test": {subset: {metric}}, "history", "wall_seconds", ...}`` with metrics on pycocoevalcap's
+    raw scale (CIDEr-D 1.0 = 100 in the papers)."""
     if variant not in VARIANTS:
         raise ConfigError(f"unknown CLIP4IDC variant {variant!r}; known: {', '.join(VARIANTS)}")
+    progress = s.progress if progress is None else progress
     v = VARIANTS[variant]
     clip = clip_weights(s, progress=progress)
-    ad = adapt(s, n_intra, seed, progress=progress) if v["adapt"] else None
+    n_intra = s.default_n_intra if n_intra is None else n_intra
+    ad = adapt(s, n_intra, 0, progress=progress) if v["adapt"] else None
     c = copy.deepcopy(s.config["caption"])
-    captioner = {**c["captioner"], **v["captioner"], "n_intra": n_intra, "freeze_visual": freeze_visual}
+    frozen = c["visual_lr_scale"] == 0 if freeze_visual is None else bool(freeze_visual)
+    if frozen:
+        c["visual_lr_scale"] = 0.0
+    captioner = {**c.pop("captioner"), **v["captioner"], "freeze_visual": frozen}
+    captioner["n_intra"] = n_intra if variant != "clip-ft" else None
     run = open_run(s.runs_dir, "clip4idc-caption", {"kind": "clip4idc-caption", **s.identity, "clip": clip["key"],
-                                                    "clip_name": clip["name"], "captioner": captioner,
-                                                    "init": ad["run"] if ad else None, "caption": c, "seed": seed})
+                                                    "clip_model": clip["name"], "captioner": captioner,
+                                                    "init": ad["run"] if ad else None, "caption": c,
+                                                    "seed": seed})
     if not run.is_complete():
         _caption(s, run, clip, captioner, ad, progress)
-    return {"variant": variant, "label": v["label"], "seed": seed, "n_intra": n_intra, "run": run.dir.name,
-            "clip": clip["description"], "adapt": {k: ad[k] for k in ("run", "val", "test", "test_unadapted")}
-            if ad else None, **run.metrics()}
+    return {"variant": variant, "label": v["label"], "seed": seed, "n_intra": captioner["n_intra"],
+            "run": run.dir.name, "clip": clip["description"],
+            "adapt": {k: ad[k] for k in ("run", "val", "test", "test_unadapted")} if ad else None, **run.metrics()}
 
 
 def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, progress: bool) -> None:
     from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
-    from idckit.tasks.clip import CaptionTask, predict
+    from idckit.tasks.clip4idc import CaptionTask
     from idckit.train.loop import fit
 
+    t0 = time.perf_counter()
     c = run.config["caption"]
     data = _data(s)
     with CaptionScorer(meteor=False) as quick:
         task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=c["batch_size"],
-                           init_pair_encoder=ad["_best"] if ad else None, lr_scale_visual=c["lr_scale_visual"],
-                           eval_batch_size=c["eval_batch_size"], scorer=quick)
-        res = fit(task, _train_config(c, run.config["seed"]), run.dir, progress=progress)
-    t0 = time.perf_counter()
-    preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
-    decode_seconds = time.perf_counter() - t0
+                           visual_lr_scale=c["visual_lr_scale"], init_from=ad["_best"] if ad else None,
+                           trim_vocab=c["trim_vocab"], eval_batch_size=c["eval_batch_size"], scorer=quick,
+                           progress=progress)
+        if task.frozen and (ad is None or s.config["adapt"]["freeze_intra"]):
+            # the intra blocks still hold CLIP's own weights, so the notebook's shared intra cache serves this run
+            # (the task checks the weights' fingerprint before using it)
+            torch.manual_seed(0)
+            task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder)
+        scenes = len(task.scenes)
+        res = fit(task, _train_config(c["train"], run.config["seed"], scenes, c["batch_size"]), run.dir,
+                  progress=progress)
+        t1 = time.perf_counter()
+        preds = task.predict(res.model, "test")
+        decode_seconds = time.perf_counter() - t1
     write_results(run.dir / "test", preds)
     split = data.splits["test"]
-    test = evaluate_pairs(split.references, preds, dict(zip(split.pair_ids, split.types)))
-    clip_seconds = 0.0 if clip.get("run") is None else clip.get("wall_seconds", 0.0)
-    adapt_seconds = ad["wall_seconds"] if ad else 0.0
+    test = evaluate_pairs(split.references, preds, dict(zip(split.pair_ids, split.types)),
+                          scorer=_final_scorer(c["meteor"]), meteor=c["meteor"])
     run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
                   "stopped": res.stopped, "test": test, "caption_seconds": round(res.wall_seconds, 1),
-                  "adapt_seconds": adapt_seconds, "clip_pretrain_seconds": clip_seconds,
+                  "adapt_seconds": ad["wall_seconds"] if ad else 0.0,
+                  "clip_pretrain_seconds": clip.get("wall_seconds", 0.0),
                   "test_decode_seconds": round(decode_seconds, 1),
-                  "wall_seconds": round(res.wall_seconds + decode_seconds + adapt_seconds, 1)})
+                  "wall_seconds": round(time.perf_counter() - t0, 1)})
 
 
 def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,
-         progress: bool = True) -> list[dict[str, Any]]:
-    """Every requested variant for every seed on one setup (one stand-in CLIP, each run trained once, cached)."""
+         progress: bool | None = None) -> list[dict[str, Any]]:
+    """Every requested variant for every seed on one setup (one CLIP; each run trained once, then cached)."""
     return [run_variant(s, v, seed, progress=progress) for v in variants for seed in seeds]
 
 
+def layer_splits(s: Setup) -> list[dict[str, Any]]:
+    """Table 7's splits for this CLIP: N_intra from half the depth to all of it (the paper's 6/6 ... 12/0 of 12).
+
+    Each comes with the paper's split at the same relative depth (N_intra / depth), when there is one."""
+    out = []
+    for k in range(s.depth // 2, s.depth + 1):
+        paper = 12 * k / s.depth
+        out.append({"n_intra": k, "n_inter": s.depth - k, "label": f"{k}/{s.depth - k}",
+                    "paper_split": f"{int(paper)}/{12 - int(paper)}" if paper == int(paper) else None,
+                    "relative_depth": k / s.depth})
+    return out
+
+
 # -- what the notebooks show ----------------------------------------------------------------------------------
+def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    import statistics
+
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
 def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
     """Report rows (x100 scale): one per run, plus a mean row (with sd) per variant when there are several seeds."""
     from idckit.report import to_paper_scale
@@ -257,32 +432,43 @@ def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[
     for label, ms in by_variant.items():
         if len(ms) > 1:
             out.append({"model": MODEL, "variant": label, "split": "test", "subset": subset, "seed": "mean",
-                        "metrics": {k: _mean_sd([m[k] for m in ms])[0] for k in ms[0]},
+                        "n_seeds": len(ms), "metrics": {k: _mean_sd([m[k] for m in ms])[0] for k in ms[0]},
                         "sd": {k: _mean_sd([m[k] for m in ms])[1] for k in ms[0]}})
     return out
 
 
 def per_type_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per run: CIDEr-D (x100) of each change type and the distractors."""
-    return [{"model": MODEL, "variant": r["label"], "split": "test", "seed": r.get("seed"),
-             "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]}} for r in results]
-
-
-RETRIEVAL_KEYS = ("t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10",
-                  "p2t_MdR", "p2t_MnR")
+    """One row per run (and a mean row for several seeds): CIDEr-D (x100) of each change type and the distractors."""
+    out = [{"model": MODEL, "variant": r["label"], "split": "test", "seed": r.get("seed"), "run": r["run"],
+            "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]}} for r in results]
+    if len(out) > 1:
+        keys = [k for k in out[0]["metrics"] if all(k in o["metrics"] for o in out)]
+        out.append({"model": MODEL, "variant": results[0]["label"], "split": "test", "seed": "mean",
+                    "metrics": {k: _mean_sd([o["metrics"][k] for o in out])[0] for k in keys},
+                    "sd": {k: _mean_sd([o["metrics"][k] for o in out])[1] for k in keys}})
+    return out
 
 
 def retrieval_rows(adapted: Sequence[dict[str, Any]], *, unadapted: bool = True) -> list[dict[str, Any]]:
-    """Test retrieval rows of adaptation runs, and (once per split) the same encoder before adaptation."""
+    """Test retrieval rows of adaptation runs and, per run, the same encoder before adaptation and plain CLIP."""
     out = []
     for a in adapted:
-        split = "default" if a["n_intra"] is None else f"{a['n_intra']} intra"
+        split = f"{a['n_intra']}/{a['n_inter']}"
         out.append({"model": MODEL, "variant": f"adapted ({split})", "split": "test", "seed": a["seed"],
                     "run": a["run"], "metrics": {k: a["test"][k] for k in RETRIEVAL_KEYS}})
         if unadapted:
-            out.append({"model": MODEL, "variant": f"before adaptation ({split})", "split": "test",
+            out.append({"model": MODEL, "variant": f"before adaptation ({split}, fresh e1/e2/p)", "split": "test",
                         "seed": a["seed"], "metrics": {k: a["test_unadapted"][k] for k in RETRIEVAL_KEYS}})
+            out.append({"model": MODEL, "variant": "plain CLIP (mean of the two image embeddings)",
+                        "split": "test", "seed": a["seed"],
+                        "metrics": {k: a["test_plain_clip"][k] for k in RETRIEVAL_KEYS}})
     return out
+
+
+def ordering_notes(kit: dict[str, float], paper: dict[str, float], metric: str = "CIDEr-D") -> list[str]:
+    from idckit.experiments.pcl import ordering_notes as notes
+
+    return notes(kit, paper, metric)
 
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float,
@@ -290,12 +476,52 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
     from idckit.report import Provenance
 
     clip = clip_weights(s, progress=False)
+    weights = clip["description"] if clip["run"] else f"{clip['weights']} (not the stand-in)"
     return Provenance(profile=s.profile, data=s.data.description, data_version=s.data.version,
-                      backbone=f"CLIP {clip['name']} (pixels, {s.image_size} px)", weights=clip["description"],
-                      seeds=list(seeds), wall_seconds=round(wall_seconds, 1), selection_split=selection,
-                      extra={"clip_run": clip["run"], "runs": [r["run"] for r in results],
-                             "caption_model": s.config["caption"]["captioner"]})
+                      backbone=f"CLIP {clip['name']} on pixels ({s.image_size} px, {s.depth} layers)",
+                      weights=weights, seeds=list(seeds), wall_seconds=round(wall_seconds, 1),
+                      selection_split=selection,
+                      extra={"clip": STANDIN_LABEL if clip["run"] else f"OpenAI/open_clip weights: {clip['weights']}",
+                             "clip_run": clip["run"], "runs": [r["run"] for r in results],
+                             "caption_model": s.config["caption"]["captioner"],
+                             "visual_encoder_in_captioning": "frozen (pair tokens computed once)"
+                             if s.config["caption"]["visual_lr_scale"] == 0 else
+                             f"fine-tuned at {s.config['caption']['visual_lr_scale']} x the caption lr"})
 
 
-__all__ = ["VARIANTS", "Setup", "setup", "clip_weights", "adapt", "run_variant", "runs", "rows", "per_type_rows",
-           "retrieval_rows", "provenance", "ordering_notes"]
+# -- the `idckit pretrain-clip` command -------------------------------------------------------------------------
+def pretrain_main(argv: Sequence[str] | None = None) -> int:
+    """``idckit pretrain-clip [--profile cpu] [--data-root DIR] [--runs-dir DIR] [--out FILE]``: pre-train (or find
+    in the run cache) the offline stand-in CLIP and print the checkpoint path to pass as ``pretrained=``."""
+    import argparse
+    import shutil
+
+    from idckit.errors import IdckitError
+
+    p = argparse.ArgumentParser(prog="idckit pretrain-clip", description=pretrain_main.__doc__)
+    p.add_argument("--profile", default="cpu", help="smoke | cpu | paper (training length; default cpu)")
+    p.add_argument("--data-root", default=None, help="a CLEVR-Change root with scene_descriptions.json "
+                                                     "(default: the profile's synthetic data, generated if absent)")
+    p.add_argument("--runs-dir", default=None, help="run cache (default runs/)")
+    p.add_argument("--out", default=None, help="also copy the checkpoint here")
+    args = p.parse_args(argv)
+    try:
+        s = setup(args.profile, args.data_root, runs_dir=args.runs_dir,
+                  clip_model=load_config("clip_standin", args.profile)["model"], pretrained=None)
+        info = clip_weights(s)
+    except IdckitError as e:
+        print(f"error: {e}")
+        return 2
+    path = info["weights"]
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, args.out)
+        path = args.out
+    print(info["description"])
+    print(path)
+    return 0
+
+
+__all__ = ["VARIANTS", "MODEL", "STANDIN_LABEL", "Setup", "setup", "clip_weights", "adapt", "run_variant", "runs",
+           "layer_splits", "rows", "per_type_rows", "retrieval_rows", "ordering_notes", "provenance",
+           "pretrain_main"]

@@ -240,11 +240,14 @@ class AdaptTask:
 
     def __init__(self, data: PairData, clip_model: str, pretrained: str | None, *, n_intra: int | None = None,
                  batch_size: int = 128, clip_lr_scale: float = 1e-3, weight_decay: float = 0.2,
-                 swap_prob: float = 0.5, freeze_intra: bool = False, eval_batch_size: int = 128,
-                 intra_cache: IntraCache | None = None, progress: bool = False):
+                 swap_prob: float = 0.5, freeze_intra: bool = False, freeze_embeddings: bool = False,
+                 eval_batch_size: int = 128, intra_cache: IntraCache | None = None, progress: bool = False):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
         self.n_intra, self.batch_size, self.clip_lr_scale = n_intra, batch_size, clip_lr_scale
+        if not 0.0 <= swap_prob <= 1.0:
+            raise ConfigError(f"swap_prob must be a probability, got {swap_prob}")
         self.weight_decay, self.swap_prob, self.freeze_intra = weight_decay, swap_prob, freeze_intra
+        self.freeze_embeddings = freeze_embeddings
         self.eval_batch_size, self.intra_cache, self.progress = eval_batch_size, intra_cache, progress
         train = data.splits["train"]
         keep = train.is_change[train.sample_pair]
@@ -255,6 +258,8 @@ class AdaptTask:
 
         clip, _, _ = load_clip(self.clip_model, self.pretrained)
         model = CLIP4IDCRetrieval(clip, n_intra=self.n_intra)
+        if self.freeze_embeddings:      # the public code's freeze list: patch/position/token embeddings, ln_pre
+            model.freeze_like_public_code()
         if self.freeze_intra:
             freeze_intra(model.pair_encoder)
         return model
