@@ -29,7 +29,7 @@ from idckit.models.clip_loader import STANDIN_CLIP, load_clip
 
 MODELS = {  # name -> (open_clip architecture, captioner config, image size)
     "vitb32": ("ViT-B-32", PAPER_CAPTIONER, 224),        # the paper's shapes
-    "standin": (STANDIN_CLIP, CPU_CAPTIONER, 160),       # the kit's offline stand-in, cpu-profile captioner
+    "standin": (STANDIN_CLIP, CPU_CAPTIONER, None),      # the kit's offline stand-in, cpu-profile captioner
 }
 
 
@@ -89,6 +89,7 @@ def main(argv=None) -> dict:
 
     arch, cfg, size = MODELS[args.model]
     clip, _, _ = load_clip(arch, None)
+    size = size or clip.visual.image_size[0]
     model = CLIP4IDCCaptioner(clip, cfg).eval()
     g = torch.Generator().manual_seed(1)
     visual = tuple(torch.randn(args.batch, 3, size, size, generator=g) for _ in range(2))
@@ -107,6 +108,7 @@ def main(argv=None) -> dict:
     results = {}
     with torch.inference_mode():
         encoder_flops, _ = count_flops(lambda: model.pair_encoder(*visual))
+        encoder_seconds, _ = timed(lambda: model.pair_encoder(*visual), max(2, args.repeats))
         for name, fn in runs.items():
             seconds, tokens = timed(fn, args.repeats)
             flops, _ = count_flops(fn)
@@ -121,18 +123,27 @@ def main(argv=None) -> dict:
           f"{int((cached == model.eos_id).any(1).sum())}/{args.batch} rows emitted EOS)")
 
     enc = encoder_flops / args.batch / 1e9
-    print(f"pair encoder (ViT, run once by cached and public): {enc:.2f} GFLOP/pair")
-    print(f"{'decoder':8s} {'GFLOP/pair':>11s} {'decode-only':>12s} {'s/batch':>9s} {'pairs/s':>8s}")
+    print(f"pair encoder (ViT, run once by cached and public): {enc:.2f} GFLOP/pair, {encoder_seconds:.2f} s/batch")
+    print(f"{'decoder':8s} {'GFLOP/pair':>11s} {'decode-only':>12s} {'s/batch':>9s} {'decode s':>9s} {'pairs/s':>8s}")
     for name, r in results.items():
         total = r["flops_per_pair"] / 1e9
-        print(f"{name:8s} {total:11.2f} {total - enc:12.2f} {r['seconds']:9.2f} {args.batch / r['seconds']:8.2f}")
+        r["decode_seconds"] = max(r["seconds"] - encoder_seconds, 1e-9)
+        print(f"{name:8s} {total:11.2f} {total - enc:12.2f} {r['seconds']:9.2f} {r['decode_seconds']:9.2f} "
+              f"{args.batch / r['seconds']:8.2f}")
     c = results["cached"]
     for name in ("public", "naive"):
         if name in results:
             r = results[name]
-            print(f"speedup cached vs {name}: {r['seconds'] / c['seconds']:.1f}x wall, "
-                  f"{r['flops_per_pair'] / c['flops_per_pair']:.1f}x FLOPs, decode-only (ViT excluded) "
+            print(f"speedup cached vs {name}: end to end {r['seconds'] / c['seconds']:.1f}x wall, "
+                  f"{r['flops_per_pair'] / c['flops_per_pair']:.1f}x FLOPs; decoding after the ViT "
+                  f"{r['decode_seconds'] / c['decode_seconds']:.1f}x wall, "
                   f"{(r['flops_per_pair'] / 1e9 - enc) / (c['flops_per_pair'] / 1e9 - enc):.1f}x FLOPs")
+    r = results["public"]
+    ratio = r["decode_seconds"] / c["decode_seconds"]
+    # The public code's slowness is in decoding (caption encoder + decoder re-run for all 32 steps); the ViT runs
+    # once per pair in both, so the 10x target of issue 4 is on the decoding that follows it.
+    print(f"target: decoding >= 10x faster than the public code's way -> {ratio:.1f}x wall: "
+          f"{'met' if ratio >= 10 else 'NOT met'}")
     return results
 
 

@@ -79,6 +79,15 @@ def cmd_caption(args: argparse.Namespace) -> int:
     return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam)
 
 
+def cmd_pretrain_clip(args: argparse.Namespace) -> int:
+    from idckit.experiments.clip4idc import pretrain_clip
+
+    info = pretrain_clip(args.profile, args.data_root, runs_dir=args.runs_dir, out=args.out)
+    print(info["description"])
+    print(info["weights"])
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="idckit", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -130,6 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--runs-dir", type=Path, default=None)
     c.add_argument("--beam", type=int, default=1, help="beam width (1 = greedy, the papers' decoding)")
     c.set_defaults(func=cmd_caption)
+
+    pc = sub.add_parser("pretrain-clip", help="train the offline stand-in CLIP (open_clip checkpoint; cached) and "
+                                              "print its path, to pass as pretrained=")
+    pc.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"], help="training length")
+    pc.add_argument("--data-root", default=None,
+                    help="a CLEVR-Change root with scene_descriptions.json (default: the profile's synthetic data)")
+    pc.add_argument("--runs-dir", type=Path, default=None, help="run cache (default runs/)")
+    pc.add_argument("--out", type=Path, default=None, help="also copy the checkpoint here")
+    pc.set_defaults(func=cmd_pretrain_clip)
 
     rd = sub.add_parser("readme", help="regenerate the README's results table from reports/*.json")
     rd.add_argument("--report-dir", type=Path, default=None)

@@ -127,16 +127,17 @@ def test_train_config_converts_epochs_to_steps():
 
 
 def test_pretrain_clip_command_prints_a_loadable_checkpoint(env, capsys, tmp_path):
-    from idckit.experiments.clip4idc import pretrain_main
+    from idckit.cli import main
     from idckit.models.clip_loader import load_clip
 
     s, base = env
     out = tmp_path / "standin.pt"
-    assert pretrain_main(["--profile", "smoke", "--data-root", str(s.data.root), "--runs-dir", str(s.runs_dir),
-                          "--out", str(out)]) == 0
+    assert main(["pretrain-clip", "--profile", "smoke", "--data-root", str(s.data.root),
+                 "--runs-dir", str(s.runs_dir), "--out", str(out)]) == 0
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == str(out) and "stand-in" in printed[0]
     model, _, _ = load_clip("idckit-standin-ViT-T-16", out)
     assert model.visual.grid_size == (7, 7)
     assert len(list(s.runs_dir.glob("clip-standin-*"))) == 1          # the cached stand-in, not a new one
-    assert pretrain_main(["--profile", "smoke", "--data-root", str(tmp_path / "missing")]) == 2
+    assert main(["pretrain-clip", "--profile", "smoke", "--data-root", str(tmp_path / "missing")]) == 2
+    assert "missing" in capsys.readouterr().err

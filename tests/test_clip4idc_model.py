@@ -131,7 +131,7 @@ def test_intra_blocks_equal_open_clip_intermediate_output():
 
 def test_all_intra_plain_clip_reproduces_open_clip_encode_image():
     """Also on the kit's stand-in architecture: validates its JSON config and the wrapping together."""
-    for name, size in ((TINY, 64), (clip_loader.STANDIN_CLIP, 160)):
+    for name, size in ((TINY, 64), (clip_loader.STANDIN_CLIP, 112)):
         torch.manual_seed(0)
         clip = open_clip.create_model(name, pretrained=None).eval()
         pe = PairEncoder(clip.visual, n_intra=len(clip.visual.transformer.resblocks), joint=False)

@@ -28,9 +28,9 @@ def test_standin_is_registered_once_and_builds_the_documented_architecture():
     assert len(factory._MODEL_CONFIG_PATHS) == n_paths               # idempotent: nothing added twice
     model, preprocess, tokenizer = load_clip(STANDIN_CLIP, None)
     v = model.visual
-    assert v.grid_size == (10, 10) and v.conv1.out_channels == 256 and len(v.transformer.resblocks) == 6
-    assert v.proj.shape == (256, 256) and len(model.transformer.resblocks) == 4
-    assert model.token_embedding.weight.shape == (49408, 256) and model.context_length == 32
+    assert v.grid_size == (7, 7) and v.conv1.out_channels == 128 and len(v.transformer.resblocks) == 6
+    assert v.proj.shape == (128, 128) and len(model.transformer.resblocks) == 3
+    assert model.token_embedding.weight.shape == (49408, 128) and model.context_length == 32
     assert all(p.dtype == torch.float32 for p in model.parameters())
     ids = tokenizer(["the red cube moved"])
     assert ids.shape == (1, 32) and ids[0, 0] == 49406 and 49407 in ids[0]
@@ -38,7 +38,7 @@ def test_standin_is_registered_once_and_builds_the_documented_architecture():
     img = Image.new("RGB", (480, 320), (0, 0, 0))
     img.paste((255, 255, 255), (0, 0, 40, 320))                      # a white stripe at the far left
     x = preprocess(img)
-    assert x.shape == (3, 160, 160)
+    assert x.shape == (3, 112, 112)
     assert x[:, :, :5].mean() > x[:, :, 40:].mean() + 1.0             # the stripe survived
 
 
@@ -55,7 +55,7 @@ def test_checkpoint_round_trip_through_open_clip_pretrained_path(tmp_path):
     ref = model.state_dict()
     assert all(torch.equal(t, ref[k]) for k, t in reloaded.state_dict().items())
     again, _, _ = load_clip(STANDIN_CLIP, path)
-    img = torch.randn(1, 3, 160, 160)
+    img = torch.randn(1, 3, 112, 112)
     with torch.no_grad():
         torch.testing.assert_close(again.eval().encode_image(img), model.eval().encode_image(img), rtol=0, atol=0)
 

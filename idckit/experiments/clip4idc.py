@@ -490,38 +490,24 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
 
 
 # -- the `idckit pretrain-clip` command -------------------------------------------------------------------------
-def pretrain_main(argv: Sequence[str] | None = None) -> int:
-    """``idckit pretrain-clip [--profile cpu] [--data-root DIR] [--runs-dir DIR] [--out FILE]``: pre-train (or find
-    in the run cache) the offline stand-in CLIP and print the checkpoint path to pass as ``pretrained=``."""
-    import argparse
+def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
+                  out: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """Pre-train (or find in the run cache) the offline stand-in CLIP; ``out`` also copies the checkpoint there.
+
+    Returns :func:`clip_weights`' dict; ``weights`` is the file to pass as ``pretrained=`` (or ``--weights`` of
+    ``idckit features --backbone clip:idckit-standin-ViT-T-16``)."""
     import shutil
 
-    from idckit.errors import IdckitError
-
-    p = argparse.ArgumentParser(prog="idckit pretrain-clip", description=pretrain_main.__doc__)
-    p.add_argument("--profile", default="cpu", help="smoke | cpu | paper (training length; default cpu)")
-    p.add_argument("--data-root", default=None, help="a CLEVR-Change root with scene_descriptions.json "
-                                                     "(default: the profile's synthetic data, generated if absent)")
-    p.add_argument("--runs-dir", default=None, help="run cache (default runs/)")
-    p.add_argument("--out", default=None, help="also copy the checkpoint here")
-    args = p.parse_args(argv)
-    try:
-        s = setup(args.profile, args.data_root, runs_dir=args.runs_dir,
-                  clip_model=load_config("clip_standin", args.profile)["model"], pretrained=None)
-        info = clip_weights(s)
-    except IdckitError as e:
-        print(f"error: {e}")
-        return 2
-    path = info["weights"]
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, args.out)
-        path = args.out
-    print(info["description"])
-    print(path)
-    return 0
+    s = setup(profile, data_root, runs_dir=runs_dir, clip_model=load_config("clip_standin", profile)["model"],
+              pretrained=None, progress=progress)
+    info = clip_weights(s, progress=progress)
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(info["weights"], out)
+        info = {**info, "weights": str(out)}
+    return info
 
 
 __all__ = ["VARIANTS", "MODEL", "STANDIN_LABEL", "Setup", "setup", "clip_weights", "adapt", "run_variant", "runs",
            "layer_splits", "rows", "per_type_rows", "retrieval_rows", "ordering_notes", "provenance",
-           "pretrain_main"]
+           "pretrain_clip"]

@@ -14,10 +14,10 @@ probably offline, so pass a local checkpoint file, or run ``idckit pretrain-clip
 
 The kit's stand-in architectures live as open_clip JSON configs in ``clip_configs/`` and are registered with
 ``open_clip.add_model_config`` when this module is imported (idempotent: a config already known to open_clip is not
-added twice). ``idckit-standin-ViT-S-16``: ViT of width 256, 6 layers, 4 heads, patch 16 at 160 px (10x10 patches,
-so n+1 = 101 tokens per image), a 4-layer width-256 causal text tower over CLIP's BPE vocabulary (49,408) with
-context length 32 (the public code's ``max_words``), joint embedding width 256; 20.9M parameters, 12.6M of them the
-token embedding. Its contrastive pre-training is a separate step (``idckit pretrain-clip``); this module only gives
+added twice). ``idckit-standin-ViT-T-16``: ViT of width 128, 6 layers, head width 32, patch 16 at 112 px (7x7
+patches as in the paper's ViT-B/32 at 224 px, so n+1 = 50 tokens per image), a 3-layer width-128 causal text tower
+over CLIP's BPE vocabulary (49,408) with context length 32 (the public code's ``max_words``), joint embedding width
+128. Its contrastive pre-training is a separate step (``idckit pretrain-clip``); this module only gives
 the architecture and the save/load path, which is the same ``pretrained=<file>`` path as any other checkpoint.
 
 Preprocessing deviation from open_clip's default (shortest-side resize + centre crop): images are resized to the
@@ -36,7 +36,7 @@ from idckit.errors import ConfigError, WeightsUnavailableError
 from idckit.fileio import atomic_path
 
 CONFIG_DIR = Path(__file__).parent / "clip_configs"
-STANDIN_CLIP = "idckit-standin-ViT-S-16"
+STANDIN_CLIP = "idckit-standin-ViT-T-16"
 PAPER_CLIP = ("ViT-B-32", "openai")
 
 _OFFLINE_FIX = ("this machine may be offline (no model hub); pass a local open_clip checkpoint file as "
