@@ -68,6 +68,20 @@ ax = sns.lineplot(data=curve, x="minutes", y="CIDEr-D", hue="seed", marker="o")
 ax.set_title("val CIDEr-D (x100) against minutes of fine-tuning")
 curve[["seed", "step", "minutes", "CIDEr-D"] + [c for c in ("judge_accuracy",) if c in curve]].round(3)
 
+# %% [markdown]
+# ## Does the model look at the images?
+# Distinct test captions per run. A run that writes one sentence for every pair is scored on that sentence alone
+# (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
+
+# %%
+from idckit.experiments.runs import diversity_notes, output_diversity
+
+diversity = output_diversity(setup.runs_dir, results)
+collapse_notes = diversity_notes(diversity)
+for n in collapse_notes:
+    print(n)
+pd.DataFrame(diversity)
+
 # %%
 mean = next(r for r in rows if r["seed"] == "mean") if len(results) > 1 else rows[0]
 path = write_report(
@@ -76,5 +90,5 @@ path = write_report(
     headline={"label": "IDC-PCL CIDEr-D, test total", "kit": round(mean["metrics"]["CIDEr-D"], 2),
               "paper": 128.9},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
-           f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."])
+           f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."] + collapse_notes)
 print("report written to", path)

@@ -89,11 +89,25 @@ print("judge accuracy of the trained rows:", {r["label"]: r["judge_accuracy"] fo
 notes.append(f"A linear probe on per-region feature distances separates changes from distractors at "
              f"{100 * probe['test_accuracy']:.1f} % on test (chance {100 * probe['chance']:.0f} %).")
 
+# %% [markdown]
+# ## Does the model look at the images?
+# Distinct test captions per run. A run that writes one sentence for every pair is scored on that sentence alone
+# (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
+
+# %%
+from idckit.experiments.runs import diversity_notes, output_diversity
+
+diversity = output_diversity(setup.runs_dir, results)
+collapse_notes = diversity_notes(diversity)
+for n in collapse_notes:
+    print(n)
+pd.DataFrame(diversity)
+
 # %%
 full = next(r for r in rows if r["variant"] == order[3] and r["seed"] != "mean")
 path = write_report(
     report_dir, "table4_ablation", "idcpcl.table4", rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "full model CIDEr-D, test total", "kit": round(full["metrics"]["CIDEr-D"], 2), "paper": 128.9},
-    notes=notes + ["Synthetic-data numbers are not comparable with the paper's real-data numbers."])
+    notes=notes + collapse_notes + ["Synthetic-data numbers are not comparable with the paper's real-data numbers."])
 print("report written to", path)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from idckit import paths
 from idckit.errors import ConfigError
@@ -61,3 +62,33 @@ def open_run(runs_dir: str | Path | None, kind: str, config: Mapping[str, Any]) 
     if not cfg_path.is_file():
         write_json(cfg_path, run.config, indent=1, sort_keys=True)
     return run
+
+
+def output_diversity(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per finished captioning run: how many distinct captions it wrote for its test pairs.
+
+    A short run can collapse to one caption for every pair; its scores then measure which sentence it settled on,
+    not what it saw, and a table should say so beside the number."""
+    out = []
+    for r in results:
+        path = Path(runs_dir) / r["run"] / "test" / "total_results.json"
+        if not path.is_file():
+            continue
+        captions = [x["caption"] for x in json.loads(path.read_text())]
+        top = Counter(captions).most_common(1)[0] if captions else ("", 0)
+        out.append({"run": r["run"], "label": r.get("label", r["run"]), "seed": r.get("seed"),
+                    "pairs": len(captions), "distinct": len(set(captions)), "top_caption": top[0],
+                    "top_share": top[1] / max(len(captions), 1)})
+    return out
+
+
+def diversity_notes(diversity: Sequence[Mapping[str, Any]], *, collapsed_share: float = 0.9) -> list[str]:
+    """Report sentences for runs whose test output collapsed (one caption for >= ``collapsed_share`` of pairs)."""
+    notes = []
+    for d in diversity:
+        if d["top_share"] >= collapsed_share:
+            seed = f", seed {d['seed']}" if d.get("seed") is not None else ""
+            notes.append(f"COLLAPSED: {d['label']}{seed} wrote \"{d['top_caption']}\" for "
+                         f"{100 * d['top_share']:.0f} % of the {d['pairs']} test pairs ({d['distinct']} distinct "
+                         "captions); its scores reflect that one sentence, not the images.")
+    return notes
