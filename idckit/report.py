@@ -98,7 +98,8 @@ def write_report(report_dir: str | Path, notebook: str, table: str, rows: Sequen
     """Validate and atomically write ``<report_dir>/<notebook>.json``; returns the path.
 
     ``headline`` = ``{"label": "CIDEr-D (test, total)", "kit": 97.3, "paper": 128.9}`` is what the index page
-    shows for this report (``paper`` None where the paper has no such number).
+    shows for this report (``paper`` None where the paper has no such number; ``kit`` None where the run cannot
+    decide it, e.g. a best split when every split ties; the label should then say why).
     """
     prov = provenance.to_dict() if isinstance(provenance, Provenance) else dict(provenance)
     missing = [k for k in PROVENANCE_KEYS if k not in prov]
@@ -113,7 +114,7 @@ def write_report(report_dir: str | Path, notebook: str, table: str, rows: Sequen
     paper = paper_table(table)["rows"] if table in _paper() else []
     if title is None:
         title = paper_table(table)["title"] if table in _paper() else table
-    if headline is not None:
+    if headline is not None and headline.get("kit") is not None:
         _check_finite([{"metrics": {"headline": headline["kit"]}}], f"report {notebook} headline")
     doc = {"notebook": notebook, "table": table, "title": title, "scale": "x100", "rows": rows, "paper": paper,
            "headline": dict(headline) if headline else {}, "provenance": prov, "notes": list(notes),

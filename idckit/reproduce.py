@@ -162,12 +162,15 @@ def write_index(report_dir: str | Path) -> Path:
             "backbone": html.escape(str(prov.get("backbone", ""))),
             "seeds": html.escape(", ".join(map(str, prov.get("seeds", [])))),
             "wall": f'{prov.get("notebook_wall_seconds", prov.get("wall_seconds", 0)) / 60:.1f} min',
+            # a cached re-render takes seconds; this is the training behind the numbers, done once
+            "training": (f'{prov["train_seconds"] / 60:.1f} min' if isinstance(prov.get("train_seconds"), (int, float))
+                         else "–"),
             "commit": html.escape(str(prov.get("commit", ""))),
             "status": ('<span class="stale">stale: last run failed</span>' if st in ("stale", "failed")
                        else "ok"),
         })
     cols = ["report", "paper table", "headline", "idckit", "paper", "profile", "data", "backbone", "seeds",
-            "wall", "commit", "status"]
+            "wall", "training", "commit", "status"]
     head_html = "".join(f"<th>{c}</th>" for c in cols)
     body = "\n".join("<tr>" + "".join(f"<td>{r[c]}</td>" for c in cols) + "</tr>" for r in rows)
     page = f"""<!doctype html>

@@ -97,6 +97,20 @@ pd.DataFrame([{"seed": r["seed"], "captioning (incl. val decoding)": r["caption_
                "test decoding": r["test_decode_seconds"], "adaptation (shared)": r["adapt_seconds"],
                "stand-in CLIP (shared)": r["clip_pretrain_seconds"]} for r in results])
 
+# %% [markdown]
+# ## Does the model look at the images?
+# Distinct test captions per run. A run that writes one sentence for every pair is scored on that sentence alone
+# (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
+
+# %%
+from idckit.experiments.runs import diversity_notes, output_diversity
+
+diversity = output_diversity(setup.runs_dir, results)
+collapse_notes = diversity_notes(diversity)
+for n in collapse_notes:
+    print(n)
+pd.DataFrame(diversity)
+
 # %%
 path = write_report(
     report_dir, "clip4idc_table1_clevr_change", "clip4idc.table1", rows,
@@ -104,5 +118,5 @@ path = write_report(
     headline={"label": "CLIP4IDC CIDEr-D, test total (mean over seeds)", "kit": round(mean["metrics"]["CIDEr-D"], 2),
               "paper": 150.7},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {results[0]['clip']}.", summary])
+           f"CLIP: {results[0]['clip']}.", summary, *collapse_notes])
 print("report written to", path)

@@ -71,6 +71,20 @@ notes = clip4idc.ordering_notes(kit, paper_cider)
 for n in notes:
     print(n)
 
+# %% [markdown]
+# ## Does the model look at the images?
+# Distinct test captions per run. A run that writes one sentence for every pair is scored on that sentence alone
+# (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
+
+# %%
+from idckit.experiments.runs import diversity_notes, output_diversity
+
+diversity = output_diversity(setup.runs_dir, results)
+collapse_notes = diversity_notes(diversity)
+for n in collapse_notes:
+    print(n)
+pd.DataFrame(diversity)
+
 # %%
 path = write_report(
     report_dir, "clip4idc_table5_ablation", "clip4idc.table5", rows,
@@ -78,5 +92,5 @@ path = write_report(
     headline={"label": "CLIP4IDC minus CLIP-FT, CIDEr-D", "kit": round(kit["CLIP4IDC"] - kit["CLIP-FT"], 2),
               "paper": round(paper_cider["CLIP4IDC"] - paper_cider["CLIP-FT"], 2)},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {results[0]['clip']}.", *notes])
+           f"CLIP: {results[0]['clip']}.", *notes, *collapse_notes])
 print("report written to", path)

@@ -87,15 +87,33 @@ curve += [{"N_intra / depth": r["n_intra"] / 12, "source": "paper (real data)", 
 grid = sns.relplot(data=pd.DataFrame(curve), x="N_intra / depth", y="value", hue="source", col="metric",
                    kind="line", marker="o", facet_kws={"sharey": False}, height=3.2)
 
+# %% [markdown]
+# ## Does the captioner look at the images?
+# Distinct test captions per split's run; a run that writes one sentence for every pair is scored on that sentence.
+
+# %%
+from idckit.experiments.runs import diversity_notes, output_diversity
+
+diversity = output_diversity(setup.runs_dir, [{**c, "label": f"split {sp['label']}"} for sp, c in zip(splits, captioned)])
+collapse_notes = diversity_notes(diversity)
+for n in collapse_notes:
+    print(n)
+pd.DataFrame(diversity)
+
 # %%
 best = max(rows, key=lambda r: r["metrics"]["CIDEr-D"])
+# when every split's captioner scores the same (e.g. all wrote one sentence), no split is best
+tied = len({round(r["metrics"]["CIDEr-D"], 6) for r in rows}) == 1
+if tied:
+    collapse_notes.append("Every split scores the same test CIDEr-D, so the best split is undetermined "
+                          "(the headline is left empty).")
 no_inter = next(r for r in rows if r["n_intra"] == setup.depth)
 path = write_report(
     report_dir, "clip4idc_table7_layer_split", "clip4idc.table7", rows,
     clip4idc.provenance(setup, captioned, [seed], time.time() - t0,
                         selection="val (text->pair R@1 for adaptation, CIDEr-D for captioning)"),
-    headline={"label": "best split by test CIDEr-D, as N_intra / depth", "kit": round(best["n_intra"] / setup.depth, 3),
-              "paper": 0.75},
+    headline={"label": "best split by test CIDEr-D, as N_intra / depth" + (" (undetermined: all tie)" if tied else ""),
+              "kit": None if tied else round(best["n_intra"] / setup.depth, 3), "paper": 0.75},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {adapted[0]['clip']}.",
            f"The kit's ViT has {setup.depth} layers, the paper's ViT-B/32 12: the kit's split k/{setup.depth}-k sits "
@@ -103,5 +121,5 @@ path = write_report(
                f"{sp['label']} = paper {sp['paper_split'] or 'none'}" for sp in splits) + ").",
            f"Without inter layers ({no_inter['variant']}) text->pair R@1 is {no_inter['metrics']['t2p_R@1']:.1f} "
            f"(paper 1.1 at 12/0): the pair vector then cannot see the change.",
-           "Captioning here keeps the adapted encoder frozen (paper table 7)."])
+           "Captioning here keeps the adapted encoder frozen (paper table 7).", *collapse_notes])
 print("report written to", path)

@@ -38,6 +38,49 @@ def _finite_metrics(doc):
             assert isinstance(v, (int, float)) and math.isfinite(v), (doc["notebook"], row, k)
 
 
+CAPTION = {"Bleu_4", "ROUGE_L", "CIDEr-D"}
+RETRIEVAL = {"t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10"}
+TYPES = {"color", "material", "add", "drop", "move", "distractor"}
+#: per notebook: the (model, variant) rows it must record and the metric keys every such row has
+EXPECTED = {
+    "table2_clevr_change": ({("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)")}, CAPTION),
+    "table3_change_types": ({("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)")}, {"distractor"}),
+    "table4_ablation": ({("IDC-PCL (idckit)", v) for v in ("w/o pre-training", "MLM", "MLM + MVCL",
+                                                           "MLM + MVCL + FDA (full)",
+                                                           "full w/o image difference encoder",
+                                                           "full w/o distractor judging")}, CAPTION),
+    "clip4idc_table1_clevr_change": ({("CLIP4IDC (idckit)", "CLIP4IDC"), ("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)")},
+                                     CAPTION),
+    "clip4idc_table2_change_types": ({("CLIP4IDC (idckit)", "CLIP4IDC")}, {"distractor"}),
+    "clip4idc_table5_ablation": ({("CLIP4IDC (idckit)", v) for v in ("CLIP-FT", "CLIP4IDC w/o adaptation", "CLIP4IDC")},
+                                 CAPTION),
+    "clip4idc_table6_retrieval": ({("CLIP4IDC (idckit)", "adapted (4/2)"),
+                                   ("CLIP4IDC (idckit)", "plain CLIP (mean of the two image embeddings)")}, RETRIEVAL),
+    # the stand-in ViT has 6 layers: splits 3/3 .. 6/0
+    "clip4idc_table7_layer_split": ({("CLIP4IDC (idckit)", f"{k}/{6 - k}") for k in range(3, 7)},
+                                    RETRIEVAL | CAPTION),
+}
+
+
+def _expected_rows(doc):
+    """The rows each table must have, with metrics in their ranges (x100 scale; ranks >= 1)."""
+    if doc["notebook"] not in EXPECTED:
+        return
+    want, keys = EXPECTED[doc["notebook"]]
+    got = {(r["model"], r["variant"]): r for r in doc["rows"]}
+    assert want <= set(got), (doc["notebook"], sorted(want - set(got)))
+    for key in want:
+        m = got[key]["metrics"]
+        assert keys <= set(m), (doc["notebook"], key, sorted(keys - set(m)))
+        for k in keys:
+            if "MdR" in k or "MnR" in k:
+                assert m[k] >= 1, (key, k, m[k])
+            elif k in TYPES or k.startswith("CIDEr"):
+                assert 0 <= m[k] <= 1000, (key, k, m[k])
+            else:
+                assert 0 <= m[k] <= 100, (key, k, m[k])
+
+
 @pytest.mark.slow
 @pytest.mark.java
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -50,6 +93,7 @@ def test_notebook_runs_at_smoke_profile(nb, smoke_env):
     assert doc["notebook"] == nb.stem and doc["rows"]
     assert doc["provenance"]["profile"] == "smoke" and doc["provenance"]["data"].startswith("synthetic")
     _finite_metrics(doc)
+    _expected_rows(doc)
     assert (reports / f"{nb.stem}.html").stat().st_size > 10_000  # tables and plots were rendered
 
 

@@ -49,7 +49,12 @@ def test_write_report_schema_and_validation(tmp_path):
         write_report(tmp_path, "x", "idcpcl.table2", [{**rows[0], "metrics": {"CIDEr-D": math.nan}}], _prov())
     with pytest.raises(ValueError, match="lacks 'split'"):
         write_report(tmp_path, "x", "idcpcl.table2", [{"model": "m", "variant": "v", "metrics": {}}], _prov())
+    with pytest.raises(ValueError, match="headline"):
+        write_report(tmp_path, "x", "idcpcl.table2", rows, _prov(), headline={"label": "C", "kit": math.inf})
     assert not (tmp_path / "x.json").exists()  # nothing half-written
+    undecided = write_report(tmp_path, "y", "idcpcl.table2", rows, _prov(),
+                             headline={"label": "best split (undetermined: all tie)", "kit": None})
+    assert read_report(undecided)["headline"]["kit"] is None
 
 
 def test_side_by_side_keeps_sources_apart():

@@ -55,9 +55,10 @@ def test_index_lists_every_report(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps({
             "notebook": name, "table": "t", "title": f"Table {name}", "headline": {"label": "C", "kit": kit},
             "provenance": {"profile": "cpu", "data": "synthetic: x", "seeds": [0, 1], "wall_seconds": 120,
-                           "commit": "abc"}}))
+                           "commit": "abc", **({"train_seconds": 1530} if name == "a" else {})}}))
     page = write_index(tmp_path).read_text()
     assert page.count("<tr>") == 3 and "Table a" in page and "2.5" in page and "0, 1" in page and "2.0 min" in page
+    assert "<th>training</th>" in page and "25.5 min" in page        # the cached runs' training, not the render
 
 
 def test_html_hides_code_and_stderr_but_keeps_errors_and_sets_the_title(tmp_path):

@@ -476,6 +476,11 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
     from idckit.report import Provenance
 
     clip = clip_weights(s, progress=False)
+    # wall_seconds is this notebook's; the training behind it happened once, in the cached runs
+    adapt_runs = {r["adapt"]["run"]: r["adapt_seconds"] for r in results if r.get("adapt")}
+    adapt_runs.update({r["run"]: r["wall_seconds"] for r in results if "test_plain_clip" in r})
+    train_seconds = (sum(r.get("caption_seconds", 0.0) for r in results) + sum(adapt_runs.values())
+                     + clip.get("wall_seconds", 0.0))
     weights = clip["description"] if clip["run"] else f"{clip['weights']} (not the stand-in)"
     return Provenance(profile=s.profile, data=s.data.description, data_version=s.data.version,
                       backbone=f"CLIP {clip['name']} on pixels ({s.image_size} px, {s.depth} layers)",
@@ -483,6 +488,7 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
                       selection_split=selection,
                       extra={"clip": STANDIN_LABEL if clip["run"] else f"OpenAI/open_clip weights: {clip['weights']}",
                              "clip_run": clip["run"], "runs": [r["run"] for r in results],
+                             "train_seconds": round(train_seconds, 1),
                              "caption_model": s.config["caption"]["captioner"],
                              "visual_encoder_in_captioning": "frozen (pair tokens computed once)"
                              if s.config["caption"]["visual_lr_scale"] == 0 else
