@@ -1,0 +1,142 @@
+"""How far do more training minutes move the cpu-profile captioners? Val CIDEr-D against minutes of training.
+
+Issue 3 asks for CIDEr-D >= 100 on SynthCLEVR-Change, or, where the cpu budget cannot reach it, a curve of
+CIDEr-D against training minutes that shows what does. This script trains ONE captioner of the cpu profile for
+longer than the table notebooks do (same data, same model, same cached pre-training / stand-in CLIP; only the
+step budget, the lr decay points and the eval interval change), records val CIDEr-D at every evaluation, decodes
+test at the val-selected step and counts distinct test captions (a collapsed run writes one sentence for all).
+
+    .venv/bin/python scripts/budget_curve.py pcl --steps 1800 --threads 1
+    .venv/bin/python scripts/budget_curve.py clip4idc --steps 3000 --threads 1
+    .venv/bin/python scripts/budget_curve.py --plot          # docs/img/budget_curve.png from the JSONs
+
+Each run writes ``reports/budget_curve_<model>.json`` (overrides, history, test metrics, diversity, wall time,
+commit); ``--plot`` draws every such JSON into one figure. The runs are cached like every other run, so a
+re-run with the same arguments only re-reads them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _overrides(model: str, steps: int, eval_every: int, minutes: float | None) -> dict:
+    train = {"max_steps": steps, "eval_every": eval_every}
+    if minutes:
+        train["max_minutes"] = minutes
+    if model == "pcl":
+        # the cpu profile halves the lr once, at step 150 of 300; keep that shape over the longer run
+        train["decay_every"] = max(1, steps // 2)
+        return {"finetune": {"train": train}}
+    return {"caption": {"train": train}}
+
+
+def run(model: str, steps: int, eval_every: int, minutes: float | None, threads: int, seed: int, *,
+        profile: str = "cpu", out_dir: Path = ROOT / "reports", data_root: Path | None = None,
+        runs_dir: Path | None = None) -> dict:
+    import torch
+
+    from idckit.experiments.runs import output_diversity
+    from idckit.report import git_commit
+
+    torch.set_num_threads(threads)
+    overrides = _overrides(model, steps, eval_every, minutes)
+    t0 = time.time()
+    if model == "pcl":
+        from idckit.experiments import pcl
+        s = pcl.setup(profile, data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
+        r = pcl.run_variant("full", setup_=s, seed=seed, progress=True)
+        train_seconds = r.get("finetune_seconds", 0.0)
+        label = "IDC-PCL (full, cpu model)"
+    else:
+        from idckit.experiments import clip4idc
+        s = clip4idc.setup(profile, data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
+        r = clip4idc.run_variant(s, "clip4idc", seed)
+        train_seconds = r.get("caption_seconds", 0.0)
+        label = "CLIP4IDC (cpu captioner, stand-in CLIP)"
+    diversity = output_diversity(s.runs_dir, [r])[0]
+    out = {"model": model, "label": label, "profile": profile, "data": "SynthCLEVR-Change (synthetic)",
+           "overrides": overrides, "threads": threads, "seed": seed, "run": r["run"],
+           "best_step": r.get("best_step"), "history": r.get("history", []),
+           "test_total": r["test"]["total"], "test_semantic": r["test"].get("semantic"),
+           "distinct_test_captions": diversity, "train_seconds": train_seconds,
+           "wall_seconds": round(time.time() - t0, 1), "commit": git_commit()}
+    path = Path(out_dir) / f"budget_curve_{model}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    print(f"{label}: best val step {out['best_step']}, test CIDEr-D {100 * out['test_total']['CIDEr-D']:.1f}, "
+          f"{diversity['distinct']} distinct captions for {diversity['pairs']} test pairs; wrote {path}")
+    return out
+
+
+def _constant_caption_baseline(reports: Path) -> float | None:
+    path = reports / "00_walkthrough.json"
+    if not path.is_file():
+        return None
+    rows = json.loads(path.read_text())["rows"]
+    return next((r["metrics"]["CIDEr-D"] for r in rows
+                 if r["model"] == "most frequent caption" and r["variant"] == "total"), None)
+
+
+def plot(out: Path, reports: Path = ROOT / "reports") -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import pandas as pd
+    import seaborn as sns
+
+    rows = []
+    for path in sorted(Path(reports).glob("budget_curve_*.json")):
+        d = json.loads(path.read_text())
+        for h in d["history"]:
+            rows.append({"model": d["label"], "minutes": h["minutes"], "val CIDEr-D (x100)": 100 * h["CIDEr-D"]})
+    if not rows:
+        sys.exit("no reports/budget_curve_*.json yet: run a model first")
+    df = pd.DataFrame(rows)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    sns.lineplot(data=df, x="minutes", y="val CIDEr-D (x100)", hue="model", marker="o", ax=ax)
+    baseline = _constant_caption_baseline(Path(reports))
+    if baseline is not None:     # the walkthrough's measured text-only baseline, for scale
+        ax.axhline(baseline, ls="--", c="grey", lw=1)
+        ax.text(0, baseline + 1.5, f"most frequent caption, no image (walkthrough, test): {baseline:.1f}",
+                fontsize=8, color="grey")
+    profiles = sorted({json.loads(p.read_text())["profile"] for p in Path(reports).glob("budget_curve_*.json")})
+    ax.set_title(f"SynthCLEVR-Change (synthetic), {'/'.join(profiles)} profile: val CIDEr-D against training minutes",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model", nargs="?", choices=("pcl", "clip4idc"))
+    p.add_argument("--steps", type=int, default=1800)
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--minutes", type=float, default=None, help="wall budget; the run stops at the next step")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", default="cpu", help="smoke for a test of the script itself")
+    p.add_argument("--data-root", type=Path, default=None, help="default: the profile's synthetic data")
+    p.add_argument("--runs-dir", type=Path, default=None, help="default: runs/")
+    p.add_argument("--out-dir", type=Path, default=ROOT / "reports", help="where the JSONs go (and --plot reads)")
+    p.add_argument("--plot", action="store_true")
+    a = p.parse_args(argv)
+    if a.model:
+        run(a.model, a.steps, a.eval_every, a.minutes, a.threads, a.seed, profile=a.profile, out_dir=a.out_dir,
+            data_root=a.data_root, runs_dir=a.runs_dir)
+    if a.plot:
+        plot(ROOT / "docs" / "img" / "budget_curve.png" if a.out_dir == ROOT / "reports"
+             else a.out_dir / "budget_curve.png", a.out_dir)
+    if not a.model and not a.plot:
+        p.error("give a model to train, --plot, or both")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""scripts/budget_curve.py at smoke size: the overrides it trains with, the history it records, the plot."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "budget_curve.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("budget_curve", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_overrides_keep_the_cpu_schedule_shape():
+    bc = _load()
+    assert bc._overrides("pcl", 1800, 200, None) == {
+        "finetune": {"train": {"max_steps": 1800, "eval_every": 200, "decay_every": 900}}}
+    assert bc._overrides("clip4idc", 3000, 250, 40.0) == {
+        "caption": {"train": {"max_steps": 3000, "eval_every": 250, "max_minutes": 40.0}}}
+
+
+def test_pcl_curve_at_smoke_size(tmp_path):
+    from idckit.data.synth.clevr_change import generate
+
+    bc = _load()
+    root = tmp_path / "synth"
+    generate(root, n_pairs=24, seed=1, size=(96, 64), workers=1, progress=False)
+    out = tmp_path / "out"
+    bc.main(["pcl", "--profile", "smoke", "--steps", "4", "--eval-every", "2", "--data-root", str(root),
+             "--runs-dir", str(tmp_path / "runs"), "--out-dir", str(out), "--plot"])
+    d = json.loads((out / "budget_curve_pcl.json").read_text())
+    assert d["profile"] == "smoke" and d["overrides"]["finetune"]["train"]["max_steps"] == 4
+    assert [h["step"] for h in d["history"]] == [2, 4]
+    assert all(math.isfinite(h["CIDEr-D"]) and h["minutes"] >= 0 for h in d["history"])
+    assert d["best_step"] in (2, 4)
+    assert 1 <= d["distinct_test_captions"]["distinct"] <= d["distinct_test_captions"]["pairs"]
+    assert (out / "budget_curve.png").stat().st_size > 10_000
+
+
+def test_plot_without_results_says_what_to_run(tmp_path):
+    bc = _load()
+    with pytest.raises(SystemExit, match="run a model first"):
+        bc.plot(tmp_path / "x.png", tmp_path)
