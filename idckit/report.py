@@ -50,18 +50,28 @@ def to_paper_scale(metrics: Mapping[str, float]) -> dict[str, float]:
     return {k: (100.0 * v if k in CAPTION_METRICS else v) for k, v in metrics.items()}
 
 
-@lru_cache(maxsize=1)
-def git_commit() -> str:
-    """The commit the code ran at, with ``+dirty`` when the work tree differs from it."""
-    root = Path(__file__).resolve().parents[1]
+#: what ``make reproduce`` itself writes: a change there does not make the code that produced a report dirty
+GENERATED = ("reports", "README.md", "docs/img/index.png")
+
+
+def commit_of(root: Path) -> str:
+    """The commit checked out at ``root``, with ``+dirty`` when a tracked file other than the generated outputs
+    differs from it (reproduce rewrites reports/ and the README's results table while it runs)."""
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=root, capture_output=True,
                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){g}" for g in GENERATED)],
+                               cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (sha or "unknown") + ("+dirty" if dirty else "")
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str:
+    """The commit the kit's code ran at (see :func:`commit_of`)."""
+    return commit_of(Path(__file__).resolve().parents[1])
 
 
 @dataclass

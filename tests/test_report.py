@@ -63,3 +63,26 @@ def test_side_by_side_keeps_sources_apart():
     assert set(df["source"]) == {"paper (real data)", "idckit (this run)"}
     kit = df[df["source"] == "idckit (this run)"]
     assert kit["CIDEr-D"].tolist() == [97.5] and math.isnan(kit["METEOR"].iloc[0])
+
+
+def test_commit_is_dirty_only_for_code_not_for_generated_reports(tmp_path):
+    import subprocess
+
+    from idckit.report import commit_of
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "reports").mkdir()
+    for name in ("README.md", "reports/index.html", "idckit.py"):
+        (tmp_path / name).write_text("v1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    clean = commit_of(tmp_path)
+    assert len(clean) == 10 and not clean.endswith("+dirty")
+    (tmp_path / "README.md").write_text("results table regenerated\n")
+    (tmp_path / "reports" / "index.html").write_text("v2\n")
+    assert commit_of(tmp_path) == clean            # reproduce's own outputs
+    (tmp_path / "idckit.py").write_text("v2\n")
+    assert commit_of(tmp_path) == clean + "+dirty"  # the code that made the numbers
