@@ -99,6 +99,10 @@ from idckit.experiments.runs import diversity_notes, output_diversity
 
 diversity = output_diversity(setup.runs_dir, results)
 collapse_notes = diversity_notes(diversity)
+if collapse_notes:
+    collapse_notes.insert(0, f"{len(collapse_notes)} of {len(diversity)} rows are COLLAPSED (below): an 'agrees' or "
+                             "'DIFFERS' above that involves one of them says which sentence a run settled on, not "
+                             "whether the method works.")
 for n in collapse_notes:
     print(n)
 pd.DataFrame(diversity)
