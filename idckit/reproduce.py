@@ -152,7 +152,9 @@ def write_index(report_dir: str | Path) -> Path:
         head = doc.get("headline", {})
         st = status.get(doc["notebook"], {}).get("status", "ok")
         rows.append({
-            "report": f'<a href="{html.escape(doc["notebook"])}.html">{html.escape(doc["notebook"])}</a>',
+            # <wbr>: long notebook names may break at their underscores instead of widening the table
+            "report": (f'<a href="{html.escape(doc["notebook"])}.html">'
+                       f'{html.escape(doc["notebook"]).replace("_", "_<wbr>")}</a>'),
             "paper table": html.escape(doc.get("title") or doc.get("table", "")),
             "headline": html.escape(head.get("label", "")),
             "idckit": _fmt(head.get("kit")),
@@ -171,6 +173,12 @@ def write_index(report_dir: str | Path) -> Path:
         })
     cols = ["report", "paper table", "headline", "idckit", "paper", "profile", "data", "backbone", "seeds",
             "wall", "training", "commit", "status"]
+    # one long data description repeated on every row pushed the commit and status off a laptop screen
+    shared_data = {r["data"] for r in rows}
+    data_line = ""
+    if len(shared_data) == 1 and rows:
+        cols.remove("data")
+        data_line = f'<p class="note"><b>data</b> (every row): {shared_data.pop()}</p>'
     head_html = "".join(f"<th>{c}</th>" for c in cols)
     body = "\n".join("<tr>" + "".join(f"<td>{r[c]}</td>" for c in cols) + "</tr>" for r in rows)
     page = f"""<!doctype html>
@@ -186,7 +194,8 @@ def write_index(report_dir: str | Path) -> Path:
 <p class="note">Each row links to a notebook report. <b>idckit</b> is the kit's own measurement; <b>paper</b> is
 the published number on the real dataset, shown beside it and never mixed in. Rows whose data says
 <i>synthetic</i> ran on SynthCLEVR-Change (synthetic scenes in the real CLEVR-Change format): they show the
-pipeline and the methods' ranking, not a real-data reproduction.</p>
+pipeline end to end, not a real-data reproduction.</p>
+{data_line}
 <table><thead><tr>{head_html}</tr></thead><tbody>
 {body}
 </tbody></table>

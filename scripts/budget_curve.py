@@ -10,9 +10,9 @@ test at the val-selected step and counts distinct test captions (a collapsed run
     .venv/bin/python scripts/budget_curve.py clip4idc --steps 3000 --threads 1
     .venv/bin/python scripts/budget_curve.py --plot          # docs/img/budget_curve.png from the JSONs
 
-Each run writes ``reports/budget_curve_<model>.json`` (overrides, history, test metrics, diversity, wall time,
-commit); ``--plot`` draws every such JSON into one figure. The runs are cached like every other run, so a
-re-run with the same arguments only re-reads them.
+Each run writes ``reports/budget_curve/budget_curve_<model>.json`` (overrides, history, test metrics,
+diversity, wall time, commit); ``--plot`` draws every such JSON into one figure. The runs are cached like every
+other run, so a re-run with the same arguments only re-reads them.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _overrides(model: str, steps: int, eval_every: int, minutes: float | None) -
 
 
 def run(model: str, steps: int, eval_every: int, minutes: float | None, threads: int, seed: int, *,
-        profile: str = "cpu", out_dir: Path = ROOT / "reports", data_root: Path | None = None,
+        profile: str = "cpu", out_dir: Path = ROOT / "reports" / "budget_curve", data_root: Path | None = None,
         runs_dir: Path | None = None) -> dict:
     import torch
 
@@ -77,13 +77,15 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
 def _constant_caption_baseline(reports: Path) -> float | None:
     path = reports / "00_walkthrough.json"
     if not path.is_file():
+        path = reports.parent / "00_walkthrough.json"
+    if not path.is_file():
         return None
     rows = json.loads(path.read_text())["rows"]
     return next((r["metrics"]["CIDEr-D"] for r in rows
                  if r["model"] == "most frequent caption" and r["variant"] == "total"), None)
 
 
-def plot(out: Path, reports: Path = ROOT / "reports") -> None:
+def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve") -> None:
     import matplotlib
     matplotlib.use("Agg")
     import pandas as pd
@@ -95,7 +97,7 @@ def plot(out: Path, reports: Path = ROOT / "reports") -> None:
         for h in d["history"]:
             rows.append({"model": d["label"], "minutes": h["minutes"], "val CIDEr-D (x100)": 100 * h["CIDEr-D"]})
     if not rows:
-        sys.exit("no reports/budget_curve_*.json yet: run a model first")
+        sys.exit(f"no budget_curve_*.json in {reports} yet: run a model first")
     df = pd.DataFrame(rows)
     import matplotlib.pyplot as plt
 
@@ -125,14 +127,15 @@ def main(argv=None) -> None:
     p.add_argument("--profile", default="cpu", help="smoke for a test of the script itself")
     p.add_argument("--data-root", type=Path, default=None, help="default: the profile's synthetic data")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: runs/")
-    p.add_argument("--out-dir", type=Path, default=ROOT / "reports", help="where the JSONs go (and --plot reads)")
+    p.add_argument("--out-dir", type=Path, default=ROOT / "reports" / "budget_curve",
+                   help="where the JSONs go (and --plot reads)")
     p.add_argument("--plot", action="store_true")
     a = p.parse_args(argv)
     if a.model:
         run(a.model, a.steps, a.eval_every, a.minutes, a.threads, a.seed, profile=a.profile, out_dir=a.out_dir,
             data_root=a.data_root, runs_dir=a.runs_dir)
     if a.plot:
-        plot(ROOT / "docs" / "img" / "budget_curve.png" if a.out_dir == ROOT / "reports"
+        plot(ROOT / "docs" / "img" / "budget_curve.png" if a.out_dir == ROOT / "reports" / "budget_curve"
              else a.out_dir / "budget_curve.png", a.out_dir)
     if not a.model and not a.plot:
         p.error("give a model to train, --plot, or both")

@@ -59,6 +59,16 @@ def test_index_lists_every_report(tmp_path):
     page = write_index(tmp_path).read_text()
     assert page.count("<tr>") == 3 and "Table a" in page and "2.5" in page and "0, 1" in page and "2.0 min" in page
     assert "<th>training</th>" in page and "25.5 min" in page        # the cached runs' training, not the render
+    assert "<th>data</th>" not in page and page.count("synthetic: x") == 1   # shared by every row: said once
+
+
+def test_index_keeps_a_data_column_when_rows_differ(tmp_path):
+    for name, data in (("a", "synthetic: x"), ("b", "real: /data/clevr")):
+        (tmp_path / f"{name}.json").write_text(json.dumps({
+            "notebook": name, "table": "t", "headline": {"label": "C", "kit": 1.0},
+            "provenance": {"profile": "cpu", "data": data, "seeds": [0], "wall_seconds": 60, "commit": "abc"}}))
+    page = write_index(tmp_path).read_text()
+    assert "<th>data</th>" in page and "<td>real: /data/clevr</td>" in page and "<td>synthetic: x</td>" in page
 
 
 def test_html_hides_code_and_stderr_but_keeps_errors_and_sets_the_title(tmp_path):
