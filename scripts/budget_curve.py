@@ -95,22 +95,31 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve") -> None:
     for path in sorted(Path(reports).glob("budget_curve_*.json")):
         d = json.loads(path.read_text())
         for h in d["history"]:
-            rows.append({"model": d["label"], "minutes": h["minutes"], "val CIDEr-D (x100)": 100 * h["CIDEr-D"]})
+            for subset, key in (("total", "CIDEr-D"), ("semantic pairs", "CIDEr-D_semantic")):
+                if key in h:
+                    rows.append({"model": d["label"], "minutes": h["minutes"], "val": subset,
+                                 "val CIDEr-D (x100)": 100 * h[key]})
     if not rows:
         sys.exit(f"no budget_curve_*.json in {reports} yet: run a model first")
-    df = pd.DataFrame(rows)
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    sns.lineplot(data=df, x="minutes", y="val CIDEr-D (x100)", hue="model", marker="o", ax=ax)
+    df = pd.DataFrame(rows)
+    subsets = list(dict.fromkeys(df["val"]))
+    fig, axes = plt.subplots(1, len(subsets), figsize=(6 * len(subsets), 4.5), squeeze=False)
     baseline = _constant_caption_baseline(Path(reports))
-    if baseline is not None:     # the walkthrough's measured text-only baseline, for scale
-        ax.axhline(baseline, ls="--", c="grey", lw=1)
-        ax.text(0, baseline + 1.5, f"most frequent caption, no image (walkthrough, test): {baseline:.1f}",
-                fontsize=8, color="grey")
+    for ax, subset in zip(axes[0], subsets):
+        sns.lineplot(data=df[df["val"] == subset], x="minutes", y="val CIDEr-D (x100)", hue="model", marker="o",
+                     ax=ax)
+        ax.set_title(f"val CIDEr-D, {subset}", fontsize=10)
+        if subset == "total" and baseline is not None:   # the walkthrough's measured text-only baseline, for scale
+            ax.axhline(baseline, ls="--", c="grey", lw=1)
+            ax.text(0.02, baseline - 1.5, f"most frequent caption, no image (test): {baseline:.1f}", fontsize=8,
+                    transform=ax.get_yaxis_transform(), va="top", color="grey")
+        ax.legend(loc="upper right" if subset == "total" else "upper left",
+                  bbox_to_anchor=(1, 0.9) if subset == "total" else (0, 1), fontsize=8)
     profiles = sorted({json.loads(p.read_text())["profile"] for p in Path(reports).glob("budget_curve_*.json")})
-    ax.set_title(f"SynthCLEVR-Change (synthetic), {'/'.join(profiles)} profile: val CIDEr-D against training minutes",
-                 fontsize=10)
+    fig.suptitle(f"SynthCLEVR-Change (synthetic), {'/'.join(profiles)} profile: CIDEr-D against training minutes",
+                 fontsize=11)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
