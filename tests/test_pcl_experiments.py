@@ -70,6 +70,8 @@ def test_runs_are_shared_and_cached(smoke):
     assert len(list(runs.glob("pcl-pretrain-*/metrics.json"))) == 1
     assert no_judge["judge_accuracy"] is None and 0 <= full["judge_accuracy"] <= 1
     assert set(full["test"]) >= {"total", "semantic", "distractor"}
+    # val curves carry each half too: the total alone hides a run that says "no change" to everything
+    assert full["history"] and all({"CIDEr-D_semantic", "CIDEr-D_distractor"} <= set(h) for h in full["history"])
     assert (runs / full["run"] / "test" / "sc_results.json").is_file()
     mtime = (runs / full["run"] / "metrics.json").stat().st_mtime
     again = pcl.run_variant("full", setup_=smoke, progress=False)           # cached: no training

@@ -254,6 +254,10 @@ class FinetuneTask(_PCLTask):
         scores = evaluate_pairs(s.references, preds["captions"], dict(zip(s.pair_ids, s.types)),
                                 meteor=False, scorer=self.scorer)
         out = {"CIDEr-D": scores["total"]["CIDEr-D"], "Bleu_4": scores["total"]["Bleu_4"]}
+        # the total rewards a constant "no change" caption on the distractor half; the halves show what it hides
+        for sub in ("semantic", "distractor"):
+            if sub in scores:
+                out[f"CIDEr-D_{sub}"] = scores[sub]["CIDEr-D"]
         if preds["judge_accuracy"] is not None:
             out["judge_accuracy"] = preds["judge_accuracy"]
         return out
