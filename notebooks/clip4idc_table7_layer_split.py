@@ -92,12 +92,9 @@ grid = sns.relplot(data=pd.DataFrame(curve), x="N_intra / depth", y="value", hue
 # Distinct test captions per split's run; a run that writes one sentence for every pair is scored on that sentence.
 
 # %%
-from idckit.experiments.runs import diversity_notes, output_diversity
+from idckit.experiments.runs import collapse_check
 
-diversity = output_diversity(setup.runs_dir, [{**c, "label": f"split {sp['label']}"} for sp, c in zip(splits, captioned)])
-collapse_notes = diversity_notes(diversity)
-for n in collapse_notes:
-    print(n)
+diversity, collapse_notes = collapse_check(setup.runs_dir, [{**c, "label": f"split {sp['label']}"} for sp, c in zip(splits, captioned)])
 pd.DataFrame(diversity)
 
 # %%

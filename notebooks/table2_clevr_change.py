@@ -74,12 +74,9 @@ curve[["seed", "step", "minutes", "CIDEr-D"] + [c for c in ("judge_accuracy",) i
 # (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
 
 # %%
-from idckit.experiments.runs import diversity_notes, output_diversity
+from idckit.experiments.runs import collapse_check
 
-diversity = output_diversity(setup.runs_dir, results)
-collapse_notes = diversity_notes(diversity)
-for n in collapse_notes:
-    print(n)
+diversity, collapse_notes = collapse_check(setup.runs_dir, results)
 pd.DataFrame(diversity)
 
 # %%

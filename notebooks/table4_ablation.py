@@ -95,16 +95,14 @@ notes.append(f"A linear probe on per-region feature distances separates changes 
 # (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
 
 # %%
-from idckit.experiments.runs import diversity_notes, output_diversity
+from idckit.experiments.runs import collapse_check
 
-diversity = output_diversity(setup.runs_dir, results)
-collapse_notes = diversity_notes(diversity)
+diversity, collapse_notes = collapse_check(setup.runs_dir, results)
 if collapse_notes:
     collapse_notes.insert(0, f"{len(collapse_notes)} of {len(diversity)} rows are COLLAPSED (below): an 'agrees' or "
                              "'DIFFERS' above that involves one of them says which sentence a run settled on, not "
                              "whether the method works.")
-for n in collapse_notes:
-    print(n)
+    print(collapse_notes[0])
 pd.DataFrame(diversity)
 
 # %%

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from idckit.eval.captions import write_results
-from idckit.experiments.runs import diversity_notes, output_diversity
+from idckit.experiments.runs import collapse_check, diversity_notes, output_diversity
 
 
 def test_output_diversity_counts_distinct_test_captions_and_flags_collapse(tmp_path):
@@ -17,3 +17,10 @@ def test_output_diversity_counts_distinct_test_captions_and_flags_collapse(tmp_p
     notes = diversity_notes(div)
     assert len(notes) == 1 and notes[0].startswith("COLLAPSED: A, seed 0") and "90 %" in notes[0]
     assert diversity_notes(div, collapsed_share=0.95) == []
+
+
+def test_collapse_check_prints_and_returns_the_notes(tmp_path, capsys):
+    write_results(tmp_path / "r" / "test", {f"{i:06d}.png": "no change" for i in range(4)})
+    diversity, notes = collapse_check(tmp_path, [{"run": "r", "label": "L", "seed": 0}])
+    assert diversity == output_diversity(tmp_path, [{"run": "r", "label": "L", "seed": 0}])
+    assert len(notes) == 1 and notes[0].startswith("COLLAPSED: L, seed 0") and notes[0] in capsys.readouterr().out

@@ -92,3 +92,14 @@ def diversity_notes(diversity: Sequence[Mapping[str, Any]], *, collapsed_share: 
                          f"{100 * d['top_share']:.0f} % of the {d['pairs']} test pairs ({d['distinct']} distinct "
                          "captions); its scores reflect that one sentence, not the images.")
     return notes
+
+
+def collapse_check(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]],
+                                                                                       list[str]]:
+    """What a table notebook shows under "Does the model look at the images?": the per-run diversity rows, and
+    the COLLAPSED notes (also printed) that go into its report."""
+    diversity = output_diversity(runs_dir, results)
+    notes = diversity_notes(diversity)
+    for n in notes:
+        print(n)
+    return diversity, notes
