@@ -20,8 +20,8 @@ def _fmt(v) -> str:
 
 def render_results(report_dir: str | Path) -> str:
     report_dir = Path(report_dir)
-    lines = ["| report | what | idckit | paper | data | profile | seeds | commit |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| report | what | idckit | paper | data | backbone | profile | seeds | commit |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for jp in sorted(report_dir.glob("*.json")):
         doc = json.loads(jp.read_text())
         if "notebook" not in doc:
@@ -29,10 +29,10 @@ def render_results(report_dir: str | Path) -> str:
         h, p = doc.get("headline", {}), doc.get("provenance", {})
         lines.append(
             f"| [{doc['notebook']}](reports/{doc['notebook']}.html) | {h.get('label', '')} | {_fmt(h.get('kit'))} "
-            f"| {_fmt(h.get('paper'))} | {p.get('data', '')} | {p.get('profile', '')} "
+            f"| {_fmt(h.get('paper'))} | {p.get('data', '')} | {p.get('backbone', '')} | {p.get('profile', '')} "
             f"| {', '.join(map(str, p.get('seeds', [])))} | {p.get('commit', '')} |")
     if len(lines) == 2:
-        lines.append("| (no reports yet: run `make reproduce`) | | | | | | | |")
+        lines.append("| (no reports yet: run `make reproduce`) | | | | | | | | |")
     return "\n".join(lines)
 
 

@@ -19,11 +19,11 @@ def test_update_rewrites_only_the_block(tmp_path):
     reports.mkdir()
     (reports / "t.json").write_text(json.dumps({
         "notebook": "t", "headline": {"label": "CIDEr-D", "kit": 97.25, "paper": 128.9},
-        "provenance": {"data": "synthetic: x", "profile": "cpu", "seeds": [0, 1, 2], "commit": "abc"}}))
+        "provenance": {"data": "synthetic: x", "backbone": "efficientnet_lite0", "profile": "cpu", "seeds": [0, 1, 2], "commit": "abc"}}))
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\n\n{START}\nold\n{END}\n\nmore text\n")
     assert update_readme(readme, reports) is True
     text = readme.read_text()
-    assert "| [t](reports/t.html) | CIDEr-D | 97.2 | 128.9 | synthetic: x | cpu | 0, 1, 2 | abc |" in text
+    assert "| [t](reports/t.html) | CIDEr-D | 97.2 | 128.9 | synthetic: x | efficientnet_lite0 | cpu | 0, 1, 2 | abc |" in text
     assert text.startswith("# title") and text.endswith("more text\n") and "old" not in text
     assert update_readme(readme, reports) is False
