@@ -9,10 +9,13 @@ test at the val-selected step and counts distinct test captions (a collapsed run
     .venv/bin/python scripts/budget_curve.py pcl --steps 1800 --threads 1
     .venv/bin/python scripts/budget_curve.py clip4idc --steps 3000 --threads 1
     .venv/bin/python scripts/budget_curve.py --plot          # docs/img/budget_curve.png from the JSONs
+    .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --train-fraction 0.25   # a data-size point
 
-Each run writes ``reports/budget_curve/budget_curve_<model>.json`` (overrides, history, test metrics,
-diversity, wall time, commit); ``--plot`` draws every such JSON into one figure. The runs are cached like every
-other run, so a re-run with the same arguments only re-reads them.
+Each run writes ``reports/budget_curve/budget_curve_<model>[_<data>_f<fraction>].json`` (overrides, history,
+test metrics, diversity, wall time, commit, training pairs); ``--plot`` draws every such JSON into one figure, one
+line per model and training-set size. ``--train-fraction`` (IDC-PCL only) keeps a seeded share of the training
+before-images, each with both its pairs; val and test stay whole, so the points of a data-size axis are scored on
+the same pairs. The runs are cached like every other run, so a re-run with the same arguments only re-reads them.
 """
 from __future__ import annotations
 
@@ -25,48 +28,63 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _overrides(model: str, steps: int, eval_every: int, minutes: float | None) -> dict:
+def _overrides(model: str, steps: int, eval_every: int, minutes: float | None, train_fraction: float = 1.0) -> dict:
     train = {"max_steps": steps, "eval_every": eval_every}
     if minutes:
         train["max_minutes"] = minutes
     if model == "pcl":
         # the cpu profile halves the lr once, at step 150 of 300; keep that shape over the longer run
         train["decay_every"] = max(1, steps // 2)
-        return {"finetune": {"train": train}}
+        out = {"finetune": {"train": train}}
+        if train_fraction != 1:
+            out["train_fraction"] = train_fraction
+        return out
+    if train_fraction != 1:
+        raise SystemExit("--train-fraction is implemented for IDC-PCL only (scripts/budget_curve.py pcl ...)")
     return {"caption": {"train": train}}
+
+
+def _json_name(model: str, data_root: Path | None, train_fraction: float) -> str:
+    if data_root is None and train_fraction == 1:
+        return f"budget_curve_{model}.json"     # the profile's default data: the name earlier curves have
+    data = Path(data_root).name if data_root else "default"
+    return f"budget_curve_{model}_{data}_f{train_fraction:g}.json"
 
 
 def run(model: str, steps: int, eval_every: int, minutes: float | None, threads: int, seed: int, *,
         profile: str = "cpu", out_dir: Path = ROOT / "reports" / "budget_curve", data_root: Path | None = None,
-        runs_dir: Path | None = None) -> dict:
+        runs_dir: Path | None = None, train_fraction: float = 1.0) -> dict:
     import torch
 
     from idckit.experiments.runs import output_diversity
     from idckit.report import git_commit
 
     torch.set_num_threads(threads)
-    overrides = _overrides(model, steps, eval_every, minutes)
+    overrides = _overrides(model, steps, eval_every, minutes, train_fraction)
     t0 = time.time()
     if model == "pcl":
         from idckit.experiments import pcl
         s = pcl.setup(profile, data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
         r = pcl.run_variant("full", setup_=s, seed=seed, progress=True)
         train_seconds = r.get("finetune_seconds", 0.0)
+        train_pairs = len(pcl._data(s).splits["train"])
         label = "IDC-PCL (full, cpu model)"
     else:
         from idckit.experiments import clip4idc
         s = clip4idc.setup(profile, data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
         r = clip4idc.run_variant(s, "clip4idc", seed)
         train_seconds = r.get("caption_seconds", 0.0)
+        train_pairs = len(clip4idc._data(s).splits["train"])
         label = "CLIP4IDC (cpu captioner, stand-in CLIP)"
     diversity = output_diversity(s.runs_dir, [r])[0]
     out = {"model": model, "label": label, "profile": profile, "data": "SynthCLEVR-Change (synthetic)",
            "overrides": overrides, "threads": threads, "seed": seed, "run": r["run"],
            "best_step": r.get("best_step"), "history": r.get("history", []),
            "test_total": r["test"]["total"], "test_semantic": r["test"].get("semantic"),
-           "distinct_test_captions": diversity, "train_seconds": train_seconds,
+           "distinct_test_captions": diversity, "train_seconds": train_seconds, "train_pairs": train_pairs,
+           "train_fraction": train_fraction, "data_root": str(s.data.root),
            "wall_seconds": round(time.time() - t0, 1), "commit": git_commit()}
-    path = Path(out_dir) / f"budget_curve_{model}.json"
+    path = Path(out_dir) / _json_name(model, data_root, train_fraction)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
     print(f"{label}: best val step {out['best_step']}, test CIDEr-D {100 * out['test_total']['CIDEr-D']:.1f}, "
@@ -94,10 +112,11 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve") -> None:
     rows = []
     for path in sorted(Path(reports).glob("budget_curve_*.json")):
         d = json.loads(path.read_text())
+        label = f'{d["label"]}, {d["train_pairs"]:,} train pairs' if d.get("train_pairs") else d["label"]
         for h in d["history"]:
             for subset, key in (("total", "CIDEr-D"), ("semantic pairs", "CIDEr-D_semantic")):
                 if key in h:
-                    rows.append({"model": d["label"], "minutes": h["minutes"], "val": subset,
+                    rows.append({"model": label, "minutes": h["minutes"], "val": subset,
                                  "val CIDEr-D (x100)": 100 * h[key]})
     if not rows:
         sys.exit(f"no budget_curve_*.json in {reports} yet: run a model first")
@@ -135,6 +154,8 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", default="cpu", help="smoke for a test of the script itself")
     p.add_argument("--data-root", type=Path, default=None, help="default: the profile's synthetic data")
+    p.add_argument("--train-fraction", type=float, default=1.0,
+                   help="IDC-PCL: share of the training before-images to train on (val/test stay whole)")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: runs/")
     p.add_argument("--out-dir", type=Path, default=ROOT / "reports" / "budget_curve",
                    help="where the JSONs go (and --plot reads)")
@@ -142,7 +163,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.model:
         run(a.model, a.steps, a.eval_every, a.minutes, a.threads, a.seed, profile=a.profile, out_dir=a.out_dir,
-            data_root=a.data_root, runs_dir=a.runs_dir)
+            data_root=a.data_root, runs_dir=a.runs_dir, train_fraction=a.train_fraction)
     if a.plot:
         plot(ROOT / "docs" / "img" / "budget_curve.png" if a.out_dir == ROOT / "reports" / "budget_curve"
              else a.out_dir / "budget_curve.png", a.out_dir)

@@ -35,8 +35,9 @@ def test_pcl_curve_at_smoke_size(tmp_path):
     out = tmp_path / "out"
     bc.main(["pcl", "--profile", "smoke", "--steps", "4", "--eval-every", "2", "--data-root", str(root),
              "--runs-dir", str(tmp_path / "runs"), "--out-dir", str(out), "--plot"])
-    d = json.loads((out / "budget_curve_pcl.json").read_text())
+    d = json.loads((out / "budget_curve_pcl_synth_f1.json").read_text())
     assert d["profile"] == "smoke" and d["overrides"]["finetune"]["train"]["max_steps"] == 4
+    assert d["train_fraction"] == 1.0 and d["train_pairs"] > 0
     assert [h["step"] for h in d["history"]] == [2, 4]
     assert all(math.isfinite(h["CIDEr-D"]) and h["minutes"] >= 0 for h in d["history"])
     assert d["best_step"] in (2, 4)
@@ -48,3 +49,32 @@ def test_plot_without_results_says_what_to_run(tmp_path):
     bc = _load()
     with pytest.raises(SystemExit, match="run a model first"):
         bc.plot(tmp_path / "x.png", tmp_path)
+
+
+def test_train_fraction_is_a_pcl_override_and_names_the_json():
+    bc = _load()
+    assert bc._overrides("pcl", 100, 50, None, 0.25)["train_fraction"] == 0.25
+    assert "train_fraction" not in bc._overrides("pcl", 100, 50, None, 1.0)
+    with pytest.raises(SystemExit, match="IDC-PCL only"):
+        bc._overrides("clip4idc", 100, 50, None, 0.5)
+    assert bc._json_name("pcl", None, 1.0) == "budget_curve_pcl.json"
+    assert bc._json_name("pcl", Path("/d/synth-n8000"), 0.25) == "budget_curve_pcl_synth-n8000_f0.25.json"
+
+
+def test_smaller_train_fraction_trains_on_fewer_pairs_and_is_its_own_run(tmp_path):
+    from idckit.data.synth.clevr_change import generate
+
+    bc = _load()
+    root = tmp_path / "synth"
+    generate(root, n_pairs=24, seed=1, size=(96, 64), workers=1, progress=False)
+    out = tmp_path / "out"
+    args = ["pcl", "--profile", "smoke", "--steps", "2", "--eval-every", "2", "--data-root", str(root),
+            "--runs-dir", str(tmp_path / "runs"), "--out-dir", str(out)]
+    bc.main(args)
+    bc.main(args + ["--train-fraction", "0.5"])
+    whole = json.loads((out / "budget_curve_pcl_synth_f1.json").read_text())
+    half = json.loads((out / "budget_curve_pcl_synth_f0.5.json").read_text())
+    assert half["train_pairs"] == 2 * round(0.5 * whole["train_pairs"] / 2)   # both pairs of half the befores
+    assert half["run"] != whole["run"]
+    # val and test are not subsampled: both runs are scored on the same pairs
+    assert half["distinct_test_captions"]["pairs"] == whole["distinct_test_captions"]["pairs"]

@@ -110,3 +110,33 @@ def test_caption_without_any_run_says_how_to_get_one(tmp_path, capsys):
     Image.new("RGB", (50, 30)).save(img)
     assert main(["caption", str(img), str(img), "--runs-dir", str(tmp_path)]) == 2
     assert "no trained IDC-PCL run" in capsys.readouterr().err
+
+
+def test_train_fraction_keeps_whole_before_images_nested_and_balanced(smoke):
+    from idckit.tasks.pcl import subsample_by_before
+
+    pairs = smoke.data.dataset().pairs("train", check_images=False)
+    befores = {str(p.before) for p in pairs}
+    half, quarter = subsample_by_before(pairs, 0.5, seed=0), subsample_by_before(pairs, 0.25, seed=0)
+    kept_half, kept_quarter = {str(p.before) for p in half}, {str(p.before) for p in quarter}
+    assert len(kept_half) == round(0.5 * len(befores)) and len(kept_quarter) == round(0.25 * len(befores))
+    assert kept_quarter <= kept_half                                       # nested: more data adds, never redraws
+    assert sum(p.is_change for p in half) * 2 == len(half)                 # each before keeps both of its pairs
+    assert [p.pair_id for p in half] == [p.pair_id for p in pairs if str(p.before) in kept_half]   # original order
+    assert [p.pair_id for p in subsample_by_before(pairs, 0.5, seed=0)] == [p.pair_id for p in half]
+    assert {str(p.before) for p in subsample_by_before(pairs, 0.5, seed=1)} != kept_half
+    assert subsample_by_before(pairs, 1.0) == list(pairs)
+    for bad in (0, -0.1, 1.5):
+        with pytest.raises(ConfigError, match="train_fraction must be in"):
+            subsample_by_before(pairs, bad)
+
+
+def test_train_fraction_enters_the_run_identity_only_when_below_one(smoke):
+    assert "train_fraction" not in smoke.identity          # every run on the whole split keeps its key
+    half = pcl.setup("smoke", smoke.data.root, runs_dir=smoke.runs_dir, overrides={"train_fraction": 0.5},
+                     progress=False)
+    assert half.identity["train_fraction"] == 0.5
+    full_data, half_data = pcl._data(smoke), pcl._data(half)
+    assert len(half_data.splits["train"]) < len(full_data.splits["train"])
+    assert half_data.splits["test"].pair_ids == full_data.splits["test"].pair_ids
+    assert half_data.splits["val"].pair_ids == full_data.splits["val"].pair_ids

@@ -45,8 +45,15 @@ class Setup:
     @property
     def identity(self) -> dict[str, Any]:
         """What a run key must depend on besides the training settings: which data, which features."""
-        return {"data": str(self.data.root), "data_version": self.data.version,
-                "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
+        ident = {"data": str(self.data.root), "data_version": self.data.version,
+                 "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
+        if self.train_fraction != 1:   # only then, so every run trained on the whole split keeps its key
+            ident["train_fraction"] = self.train_fraction
+        return ident
+
+    @property
+    def train_fraction(self) -> float:
+        return float(self.config.get("train_fraction", 1.0))
 
 
 def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
@@ -71,9 +78,10 @@ def _data(s: Setup):
     from idckit.tasks.pcl import load_pcl_data
     from idckit.text.negatives import build_negatives
 
-    key = (str(s.data.root), str(s.store.directory), s.config["max_len"])
+    key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
     if key not in _DATA_CACHE:
-        data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"])
+        data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"],
+                             train_fraction=s.train_fraction)
         train = data.splits["train"]
         neg = build_negatives(train.references, ratio=s.config["negatives"]["ratio"],
                               seed=s.config["negatives"]["seed"], cache_dir=s.runs_dir / "negatives",

@@ -64,10 +64,36 @@ class PCLData:
         return self.features[s.before[idx]].float(), self.features[s.after[idx]].float()
 
 
+def subsample_by_before(pairs: Sequence, fraction: float, seed: int = 0) -> list:
+    """The pairs of a seeded ``fraction`` of the before-images, in their original order.
+
+    A before-image's semantic and distractor pair stay together, so a smaller training set keeps the 1:1 balance
+    of changes and distractors that distractor judging learns from. Nested: a smaller fraction (same seed) keeps a
+    subset of a larger one's before-images, so a data-size curve adds data rather than redrawing it.
+    """
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"train_fraction must be in (0, 1], got {fraction}",
+                          fix="give the share of training before-images to keep, e.g. 0.25")
+    if fraction == 1:
+        return list(pairs)
+    befores = sorted({str(p.before) for p in pairs})
+    keep_n = max(1, round(fraction * len(befores)))
+    order = torch.randperm(len(befores), generator=torch.Generator().manual_seed(seed))
+    keep = {befores[int(i)] for i in order[:keep_n]}
+    return [p for p in pairs if str(p.before) in keep]
+
+
 def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vocab: Vocab | None = None,
-                  splits: Sequence[str] = ("train", "val", "test")) -> PCLData:
-    """Everything a PCL run reads, in memory. The vocabulary is built on train captions unless given."""
+                  splits: Sequence[str] = ("train", "val", "test"), train_fraction: float = 1.0,
+                  fraction_seed: int = 0) -> PCLData:
+    """Everything a PCL run reads, in memory. The vocabulary is built on train captions unless given.
+
+    ``train_fraction`` < 1 keeps that share of the training before-images (:func:`subsample_by_before`); val and
+    test stay whole, so runs on different amounts of data are scored on the same pairs.
+    """
     per_split = {s: dataset.pairs(s, check_images=False) for s in splits}
+    if "train" in per_split:
+        per_split["train"] = subsample_by_before(per_split["train"], train_fraction, fraction_seed)
     if vocab is None:
         if "train" not in per_split:
             raise ConfigError("building a vocabulary needs the train split")
