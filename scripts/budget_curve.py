@@ -51,6 +51,24 @@ def _json_name(model: str, data_root: Path | None, train_fraction: float) -> str
     return f"budget_curve_{model}_{data}_f{train_fraction:g}.json"
 
 
+def text_baseline(dataset, train_fraction: float = 1.0, split: str = "val") -> dict:
+    """The most frequent training caption written for every ``split`` pair, scored like the curve (no images).
+
+    Drawn beside each curve for scale: on SynthCLEVR-Change a constant sentence already earns a lot of CIDEr-D,
+    so a captioner is only looking at the images once it is above this line. Fit on the same (sub-sampled)
+    training pairs the captioner saw."""
+    from idckit.baselines import MostFrequentCaption
+    from idckit.eval.captions import evaluate_pairs
+    from idckit.tasks.pcl import subsample_by_before
+
+    train = subsample_by_before(dataset.pairs("train", check_images=False), train_fraction)
+    pairs = dataset.pairs(split, check_images=False)
+    base = MostFrequentCaption().fit(train)
+    scores = evaluate_pairs(dataset.references(split), base.predict(pairs), dataset.types(split), meteor=False)
+    return {"name": base.name, "caption": base.caption, "split": split,
+            "CIDEr-D": scores["total"]["CIDEr-D"], "CIDEr-D_semantic": scores["semantic"]["CIDEr-D"]}
+
+
 def run(model: str, steps: int, eval_every: int, minutes: float | None, threads: int, seed: int, *,
         profile: str = "cpu", out_dir: Path = ROOT / "reports" / "budget_curve", data_root: Path | None = None,
         runs_dir: Path | None = None, train_fraction: float = 1.0) -> dict:
@@ -83,6 +101,7 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
            "test_total": r["test"]["total"], "test_semantic": r["test"].get("semantic"),
            "distinct_test_captions": diversity, "train_seconds": train_seconds, "train_pairs": train_pairs,
            "train_fraction": train_fraction, "data_root": str(s.data.root),
+           "text_baseline": text_baseline(s.data.dataset(), train_fraction),
            "wall_seconds": round(time.time() - t0, 1), "commit": git_commit()}
     path = Path(out_dir) / _json_name(model, data_root, train_fraction)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,15 +111,16 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
     return out
 
 
-def _constant_caption_baseline(reports: Path) -> float | None:
-    path = reports / "00_walkthrough.json"
-    if not path.is_file():
-        path = reports.parent / "00_walkthrough.json"
-    if not path.is_file():
-        return None
-    rows = json.loads(path.read_text())["rows"]
-    return next((r["metrics"]["CIDEr-D"] for r in rows
-                 if r["model"] == "most frequent caption" and r["variant"] == "total"), None)
+def _data_name(d: dict) -> str:
+    """A short name for a curve's data: the synthetic before-image count, e.g. 'n8000'."""
+    name = Path(d.get("data_root", "")).name
+    return next((part for part in name.split("-") if part[:1] == "n" and part[1:].isdigit()), name or "default")
+
+
+def _label(d: dict) -> str:
+    if not d.get("train_pairs"):
+        return d["label"]
+    return f'{d["label"]}: {d["train_pairs"]:,} train pairs ({_data_name(d)} data)'
 
 
 def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve") -> None:
@@ -109,37 +129,43 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve") -> None:
     import pandas as pd
     import seaborn as sns
 
-    rows = []
+    subsets = (("total", "CIDEr-D"), ("semantic pairs", "CIDEr-D_semantic"))
+    rows, baselines = [], {}
     for path in sorted(Path(reports).glob("budget_curve_*.json")):
         d = json.loads(path.read_text())
-        label = f'{d["label"]}, {d["train_pairs"]:,} train pairs' if d.get("train_pairs") else d["label"]
         for h in d["history"]:
-            for subset, key in (("total", "CIDEr-D"), ("semantic pairs", "CIDEr-D_semantic")):
+            for subset, key in subsets:
                 if key in h:
-                    rows.append({"model": label, "minutes": h["minutes"], "val": subset,
+                    rows.append({"model": _label(d), "minutes": h["minutes"], "val": subset,
                                  "val CIDEr-D (x100)": 100 * h[key]})
+        if d.get("text_baseline"):
+            for subset, key in subsets:
+                value = round(100 * d["text_baseline"][key], 1)
+                baselines.setdefault((subset, value), set()).add(_data_name(d))
     if not rows:
         sys.exit(f"no budget_curve_*.json in {reports} yet: run a model first")
     import matplotlib.pyplot as plt
 
     df = pd.DataFrame(rows)
-    subsets = list(dict.fromkeys(df["val"]))
-    fig, axes = plt.subplots(1, len(subsets), figsize=(6 * len(subsets), 4.5), squeeze=False)
-    baseline = _constant_caption_baseline(Path(reports))
-    for ax, subset in zip(axes[0], subsets):
+    present = list(dict.fromkeys(df["val"]))
+    fig, axes = plt.subplots(1, len(present), figsize=(7 * len(present), 5), squeeze=False)
+    for ax, subset in zip(axes[0], present):
         sns.lineplot(data=df[df["val"] == subset], x="minutes", y="val CIDEr-D (x100)", hue="model", marker="o",
                      ax=ax)
         ax.set_title(f"val CIDEr-D, {subset}", fontsize=10)
-        if subset == "total" and baseline is not None:   # the walkthrough's measured text-only baseline, for scale
-            ax.axhline(baseline, ls="--", c="grey", lw=1)
-            ax.text(0.02, baseline - 1.5, f"most frequent caption, no image (test): {baseline:.1f}", fontsize=8,
-                    transform=ax.get_yaxis_transform(), va="top", color="grey")
-        ax.legend(loc="upper right" if subset == "total" else "upper left",
-                  bbox_to_anchor=(1, 0.9) if subset == "total" else (0, 1), fontsize=8)
+        # the text-only baseline of each curve's own val split, for scale: above it, a model uses the images
+        for (sub, value), data in sorted(baselines.items()):
+            if sub == subset:
+                ax.axhline(value, ls="--", c="grey", lw=1)
+                ax.text(0.99, value + 0.8, f"most frequent caption, no image ({', '.join(sorted(data))} val): "
+                        f"{value:.1f}", fontsize=7, transform=ax.get_yaxis_transform(), ha="right", color="grey")
+        ax.get_legend().remove()
     profiles = sorted({json.loads(p.read_text())["profile"] for p in Path(reports).glob("budget_curve_*.json")})
-    fig.suptitle(f"SynthCLEVR-Change (synthetic), {'/'.join(profiles)} profile: CIDEr-D against training minutes",
-                 fontsize=11)
-    fig.tight_layout()
+    fig.suptitle(f"SynthCLEVR-Change (synthetic), {'/'.join(profiles)} profile: CIDEr-D against training minutes "
+                 "and training-set size", fontsize=11)
+    handles, labels = axes[0][0].get_legend_handles_labels()   # one legend under both panels, off the lines
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * ((len(labels) + 1) // 2), 1, 1))
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
 

@@ -38,6 +38,9 @@ def test_pcl_curve_at_smoke_size(tmp_path):
     d = json.loads((out / "budget_curve_pcl_synth_f1.json").read_text())
     assert d["profile"] == "smoke" and d["overrides"]["finetune"]["train"]["max_steps"] == 4
     assert d["train_fraction"] == 1.0 and d["train_pairs"] > 0
+    # the text-only line drawn beside the curve: the commonest training caption, scored on the same val pairs
+    tb = d["text_baseline"]
+    assert tb["split"] == "val" and tb["caption"] and 0 <= tb["CIDEr-D_semantic"] and 0 < tb["CIDEr-D"] < 10
     assert [h["step"] for h in d["history"]] == [2, 4]
     assert all(math.isfinite(h["CIDEr-D"]) and h["minutes"] >= 0 for h in d["history"])
     assert d["best_step"] in (2, 4)
