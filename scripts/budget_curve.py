@@ -141,7 +141,8 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve") -> None:
         if d.get("text_baseline"):
             for subset, key in subsets:
                 value = round(100 * d["text_baseline"][key], 1)
-                baselines.setdefault((subset, value), set()).add(_data_name(d))
+                who = f'{_data_name(d)}, {d["train_pairs"]:,} train pairs' if d.get("train_pairs") else _data_name(d)
+                baselines.setdefault((subset, value), set()).add(who)
     if not rows:
         sys.exit(f"no budget_curve_*.json in {reports} yet: run a model first")
     import matplotlib.pyplot as plt
@@ -149,16 +150,20 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve") -> None:
     df = pd.DataFrame(rows)
     present = list(dict.fromkeys(df["val"]))
     fig, axes = plt.subplots(1, len(present), figsize=(7 * len(present), 5), squeeze=False)
+    models = list(dict.fromkeys(df["model"]))
+    # one colour per curve in both panels, also when a curve has no point in one (older runs lack semantic CIDEr-D)
+    palette = dict(zip(models, sns.color_palette(n_colors=len(models))))
     for ax, subset in zip(axes[0], present):
         sns.lineplot(data=df[df["val"] == subset], x="minutes", y="val CIDEr-D (x100)", hue="model", marker="o",
-                     ax=ax)
+                     hue_order=models, palette=palette, ax=ax)
         ax.set_title(f"val CIDEr-D, {subset}", fontsize=10)
         # the text-only baseline of each curve's own val split, for scale: above it, a model uses the images
-        for (sub, value), data in sorted(baselines.items()):
-            if sub == subset:
-                ax.axhline(value, ls="--", c="grey", lw=1)
-                ax.text(0.99, value + 0.8, f"most frequent caption, no image ({', '.join(sorted(data))} val): "
-                        f"{value:.1f}", fontsize=7, transform=ax.get_yaxis_transform(), ha="right", color="grey")
+        lines = [(value, data) for (sub, value), data in sorted(baselines.items()) if sub == subset]
+        for i, (value, data) in enumerate(lines):   # labels alternate sides so close lines stay readable
+            ax.axhline(value, ls="--", c="grey", lw=1)
+            ax.text(0.99 if i % 2 == 0 else 0.01, value + 0.8,
+                    f"most frequent caption, no image ({'; '.join(sorted(data))}; val): {value:.1f}", fontsize=7,
+                    transform=ax.get_yaxis_transform(), ha="right" if i % 2 == 0 else "left", color="grey")
         ax.get_legend().remove()
     profiles = sorted({json.loads(p.read_text())["profile"] for p in Path(reports).glob("budget_curve_*.json")})
     fig.suptitle(f"SynthCLEVR-Change (synthetic), {'/'.join(profiles)} profile: CIDEr-D against training minutes "
