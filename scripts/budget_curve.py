@@ -123,7 +123,7 @@ def _label(d: dict) -> str:
     return f'{d["label"]}: {d["train_pairs"]:,} train pairs ({_data_name(d)} data)'
 
 
-def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve") -> None:
+def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
     import matplotlib
     matplotlib.use("Agg")
     import pandas as pd
@@ -173,6 +173,7 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve") -> None:
     fig.tight_layout(rect=(0, 0.06 * ((len(labels) + 1) // 2), 1, 1))
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
+    return fig
 
 
 def main(argv=None) -> None:

@@ -81,3 +81,17 @@ def test_smaller_train_fraction_trains_on_fewer_pairs_and_is_its_own_run(tmp_pat
     assert half["run"] != whole["run"]
     # val and test are not subsampled: both runs are scored on the same pairs
     assert half["distinct_test_captions"]["pairs"] == whole["distinct_test_captions"]["pairs"]
+
+
+def test_a_curve_keeps_its_colour_in_both_panels(tmp_path):
+    """An older curve without semantic CIDEr-D must not shift the colours of the semantic panel (it did once)."""
+    bc = _load()
+    hist = lambda sem: [{"step": s, "minutes": s / 10, "CIDEr-D": 0.5, **({"CIDEr-D_semantic": 0.1} if sem else {})}
+                        for s in (10, 20)]
+    for name, sem in (("budget_curve_a.json", False), ("budget_curve_b.json", True)):
+        (tmp_path / name).write_text(json.dumps({"label": name[13], "profile": "cpu", "history": hist(sem)}))
+    fig = bc.plot(tmp_path / "x.png", tmp_path)
+    total, semantic = fig.axes[:2]
+    marked = lambda ax: [ln for ln in ax.get_lines() if ln.get_marker() == "o" and len(ln.get_xdata())]
+    assert len(marked(total)) == 2 and len(marked(semantic)) == 1
+    assert marked(semantic)[0].get_color() == marked(total)[1].get_color() != marked(total)[0].get_color()
