@@ -130,9 +130,10 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
     import seaborn as sns
 
     subsets = (("total", "CIDEr-D"), ("semantic pairs", "CIDEr-D_semantic"))
-    rows, baselines = [], {}
+    rows, baselines, profiles = [], {}, set()
     for path in sorted(Path(reports).glob("budget_curve_*.json")):
         d = json.loads(path.read_text())
+        profiles.add(d["profile"])
         for h in d["history"]:
             for subset, key in subsets:
                 if key in h:
@@ -165,8 +166,7 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
                     f"most frequent caption, no image ({'; '.join(sorted(data))}; val): {value:.1f}", fontsize=7,
                     transform=ax.get_yaxis_transform(), ha="right" if i % 2 == 0 else "left", color="grey")
         ax.get_legend().remove()
-    profiles = sorted({json.loads(p.read_text())["profile"] for p in Path(reports).glob("budget_curve_*.json")})
-    fig.suptitle(f"SynthCLEVR-Change (synthetic), {'/'.join(profiles)} profile: CIDEr-D against training minutes "
+    fig.suptitle(f"SynthCLEVR-Change (synthetic), {'/'.join(sorted(profiles))} profile: CIDEr-D against training minutes "
                  "and training-set size", fontsize=11)
     handles, labels = axes[0][0].get_legend_handles_labels()   # one legend under both panels, off the lines
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)

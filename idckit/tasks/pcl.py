@@ -84,8 +84,7 @@ def subsample_by_before(pairs: Sequence, fraction: float, seed: int = 0) -> list
 
 
 def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vocab: Vocab | None = None,
-                  splits: Sequence[str] = ("train", "val", "test"), train_fraction: float = 1.0,
-                  fraction_seed: int = 0) -> PCLData:
+                  splits: Sequence[str] = ("train", "val", "test"), train_fraction: float = 1.0) -> PCLData:
     """Everything a PCL run reads, in memory. The vocabulary is built on train captions unless given.
 
     ``train_fraction`` < 1 keeps that share of the training before-images (:func:`subsample_by_before`); val and
@@ -93,7 +92,7 @@ def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vo
     """
     per_split = {s: dataset.pairs(s, check_images=False) for s in splits}
     if "train" in per_split:
-        per_split["train"] = subsample_by_before(per_split["train"], train_fraction, fraction_seed)
+        per_split["train"] = subsample_by_before(per_split["train"], train_fraction)
     if vocab is None:
         if "train" not in per_split:
             raise ConfigError("building a vocabulary needs the train split")
