@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _overrides(model: str, steps: int, eval_every: int, minutes: float | None, train_fraction: float = 1.0) -> dict:
+def _overrides(model: str, steps: int, eval_every: int, minutes: float | None, train_fraction: float = 1.0,
+               distractor_weight: float | None = None) -> dict:
     train = {"max_steps": steps, "eval_every": eval_every}
     if minutes:
         train["max_minutes"] = minutes
@@ -38,17 +39,22 @@ def _overrides(model: str, steps: int, eval_every: int, minutes: float | None, t
         out = {"finetune": {"train": train}}
         if train_fraction != 1:
             out["train_fraction"] = train_fraction
+        if distractor_weight is not None:
+            out["finetune"]["distractor_weight"] = distractor_weight
         return out
-    if train_fraction != 1:
-        raise SystemExit("--train-fraction is implemented for IDC-PCL only (scripts/budget_curve.py pcl ...)")
+    if train_fraction != 1 or distractor_weight is not None:
+        raise SystemExit("--train-fraction and --distractor-weight are implemented for IDC-PCL only "
+                         "(scripts/budget_curve.py pcl ...)")
     return {"caption": {"train": train}}
 
 
-def _json_name(model: str, data_root: Path | None, train_fraction: float) -> str:
-    if data_root is None and train_fraction == 1:
+def _json_name(model: str, data_root: Path | None, train_fraction: float,
+               distractor_weight: float | None = None) -> str:
+    dw = "" if distractor_weight is None else f"_dw{distractor_weight:g}"
+    if data_root is None and train_fraction == 1 and not dw:
         return f"budget_curve_{model}.json"     # the profile's default data: the name earlier curves have
     data = Path(data_root).name if data_root else "default"
-    return f"budget_curve_{model}_{data}_f{train_fraction:g}.json"
+    return f"budget_curve_{model}_{data}_f{train_fraction:g}{dw}.json"
 
 
 def text_baseline(dataset, train_fraction: float = 1.0, split: str = "val") -> dict:
@@ -71,14 +77,14 @@ def text_baseline(dataset, train_fraction: float = 1.0, split: str = "val") -> d
 
 def run(model: str, steps: int, eval_every: int, minutes: float | None, threads: int, seed: int, *,
         profile: str = "cpu", out_dir: Path = ROOT / "reports" / "budget_curve", data_root: Path | None = None,
-        runs_dir: Path | None = None, train_fraction: float = 1.0) -> dict:
+        runs_dir: Path | None = None, train_fraction: float = 1.0, distractor_weight: float | None = None) -> dict:
     import torch
 
     from idckit.experiments.runs import output_diversity
     from idckit.report import git_commit
 
     torch.set_num_threads(threads)
-    overrides = _overrides(model, steps, eval_every, minutes, train_fraction)
+    overrides = _overrides(model, steps, eval_every, minutes, train_fraction, distractor_weight)
     t0 = time.time()
     if model == "pcl":
         from idckit.experiments import pcl
@@ -86,7 +92,8 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
         r = pcl.run_variant("full", setup_=s, seed=seed, progress=True)
         train_seconds = r.get("finetune_seconds", 0.0)
         train_pairs = len(pcl._data(s).splits["train"])
-        label = "IDC-PCL (full, cpu model)"
+        label = "IDC-PCL (full, cpu model)" if distractor_weight is None else \
+            f"IDC-PCL (full, cpu model, distractor loss x{distractor_weight:g})"
     else:
         from idckit.experiments import clip4idc
         s = clip4idc.setup(profile, data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
@@ -100,10 +107,10 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
            "best_step": r.get("best_step"), "history": r.get("history", []),
            "test_total": r["test"]["total"], "test_semantic": r["test"].get("semantic"),
            "distinct_test_captions": diversity, "train_seconds": train_seconds, "train_pairs": train_pairs,
-           "train_fraction": train_fraction, "data_root": str(s.data.root),
+           "train_fraction": train_fraction, "distractor_weight": distractor_weight, "data_root": str(s.data.root),
            "text_baseline": text_baseline(s.data.dataset(), train_fraction),
            "wall_seconds": round(time.time() - t0, 1), "commit": git_commit()}
-    path = Path(out_dir) / _json_name(model, data_root, train_fraction)
+    path = Path(out_dir) / _json_name(model, data_root, train_fraction, distractor_weight)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
     print(f"{label}: best val step {out['best_step']}, test CIDEr-D {100 * out['test_total']['CIDEr-D']:.1f}, "
@@ -188,6 +195,8 @@ def main(argv=None) -> None:
     p.add_argument("--data-root", type=Path, default=None, help="default: the profile's synthetic data")
     p.add_argument("--train-fraction", type=float, default=1.0,
                    help="IDC-PCL: share of the training before-images to train on (val/test stay whole)")
+    p.add_argument("--distractor-weight", type=float, default=None,
+                   help="IDC-PCL: weight of the distractor-judging loss in fine-tuning (default: the config's, 1)")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: runs/")
     p.add_argument("--out-dir", type=Path, default=ROOT / "reports" / "budget_curve",
                    help="where the JSONs go (and --plot reads)")
@@ -195,7 +204,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.model:
         run(a.model, a.steps, a.eval_every, a.minutes, a.threads, a.seed, profile=a.profile, out_dir=a.out_dir,
-            data_root=a.data_root, runs_dir=a.runs_dir, train_fraction=a.train_fraction)
+            data_root=a.data_root, runs_dir=a.runs_dir, train_fraction=a.train_fraction,
+            distractor_weight=a.distractor_weight)
     if a.plot:
         plot(ROOT / "docs" / "img" / "budget_curve.png" if a.out_dir == ROOT / "reports" / "budget_curve"
              else a.out_dir / "budget_curve.png", a.out_dir)

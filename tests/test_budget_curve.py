@@ -64,6 +64,16 @@ def test_train_fraction_is_a_pcl_override_and_names_the_json():
     assert bc._json_name("pcl", Path("/d/synth-n8000"), 0.25) == "budget_curve_pcl_synth-n8000_f0.25.json"
 
 
+def test_distractor_weight_is_a_pcl_finetune_override_and_names_the_json():
+    bc = _load()
+    assert bc._overrides("pcl", 100, 50, None, distractor_weight=5.0)["finetune"]["distractor_weight"] == 5.0
+    assert "distractor_weight" not in bc._overrides("pcl", 100, 50, None)["finetune"]
+    with pytest.raises(SystemExit, match="IDC-PCL only"):
+        bc._overrides("clip4idc", 100, 50, None, distractor_weight=5.0)
+    assert bc._json_name("pcl", Path("/d/synth-n8000"), 1.0, 5.0) == "budget_curve_pcl_synth-n8000_f1_dw5.json"
+    assert bc._json_name("pcl", None, 1.0, 2.5) == "budget_curve_pcl_default_f1_dw2.5.json"
+
+
 def test_smaller_train_fraction_trains_on_fewer_pairs_and_is_its_own_run(tmp_path):
     from idckit.data.synth.clevr_change import generate
 

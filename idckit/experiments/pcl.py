@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, Sequence
 
 from idckit import paths
 from idckit.data.features import FeatureStore, extract_features
-from idckit.errors import ConfigError
+from idckit.errors import ConfigError, DatasetError
 from idckit.experiments.config import load_config
 from idckit.experiments.data import DataChoice, clevr_change
 from idckit.experiments.runs import Run, open_run
@@ -174,6 +175,42 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                   "negatives": getattr(data, "negative_stats", None)})
 
 
+def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
+    """(model, step): a fine-tuning run's weights in a model for ``s``'s data, eval mode, and their training step.
+
+    ``checkpoint``: ``best`` (the val-selected step, what the tables report) or ``last`` (the final step; the loop
+    keeps it for resuming). The run must have been trained on this data's vocabulary.
+    """
+    import torch
+
+    from idckit.models.pcl import PCL
+    from idckit.tasks.pcl import model_config
+    from idckit.text.vocab import Vocab
+
+    run_dir = Path(run_dir)
+    files = {"best": "best.pt", "last": "last.pt"}
+    if checkpoint not in files:
+        raise ConfigError(f"unknown checkpoint {checkpoint!r}; known: best, last")
+    path, cfg_path = run_dir / files[checkpoint], run_dir / "config.json"
+    if not path.is_file() or not cfg_path.is_file():
+        raise DatasetError(f"no {files[checkpoint]} and config.json here", path=run_dir,
+                           fix="give the directory of a pcl-finetune run under runs/")
+    data = _data(s)
+    if (run_dir / "vocab.json").is_file() and Vocab.load(run_dir / "vocab.json").words != data.vocab.words:
+        raise DatasetError("this run was trained on another vocabulary than this data's", path=run_dir,
+                           fix="set up with the run's data root and train_fraction (see its config.json)")
+    model = PCL(model_config(data, json.loads(cfg_path.read_text())["model"]), data.vocab)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if checkpoint == "last":
+        model.load_state_dict(state["model"])
+        step = state["loop"]["step"]
+    else:
+        model.load_state_dict(state)
+        metrics = run_dir / "metrics.json"
+        step = json.loads(metrics.read_text()).get("best_step") if metrics.is_file() else None
+    return model.eval(), step
+
+
 def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,
          progress: bool = True) -> list[dict[str, Any]]:
     """Every requested variant for every seed on one setup (shared data; each run trained once, then cached)."""
@@ -254,23 +291,39 @@ def ordering_notes(kit: dict[str, float], paper: dict[str, float], metric: str =
     return notes
 
 
-def difference_probe(s: Setup, *, steps: int = 500, seed: int = 0) -> dict[str, float]:
+def difference_probe(s: Setup, *, radius: int = 0, steps: int = 500, seed: int = 0) -> dict[str, float]:
     """How separable are real changes from distractors in the grid features themselves?
 
-    A logistic regression on the sorted per-region distances ||f1_j - f2_j|| (plus their mean), trained on train
-    and scored on test. A low accuracy says the features (not the model) make distractor judging hard: the
-    distractors' viewpoint jitter moves every region about as much as a semantic change moves one.
+    A logistic regression on the sorted per-region distances (plus their mean), trained on train and scored on
+    test. A low accuracy says the features (not the model) make distractor judging hard: the distractors'
+    viewpoint jitter moves every region about as much as a semantic change moves one.
+
+    ``radius`` 0 compares each region with the same region of the other image, ``||f1_j - f2_j||``. A radius r > 0
+    compares it with its best match among the other image's regions at most r grid cells away (both directions),
+    which forgives the viewpoint shift the way an attention over neighbouring regions could.
     """
     import torch
     import torch.nn.functional as F
 
     data = _data(s)
+    side = int(round(s.store.n_regions ** 0.5))
+    if radius and side * side != s.store.n_regions:
+        raise ConfigError(f"radius {radius} needs a square grid; this store has {s.store.n_regions} regions")
+    grid = torch.stack(torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij"), -1).view(-1, 2)
+    far = torch.cdist(grid.float(), grid.float(), p=float("inf")) > radius       # [R, R] outside the window
 
     def xy(split):
         sp = data.splits[split]
-        f1, f2 = data.pair_features(split, torch.arange(len(sp)))
-        d = (f1 - f2).norm(dim=-1)
-        return torch.cat([d.sort(dim=1, descending=True).values, d.mean(1, keepdim=True)], 1), sp.is_change.float()
+        rows = []
+        for lo in range(0, len(sp), 256):    # chunks keep memory flat on 14x14 grids
+            f1, f2 = data.pair_features(split, torch.arange(lo, min(lo + 256, len(sp))))
+            if radius == 0:
+                d = (f1 - f2).norm(dim=-1)
+            else:
+                dist = torch.cdist(f1, f2).masked_fill(far, float("inf"))       # [n, before j, after k]
+                d = torch.cat([dist.min(2).values, dist.min(1).values], 1)
+            rows.append(torch.cat([d.sort(dim=1, descending=True).values, d.mean(1, keepdim=True)], 1))
+        return torch.cat(rows), sp.is_change.float()
 
     (xtr, ytr), (xte, yte) = xy("train"), xy("test")
     mu, sd = xtr.mean(0), xtr.std(0) + 1e-6
@@ -285,6 +338,7 @@ def difference_probe(s: Setup, *, steps: int = 500, seed: int = 0) -> dict[str, 
         opt.step()
     with torch.no_grad():
         acc = float((((xte - mu) / sd @ w + b > 0).float() == yte).float().mean())
-    return {"test_accuracy": acc, "chance": float(max(yte.mean(), 1 - yte.mean())),
+    return {"test_accuracy": acc, "chance": float(max(yte.mean(), 1 - yte.mean())), "radius": radius,
+            "train_pairs": len(ytr),
             "max_region_distance_change": float(xtr[ytr == 1, 0].mean()),
             "max_region_distance_distractor": float(xtr[ytr == 0, 0].mean())}
