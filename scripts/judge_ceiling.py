@@ -11,7 +11,7 @@ to say "no change": its distractor judge stays at chance. This script puts numbe
    CIDEr-D against p shows the judge accuracy the run's captioner would need for a target.
 
     .venv/bin/python scripts/judge_ceiling.py --data-root /work/data8k/synth-clevr-change-n8000-s0-240x160 \\
-        --run runs/pcl-finetune-790f644c6849 --checkpoint last
+        --run runs/pcl-finetune-790f644c6849 --checkpoint best last
     .venv/bin/python scripts/judge_ceiling.py --plot        # docs/img/judge_ceiling.png from the JSONs
 
 Writes ``reports/budget_curve/judge_ceiling_<data>.json``. Neither paper contains this analysis. It diagnoses
@@ -45,7 +45,8 @@ def probe_rows(data_root: Path | None, fractions, radii, runs_dir: Path | None, 
 
 def gated_rows(data_root: Path | None, run_dir: Path, checkpoint: str, runs_dir: Path | None, profile: str,
                accuracies, seeds) -> dict:
-    from idckit.eval.judge_gate import judge_curve, no_change_sentence
+    from idckit.baselines import MostFrequentCaption
+    from idckit.eval.judge_gate import judge_curve
     from idckit.experiments import pcl
     from idckit.tasks.pcl import predict
 
@@ -56,9 +57,9 @@ def gated_rows(data_root: Path | None, run_dir: Path, checkpoint: str, runs_dir:
     data = pcl._data(s)
     preds = predict(model, data, "test", batch_size=200, progress=True)
     dataset = s.data.dataset()
-    train = set(data.splits["train"].pair_ids)
-    no_change = no_change_sentence({k: v for k, v in dataset.references("train").items() if k in train},
-                                   dataset.types("train"))
+    train = set(data.splits["train"].pair_ids)      # the pairs the run trained on (its train_fraction)
+    no_change = MostFrequentCaption().fit([p for p in dataset.pairs("train", check_images=False)
+                                           if p.pair_id in train and not p.is_change]).caption
     test_types = dataset.types("test")
     rows = judge_curve(dataset.references("test"), preds["captions"], test_types, no_change, accuracies, seeds)
     return {"run": run_dir.name, "checkpoint": checkpoint, "step": step, "train_pairs": len(data.splits["train"]),
@@ -67,7 +68,7 @@ def gated_rows(data_root: Path | None, run_dir: Path, checkpoint: str, runs_dir:
             "distinct_test_captions": len(set(preds["captions"].values())), "rows": rows}
 
 
-def run(data_root: Path | None, run_dirs, checkpoint: str, *, fractions=(0.125, 0.25, 0.5, 1.0), radii=(0, 2),
+def run(data_root: Path | None, run_dirs, checkpoints=("best",), *, fractions=(0.125, 0.25, 0.5, 1.0), radii=(0, 2),
         seeds=(0, 1, 2), accuracies=ACCURACIES, threads: int = 2, profile: str = "cpu",
         runs_dir: Path | None = None, out_dir: Path = ROOT / "reports" / "budget_curve") -> dict:
     import torch
@@ -78,8 +79,8 @@ def run(data_root: Path | None, run_dirs, checkpoint: str, *, fractions=(0.125, 
     t0 = time.time()
     out = {"data_root": str(data_root) if data_root else None, "profile": profile,
            "data": "SynthCLEVR-Change (synthetic)", "probe": probe_rows(data_root, fractions, radii, runs_dir, profile),
-           "gated": [gated_rows(data_root, Path(r), checkpoint, runs_dir, profile, accuracies, seeds)
-                     for r in run_dirs],
+           "gated": [gated_rows(data_root, Path(r), c, runs_dir, profile, accuracies, seeds)
+                     for r in run_dirs for c in checkpoints],
            "wall_seconds": None, "commit": git_commit()}
     out["wall_seconds"] = round(time.time() - t0, 1)
     name = Path(data_root).name if data_root else "default"
@@ -129,7 +130,8 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
     a.axvline(best, ls=":", c="tab:red", lw=1)
     a.text(best + 0.004, a.get_ylim()[0] + 2, f"best feature probe: {best:.2f}", fontsize=7, rotation=90,
            va="bottom", color="tab:red")
-    a.set_title("a run's test captions gated by a simulated judge (mean +/- sd over 3 seeds)", fontsize=10)
+    a.set_title("test captions of a run gated by a simulated judge (an analysis, in neither paper; sd over 3 seeds)",
+                fontsize=10)
     a.legend(fontsize=7, loc="upper left")
     sns.lineplot(data=pd.DataFrame(probes), x="train pairs", y="test accuracy", hue="probe", style="data",
                  marker="o", ax=b)
@@ -149,7 +151,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-root", type=Path, default=None, help="default: the profile's synthetic data")
     p.add_argument("--run", type=Path, action="append", default=[], help="a pcl-finetune run dir (repeatable)")
-    p.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    p.add_argument("--checkpoint", choices=("best", "last"), nargs="+", default=["best"],
+                   help="which weights of each run: best (val-selected), last, or both")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.125, 0.25, 0.5, 1.0])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--profile", default="cpu", help="smoke for a test of the script itself")

@@ -3,8 +3,8 @@
 Half the CLEVR-Change test pairs are distractors, and all their references say "no change" in a few words. A
 captioner's total CIDEr-D therefore depends heavily on saying "no change" exactly when nothing changed. This
 module measures that dependence on a run's own test captions. A simulated judge of accuracy ``p`` errs on a seeded
-``round((1 - p) * n)`` of the pairs. A pair it calls a distractor gets one fixed no-change sentence (the most
-frequent caption of the training distractors). A pair it calls a change keeps the captioner's own caption.
+``round((1 - p) * n)`` of the pairs. A pair it calls a distractor gets one fixed no-change sentence (scripts use
+the most frequent caption of the training distractors). A pair it calls a change keeps the captioner's caption.
 
 At ``p = 1`` this is the captioner's ceiling with a perfect judge. The curve of total CIDEr-D against ``p`` says
 which judge accuracy a given captioner needs to reach a target. Neither paper does this; it is an analysis of
@@ -12,21 +12,12 @@ which part of a run is missing, and every report that uses it says so.
 """
 from __future__ import annotations
 
-from collections import Counter
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from idckit.data.clevr_change import DISTRACTOR
 from idckit.errors import ConfigError
-
-
-def no_change_sentence(train_references: Mapping[str, Sequence[str]], train_types: Mapping[str, str]) -> str:
-    """The most frequent caption of the training distractors (ties broken alphabetically)."""
-    counts = Counter(c for k, refs in train_references.items() if train_types[k] == DISTRACTOR for c in refs)
-    if not counts:
-        raise ConfigError("the training split has no distractor captions to take a no-change sentence from")
-    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
 def gate(captions: Mapping[str, str], types: Mapping[str, str], no_change: str, accuracy: float,
