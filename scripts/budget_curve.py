@@ -10,8 +10,9 @@ test at the val-selected step and counts distinct test captions (a collapsed run
     .venv/bin/python scripts/budget_curve.py clip4idc --steps 3000 --threads 1
     .venv/bin/python scripts/budget_curve.py --plot          # docs/img/budget_curve.png from the JSONs
     .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --train-fraction 0.25   # a data-size point
+    .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --distractor-weight 5   # a louder judge loss
 
-Each run writes ``reports/budget_curve/budget_curve_<model>[_<data>_f<fraction>].json`` (overrides, history,
+Each run writes ``reports/budget_curve/budget_curve_<model>[_<data>_f<fraction>[_dw<weight>]].json`` (overrides, history,
 test metrics, diversity, wall time, commit, training pairs); ``--plot`` draws every such JSON into one figure, one
 line per model and training-set size. ``--train-fraction`` (IDC-PCL only) keeps a seeded share of the training
 before-images, each with both its pairs; val and test stay whole, so the points of a data-size axis are scored on
@@ -147,10 +148,8 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
                     rows.append({"model": _label(d), "minutes": h["minutes"], "val": subset,
                                  "val CIDEr-D (x100)": 100 * h[key]})
         if d.get("text_baseline"):
-            for subset, key in subsets:
-                value = round(100 * d["text_baseline"][key], 1)
-                who = f'{_data_name(d)}, {d["train_pairs"]:,} train pairs' if d.get("train_pairs") else _data_name(d)
-                baselines.setdefault((subset, value), set()).add(who)
+            who = f'{_data_name(d)}, {d["train_pairs"]:,} train pairs' if d.get("train_pairs") else _data_name(d)
+            baselines[who] = {subset: round(100 * d["text_baseline"][key], 1) for subset, key in subsets}
     if not rows:
         sys.exit(f"no budget_curve_*.json in {reports} yet: run a model first")
     import matplotlib.pyplot as plt
@@ -165,17 +164,20 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
         sns.lineplot(data=df[df["val"] == subset], x="minutes", y="val CIDEr-D (x100)", hue="model", marker="o",
                      hue_order=models, palette=palette, ax=ax)
         ax.set_title(f"val CIDEr-D, {subset}", fontsize=10)
-        # the text-only baseline of each curve's own val split, for scale: above it, a model uses the images
-        lines = [(value, data) for (sub, value), data in sorted(baselines.items()) if sub == subset]
-        for i, (value, data) in enumerate(lines):   # labels alternate sides so close lines stay readable
-            ax.axhline(value, ls="--", c="grey", lw=1)
-            ax.text(0.99 if i % 2 == 0 else 0.01, value + 0.8,
-                    f"most frequent caption, no image ({'; '.join(sorted(data))}; val): {value:.1f}", fontsize=7,
-                    transform=ax.get_yaxis_transform(), ha="right" if i % 2 == 0 else "left", color="grey")
+        # the text-only baseline of each curve's own val split, for scale: above it, a model uses the images.
+        # Dashed lines here, their values in the legend (several sit within a point of each other).
+        for values in baselines.values():
+            ax.axhline(values[subset], ls="--", c="grey", lw=1)
         ax.get_legend().remove()
     fig.suptitle(f"SynthCLEVR-Change (synthetic), {'/'.join(sorted(profiles))} profile: CIDEr-D against training minutes "
                  "and training-set size", fontsize=11)
     handles, labels = axes[0][0].get_legend_handles_labels()   # one legend under both panels, off the lines
+    from matplotlib.lines import Line2D
+
+    for who, v in sorted(baselines.items()):
+        handles.append(Line2D([], [], ls="--", c="grey", lw=1))
+        labels.append(f"most frequent training caption, no image ({who}; val): "
+                      f"{v['total']:.1f} total, {v['semantic pairs']:.1f} semantic")
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.06 * ((len(labels) + 1) // 2), 1, 1))
     fig.savefig(out, dpi=110)
