@@ -119,7 +119,7 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
         for p in d["probe"]:
             probes.append({"data": data, "training pairs": p["train_pairs"], "test accuracy": p["test_accuracy"],
                            "probe": f"region distances, radius {p['radius']}"})
-    fig, (a, b) = plt.subplots(1, 2, figsize=(14, 5.5))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(14, 7))
     sns.lineplot(data=pd.DataFrame(gated), x="judge accuracy", y="test CIDEr-D (x100)", hue="captions",
                  marker="o", errorbar="sd", ax=a)
     a.axhline(100, ls="--", c="grey", lw=1)
@@ -134,7 +134,7 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
            color="tab:red", transform=a.get_xaxis_transform())
     a.set_title("test captions of a run gated by a simulated judge (an analysis, in neither paper; sd over 3 seeds)",
                 fontsize=9)
-    a.legend(fontsize=7, loc="lower right", title="captions of", title_fontsize=7)
+    a.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), title="captions of", title_fontsize=7)
     df = pd.DataFrame(probes)
     several = df["data"].nunique() > 1
     sns.lineplot(data=df, x="training pairs", y="test accuracy", hue="probe", style="data" if several else None,
