@@ -11,8 +11,9 @@ test at the val-selected step and counts distinct test captions (a collapsed run
     .venv/bin/python scripts/budget_curve.py --plot          # docs/img/budget_curve.png from the JSONs
     .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --train-fraction 0.25   # a data-size point
     .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --distractor-weight 5   # a louder judge loss
+    .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --pretrain-steps 1000    # more pre-training
 
-Each run writes ``reports/budget_curve/budget_curve_<model>[_<data>_f<fraction>[_dw<weight>]].json`` (overrides, history,
+Each run writes ``reports/budget_curve/budget_curve_<model>[_<data>_f<fraction>[_dw<weight>][_pt<steps>]].json`` (overrides, history,
 test metrics, diversity, wall time, commit, training pairs); ``--plot`` draws every such JSON into one figure, one
 line per model and training-set size. ``--train-fraction`` (IDC-PCL only) keeps a seeded share of the training
 before-images, each with both its pairs; val and test stay whole, so the points of a data-size axis are scored on
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _overrides(model: str, steps: int, eval_every: int, minutes: float | None, train_fraction: float = 1.0,
-               distractor_weight: float | None = None) -> dict:
+               distractor_weight: float | None = None, pretrain_steps: int | None = None) -> dict:
     train = {"max_steps": steps, "eval_every": eval_every}
     if minutes:
         train["max_minutes"] = minutes
@@ -42,16 +43,19 @@ def _overrides(model: str, steps: int, eval_every: int, minutes: float | None, t
             out["train_fraction"] = train_fraction
         if distractor_weight is not None:
             out["finetune"]["distractor_weight"] = distractor_weight
+        if pretrain_steps is not None:
+            out["pretrain"] = {"train": {"max_steps": pretrain_steps}}
         return out
-    if train_fraction != 1 or distractor_weight is not None:
-        raise SystemExit("--train-fraction and --distractor-weight are implemented for IDC-PCL only "
+    if train_fraction != 1 or distractor_weight is not None or pretrain_steps is not None:
+        raise SystemExit("--train-fraction, --distractor-weight and --pretrain-steps are implemented for IDC-PCL only "
                          "(scripts/budget_curve.py pcl ...)")
     return {"caption": {"train": train}}
 
 
 def _json_name(model: str, data_root: Path | None, train_fraction: float,
-               distractor_weight: float | None = None) -> str:
+               distractor_weight: float | None = None, pretrain_steps: int | None = None) -> str:
     dw = "" if distractor_weight is None else f"_dw{distractor_weight:g}"
+    dw += "" if pretrain_steps is None else f"_pt{pretrain_steps}"
     if data_root is None and train_fraction == 1 and not dw:
         return f"budget_curve_{model}.json"     # the profile's default data: the name earlier curves have
     data = Path(data_root).name if data_root else "default"
@@ -78,14 +82,15 @@ def text_baseline(dataset, train_fraction: float = 1.0, split: str = "val") -> d
 
 def run(model: str, steps: int, eval_every: int, minutes: float | None, threads: int, seed: int, *,
         profile: str = "cpu", out_dir: Path = ROOT / "reports" / "budget_curve", data_root: Path | None = None,
-        runs_dir: Path | None = None, train_fraction: float = 1.0, distractor_weight: float | None = None) -> dict:
+        runs_dir: Path | None = None, train_fraction: float = 1.0, distractor_weight: float | None = None,
+        pretrain_steps: int | None = None) -> dict:
     import torch
 
     from idckit.experiments.runs import output_diversity
     from idckit.report import git_commit
 
     torch.set_num_threads(threads)
-    overrides = _overrides(model, steps, eval_every, minutes, train_fraction, distractor_weight)
+    overrides = _overrides(model, steps, eval_every, minutes, train_fraction, distractor_weight, pretrain_steps)
     t0 = time.time()
     if model == "pcl":
         from idckit.experiments import pcl
@@ -93,8 +98,9 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
         r = pcl.run_variant("full", setup_=s, seed=seed, progress=True)
         train_seconds = r.get("finetune_seconds", 0.0)
         train_pairs = len(pcl._data(s).splits["train"])
-        label = "IDC-PCL (full, cpu model)" if distractor_weight is None else \
-            f"IDC-PCL (full, cpu model, distractor loss x{distractor_weight:g})"
+        extras = ([f"distractor loss x{distractor_weight:g}"] if distractor_weight is not None else []) + \
+            ([f"{pretrain_steps} pre-training steps"] if pretrain_steps is not None else [])
+        label = f"IDC-PCL (full, cpu model{''.join(', ' + e for e in extras)})"
     else:
         from idckit.experiments import clip4idc
         s = clip4idc.setup(profile, data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
@@ -108,10 +114,12 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
            "best_step": r.get("best_step"), "history": r.get("history", []),
            "test_total": r["test"]["total"], "test_semantic": r["test"].get("semantic"),
            "distinct_test_captions": diversity, "train_seconds": train_seconds, "train_pairs": train_pairs,
-           "train_fraction": train_fraction, "distractor_weight": distractor_weight, "data_root": str(s.data.root),
+           "train_fraction": train_fraction, "distractor_weight": distractor_weight,
+           "pretrain_steps": pretrain_steps, "pretrain_seconds": r.get("pretrain_seconds"),
+           "data_root": str(s.data.root),
            "text_baseline": text_baseline(s.data.dataset(), train_fraction),
            "wall_seconds": round(time.time() - t0, 1), "commit": git_commit()}
-    path = Path(out_dir) / _json_name(model, data_root, train_fraction, distractor_weight)
+    path = Path(out_dir) / _json_name(model, data_root, train_fraction, distractor_weight, pretrain_steps)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
     print(f"{label}: best val step {out['best_step']}, test CIDEr-D {100 * out['test_total']['CIDEr-D']:.1f}, "
@@ -199,6 +207,8 @@ def main(argv=None) -> None:
                    help="IDC-PCL: share of the training before-images to train on (val/test stay whole)")
     p.add_argument("--distractor-weight", type=float, default=None,
                    help="IDC-PCL: weight of the distractor-judging loss in fine-tuning (default: the config's, 1)")
+    p.add_argument("--pretrain-steps", type=int, default=None,
+                   help="IDC-PCL: pre-training steps (default: the profile's, 200 at cpu)")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: runs/")
     p.add_argument("--out-dir", type=Path, default=ROOT / "reports" / "budget_curve",
                    help="where the JSONs go (and --plot reads)")
@@ -207,7 +217,7 @@ def main(argv=None) -> None:
     if a.model:
         run(a.model, a.steps, a.eval_every, a.minutes, a.threads, a.seed, profile=a.profile, out_dir=a.out_dir,
             data_root=a.data_root, runs_dir=a.runs_dir, train_fraction=a.train_fraction,
-            distractor_weight=a.distractor_weight)
+            distractor_weight=a.distractor_weight, pretrain_steps=a.pretrain_steps)
     if a.plot:
         plot(ROOT / "docs" / "img" / "budget_curve.png" if a.out_dir == ROOT / "reports" / "budget_curve"
              else a.out_dir / "budget_curve.png", a.out_dir)

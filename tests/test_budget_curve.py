@@ -74,6 +74,15 @@ def test_distractor_weight_is_a_pcl_finetune_override_and_names_the_json():
     assert bc._json_name("pcl", None, 1.0, 2.5) == "budget_curve_pcl_default_f1_dw2.5.json"
 
 
+def test_pretrain_steps_is_a_pcl_pretrain_override_and_names_the_json():
+    bc = _load()
+    assert bc._overrides("pcl", 100, 50, None, pretrain_steps=1000)["pretrain"] == {"train": {"max_steps": 1000}}
+    assert "pretrain" not in bc._overrides("pcl", 100, 50, None)
+    with pytest.raises(SystemExit, match="IDC-PCL only"):
+        bc._overrides("clip4idc", 100, 50, None, pretrain_steps=1000)
+    assert bc._json_name("pcl", Path("/d/n8000"), 1.0, None, 1000) == "budget_curve_pcl_n8000_f1_pt1000.json"
+
+
 def test_smaller_train_fraction_trains_on_fewer_pairs_and_is_its_own_run(tmp_path):
     from idckit.data.synth.clevr_change import generate
 
