@@ -13,11 +13,12 @@ test at the val-selected step and counts distinct test captions (a collapsed run
     .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --distractor-weight 5   # a louder judge loss
     .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --pretrain-steps 1000    # more pre-training
 
-Each run writes ``reports/budget_curve/budget_curve_<model>[_<data>_f<fraction>[_dw<weight>][_pt<steps>]].json`` (overrides, history,
-test metrics, diversity, wall time, commit, training pairs); ``--plot`` draws every such JSON into one figure, one
-line per model and training-set size. ``--train-fraction`` (IDC-PCL only) keeps a seeded share of the training
-before-images, each with both its pairs; val and test stay whole, so the points of a data-size axis are scored on
-the same pairs. The runs are cached like every other run, so a re-run with the same arguments only re-reads them.
+Each run writes ``reports/budget_curve/budget_curve_<model>[_<data>_f<fraction>[_dw<weight>][_pt<steps>]].json``
+(overrides, history, test metrics, diversity, wall time, commit, training pairs); ``--plot`` draws every such
+JSON into one figure, one line per model and training-set size. ``--train-fraction`` (IDC-PCL only) keeps a
+seeded share of the training before-images, each with both its pairs; val and test stay whole, so the points of
+a data-size axis are scored on the same pairs. The runs are cached like every other run, so a re-run with the same
+arguments only re-reads them.
 """
 from __future__ import annotations
 
@@ -54,12 +55,12 @@ def _overrides(model: str, steps: int, eval_every: int, minutes: float | None, t
 
 def _json_name(model: str, data_root: Path | None, train_fraction: float,
                distractor_weight: float | None = None, pretrain_steps: int | None = None) -> str:
-    dw = "" if distractor_weight is None else f"_dw{distractor_weight:g}"
-    dw += "" if pretrain_steps is None else f"_pt{pretrain_steps}"
-    if data_root is None and train_fraction == 1 and not dw:
+    suffix = ("" if distractor_weight is None else f"_dw{distractor_weight:g}") + \
+        ("" if pretrain_steps is None else f"_pt{pretrain_steps}")
+    if data_root is None and train_fraction == 1 and not suffix:
         return f"budget_curve_{model}.json"     # the profile's default data: the name earlier curves have
     data = Path(data_root).name if data_root else "default"
-    return f"budget_curve_{model}_{data}_f{train_fraction:g}{dw}.json"
+    return f"budget_curve_{model}_{data}_f{train_fraction:g}{suffix}.json"
 
 
 def text_baseline(dataset, train_fraction: float = 1.0, split: str = "val") -> dict:
@@ -177,8 +178,8 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
         for values in baselines.values():
             ax.axhline(values[subset], ls="--", c="grey", lw=1)
         ax.get_legend().remove()
-    fig.suptitle(f"SynthCLEVR-Change (synthetic), {'/'.join(sorted(profiles))} profile: CIDEr-D against training minutes "
-                 "and training-set size", fontsize=11)
+    fig.suptitle(f"SynthCLEVR-Change (synthetic), {'/'.join(sorted(profiles))} profile: CIDEr-D against training "
+                 "minutes and training-set size", fontsize=11)
     handles, labels = axes[0][0].get_legend_handles_labels()   # one legend under both panels, off the lines
     from matplotlib.lines import Line2D
 

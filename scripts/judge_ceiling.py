@@ -56,12 +56,12 @@ def gated_rows(data_root: Path | None, run_dir: Path, checkpoint: str, runs_dir:
     model, step = pcl.load_finetuned(s, run_dir, checkpoint)
     data = pcl._data(s)
     preds = predict(model, data, "test", batch_size=200, progress=True)
-    dataset = s.data.dataset()
     train = set(data.splits["train"].pair_ids)      # the pairs the run trained on (its train_fraction)
-    no_change = MostFrequentCaption().fit([p for p in dataset.pairs("train", check_images=False)
+    no_change = MostFrequentCaption().fit([p for p in s.data.dataset().pairs("train", check_images=False)
                                            if p.pair_id in train and not p.is_change]).caption
-    test_types = dataset.types("test")
-    rows = judge_curve(dataset.references("test"), preds["captions"], test_types, no_change, accuracies, seeds)
+    test = data.splits["test"]
+    rows = judge_curve(test.references, preds["captions"], dict(zip(test.pair_ids, test.types)), no_change,
+                       accuracies, seeds)
     return {"run": run_dir.name, "checkpoint": checkpoint, "step": step, "train_pairs": len(data.splits["train"]),
             "distractor_weight": cfg["finetune"]["distractor_weight"], "no_change_sentence": no_change,
             "model_judge_accuracy": preds["judge_accuracy"],

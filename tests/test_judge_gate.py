@@ -1,4 +1,5 @@
-"""The simulated-judge analysis (idckit.eval.judge_gate), the shift-tolerant feature probe, and the script using both."""
+"""The simulated-judge analysis (idckit.eval.judge_gate), the shift-tolerant feature probe, and the script that
+uses both."""
 from __future__ import annotations
 
 import importlib.util
