@@ -25,8 +25,8 @@ def _size(text: str) -> tuple[int, int]:
 def cmd_generate(args: argparse.Namespace) -> int:
     from idckit.data.synth.clevr_change import generate
 
-    generate(args.out, n_pairs=args.pairs, seed=args.seed, size=args.size, workers=args.workers,
-             overwrite=args.overwrite)
+    generate(args.out, n_pairs=args.pairs, seed=args.seed, size=args.size, camera_jitter=args.camera_jitter,
+             lamp_jitter=args.lamp_jitter, workers=args.workers, overwrite=args.overwrite)
     return 0
 
 
@@ -99,8 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--pairs", type=int, default=2000, help="number of before images (each gives 2 pairs)")
     gc.add_argument("--seed", type=int, default=0)
     gc.add_argument("--size", type=_size, default=(240, 160), help="WxH, default 240x160 (half the real 480x320)")
+    gc.add_argument("--camera-jitter", type=float, default=1.0,
+                    help="CLEVR's camera jitter L: each image moves the camera by U(-L, L) per axis (CLEVR-Change: "
+                         "1.0, CLEVR's argparse default 0.5); smaller is easier")
+    gc.add_argument("--lamp-jitter", type=float, default=1.0,
+                    help="CLEVR's lamp jitter L for the key, fill and back lamps (CLEVR-Change: 1.0)")
     gc.add_argument("--workers", type=int, default=2, help="rendering processes (output does not depend on it)")
-    gc.add_argument("--overwrite", action="store_true", help="replace an existing dataset at --out")
+    gc.add_argument("--overwrite", action="store_true",
+                    help="replace an existing dataset at --out (only one the kit generated: its synth_info.json)")
     gc.set_defaults(func=cmd_generate)
 
     e = sub.add_parser("evaluate", help="score RCC-format results against a dataset (BLEU, METEOR, ROUGE-L, CIDEr-D)")

@@ -49,11 +49,63 @@ def test_idempotent_and_refuses_foreign_dirs(synth, tmp_path):
     mtime = (synth / "splits.json").stat().st_mtime_ns
     assert generate(synth, n_pairs=40, seed=3, size=SIZE, progress=False) == synth
     assert (synth / "splits.json").stat().st_mtime_ns == mtime
-    with pytest.raises(DatasetError, match="holds something else"):
+    with pytest.raises(DatasetError, match="another SynthCLEVR-Change dataset"):
         generate(synth, n_pairs=40, seed=4, size=SIZE, progress=False)
     with pytest.raises(DatasetError, match="too small"):
         generate(tmp_path / "x", n_pairs=3, seed=0, size=SIZE)
     assert not (tmp_path / "x").exists()
+
+
+def test_overwrite_never_deletes_what_the_kit_did_not_write(tmp_path):
+    thesis = tmp_path / "thesis"
+    (thesis / "images").mkdir(parents=True)
+    (thesis / "thesis.tex").write_text("chapter 1")
+    (thesis / "images" / "photo.jpg").write_bytes(b"jpeg")
+    with pytest.raises(DatasetError, match="did not generate") as err:
+        generate(thesis, n_pairs=20, seed=0, size=SIZE, overwrite=True, progress=False)
+    assert str(thesis) in str(err.value) and "nothing was deleted" in str(err.value)
+    assert (thesis / "thesis.tex").read_text() == "chapter 1" and (thesis / "images" / "photo.jpg").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis"]  # no temp folder left behind
+
+
+def test_out_a_file_fails_before_any_rendering(tmp_path, monkeypatch):
+    from idckit.data.synth import clevr_change
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me")
+    monkeypatch.setattr(clevr_change, "_make_index", lambda job: pytest.fail("rendered before validating --out"))
+    with pytest.raises(DatasetError, match="names a file") as err:
+        generate(target, n_pairs=20, seed=0, size=SIZE, overwrite=True, progress=False, workers=1)
+    assert str(target) in str(err.value) and target.read_text() == "keep me"
+    for bad in ({"camera_jitter": -0.1}, {"lamp_jitter": 9.0}):
+        with pytest.raises(DatasetError, match="jitter must be between 0 and 3"):
+            generate(tmp_path / "j", n_pairs=20, seed=0, size=SIZE, progress=False, workers=1, **bad)
+    assert not (tmp_path / "j").exists()
+
+
+def test_overwrite_replaces_a_kit_dataset(tmp_path):
+    out = generate(tmp_path / "ds", n_pairs=20, seed=0, size=SIZE, workers=1, progress=False)
+    again = generate(out, n_pairs=20, seed=1, size=SIZE, workers=1, overwrite=True, progress=False)
+    assert json.loads((again / "synth_info.json").read_text())["seed"] == 1
+
+
+def test_jitter_is_recorded_and_zero_jitter_makes_identical_distractors(tmp_path):
+    from PIL import Image
+    out = generate(tmp_path / "still", n_pairs=20, seed=5, size=SIZE, camera_jitter=0.0, lamp_jitter=0.0,
+                   workers=1, progress=False)
+    info = json.loads((out / "synth_info.json").read_text())
+    assert (info["camera_jitter"], info["lamp_jitter"]) == (0.0, 0.0)
+    ds = ClevrChange(out)
+    for i in ds.indices("train")[:3]:
+        before = np.asarray(Image.open(out / "images" / f"CLEVR_default_{i:06d}.png"))
+        distractor = np.asarray(Image.open(out / "nsc_images" / f"CLEVR_nonsemantic_{i:06d}.png"))
+        semantic = np.asarray(Image.open(out / "sc_images" / f"CLEVR_semantic_{i:06d}.png"))
+        assert np.array_equal(before, distractor) and not np.array_equal(before, semantic)
+    # only the jitter sizes differ: the same draws give the same objects wherever visibility agrees
+    jittered = generate(tmp_path / "half", n_pairs=20, seed=5, size=SIZE, camera_jitter=0.5, lamp_jitter=0.5,
+                        workers=1, progress=False)
+    a, b = _scene(out, "default", 0), _scene(jittered, "default", 0)
+    assert a["camera"]["look_at"] == [0.0, 0.0, 0.0] and b["camera"]["look_at"] != [0.0, 0.0, 0.0]
+    assert max(abs(v) for v in b["camera"]["look_at"]) <= 0.5
 
 
 def _scene(root, kind, i):

@@ -37,16 +37,23 @@ def clevr_change(profile: str, data_root: str | Path | None = None, *, progress:
         info = root / "synth_info.json"
         if info.is_file():
             meta = json.loads(info.read_text())
-            return DataChoice(root, True, f"synthetic: SynthCLEVR-Change at {root} ({meta.get('pairs')} pairs)",
-                              meta.get("generator", "unknown"))
+            return DataChoice(root, True, f"synthetic: SynthCLEVR-Change at {root} ({meta.get('pairs')} pairs, "
+                              f"{jitter_words(meta)})", meta.get("generator", "unknown"))
         return DataChoice(root, False, f"real: CLEVR-Change at {root}", "official release")
     s = synth_settings(profile)
     w, h = s["size"]
-    root = paths.data_dir() / f"synth-clevr-change-n{s['pairs']}-s{s['seed']}-{w}x{h}"
+    cam, lamp = float(s["camera_jitter"]), float(s["lamp_jitter"])
+    root = paths.data_dir() / f"synth-clevr-change-n{s['pairs']}-s{s['seed']}-{w}x{h}-cam{cam:g}-lamp{lamp:g}"
     from idckit.data.synth.clevr_change import generate  # renders only if not already there
     from idckit.data.synth.vocab import GENERATOR_VERSION
 
-    generate(root, n_pairs=s["pairs"], seed=s["seed"], size=(w, h), workers=s.get("workers", 2))
-    return DataChoice(root, True,
-                      f"synthetic: SynthCLEVR-Change ({s['pairs']} before-images, seed {s['seed']}, {w}x{h})",
-                      GENERATOR_VERSION)
+    generate(root, n_pairs=s["pairs"], seed=s["seed"], size=(w, h), camera_jitter=cam, lamp_jitter=lamp,
+             workers=s["workers"])
+    return DataChoice(root, True, f"synthetic: SynthCLEVR-Change ({s['pairs']} before-images, seed {s['seed']}, "
+                      f"{w}x{h}, {jitter_words(s)})", GENERATOR_VERSION)
+
+
+def jitter_words(info: dict) -> str:
+    """How a synthetic set's difficulty reads in reports; sets written before the knob existed used 1.0."""
+    cam, lamp = info.get("camera_jitter", 1.0), info.get("lamp_jitter", 1.0)
+    return f"camera jitter {float(cam):g}, lamp jitter {float(lamp):g}"

@@ -6,8 +6,9 @@ Besides the official files (see :mod:`idckit.data.clevr_change`) it writes:
   change record under ``"change"``);
 - ``scene_descriptions.json``: ``{image file name: "there is a large red metal cube , ..."}`` for every image of
   the three folders, the single-image text for CLIP-style or general-captioning pre-training;
-- ``synth_info.json``: ``{"synthetic": true, "generator", "pairs", "seed", "size", "counts"}``; its presence is
-  how reports tell synthetic data from the real release.
+- ``synth_info.json``: ``{"synthetic": true, "generator", "pairs", "seed", "size", "camera_jitter",
+  "lamp_jitter", "counts"}``; its presence is how reports tell synthetic data from the real release, and it is the
+  marker without which ``overwrite`` refuses to delete a directory.
 
 Every index draws from ``np.random.default_rng([seed, index])``, so the bytes do not depend on ``workers``.
 Change types are balanced (a seeded permutation of ``index % 5``); splits are 85/5/10 like the real
@@ -52,11 +53,12 @@ def _png(img: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _make_index(job: tuple[int, int, str, tuple[int, int]]) -> dict:
-    seed, index, ctype, size = job
+def _make_index(job: tuple[int, int, str, tuple[int, int], float, float]) -> dict:
+    seed, index, ctype, size, camera_jitter, lamp_jitter = job
     rng = np.random.default_rng([seed, index])
     for _ in range(20):
-        default, semantic, nonsemantic = scenes.sample_triplet(rng, index, ctype, size)
+        default, semantic, nonsemantic = scenes.sample_triplet(rng, index, ctype, size, camera_jitter=camera_jitter,
+                                                               lamp_jitter=lamp_jitter)
         n_caps = int(rng.integers(4, 9))
         try:
             change = captions.change_captions(default, semantic, semantic["change"], rng, n_caps)
@@ -71,9 +73,41 @@ def _make_index(job: tuple[int, int, str, tuple[int, int]]) -> dict:
     raise RuntimeError(f"index {index}: no referable change in 20 scene draws")
 
 
+def is_kit_dataset(path: Path) -> bool:
+    """True if ``path`` holds a dataset this kit generated (its ``synth_info.json`` marker says so)."""
+    info = path / "synth_info.json"
+    try:
+        return info.is_file() and json.loads(info.read_text()).get("synthetic") is True
+    except (OSError, ValueError):
+        return False
+
+
+def check_output_dir(out: Path, overwrite: bool) -> None:
+    """Refuse, before any work, an ``--out`` that is a file or a directory the kit did not write."""
+    if out.exists() and not out.is_dir():
+        raise DatasetError("--out names a file, not a directory", path=out, fix="choose a directory path for --out")
+    if out.is_dir() and any(out.iterdir()) and not is_kit_dataset(out):
+        raise DatasetError("--out is a non-empty directory that idckit did not generate (no synth_info.json); "
+                           "--overwrite only replaces the kit's own datasets, so nothing was deleted",
+                           path=out, fix="choose a new or empty directory for --out")
+    if out.is_dir() and is_kit_dataset(out) and not overwrite:
+        raise DatasetError("output directory holds another SynthCLEVR-Change dataset", path=out,
+                           fix="choose another --out, or pass --overwrite to replace it")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK):
+        raise DatasetError("cannot write here", path=parent, fix="choose an --out in a directory you can write to")
+
+
 def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, int] = (240, 160),
+             camera_jitter: float = scenes.CAMERA_JITTER, lamp_jitter: float = scenes.LAMP_JITTER,
              workers: int = 2, overwrite: bool = False, progress: bool = True) -> Path:
-    """Write SynthCLEVR-Change to ``out`` (atomically); reuse it if it already holds the same arguments."""
+    """Write SynthCLEVR-Change to ``out`` (atomically); reuse it if it already holds the same arguments.
+
+    ``camera_jitter`` and ``lamp_jitter`` are CLEVR's jitter sizes (CLEVR-Change's 1.0 by default): smaller values
+    give distractors that move the camera and lamps less, an easier set.
+    """
     from tqdm.auto import tqdm
 
     out = Path(out)
@@ -85,24 +119,27 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
         raise DatasetError(f"--size {size[0]}x{size[1]} is too small to render objects", path=out,
                            fix="use at least 64x48; the default is 240x160")
     if workers < 1:
-        raise DatasetError(f"--workers must be >= 1, got {workers}", path=out)
-    info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "seed": seed, "size": list(size)}
+        raise DatasetError(f"--workers must be >= 1, got {workers}", path=out, fix="pass --workers 1 or more")
+    for name, value in (("--camera-jitter", camera_jitter), ("--lamp-jitter", lamp_jitter)):
+        if not (0.0 <= float(value) <= 3.0):
+            raise DatasetError(f"{name} must be between 0 and 3 scene units, got {value}", path=out,
+                               fix=f"pass {name} 1.0 (CLEVR-Change's value) or a smaller value for easier data")
+    info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "seed": seed, "size": list(size),
+            "camera_jitter": float(camera_jitter), "lamp_jitter": float(lamp_jitter)}
     info_path = out / "synth_info.json"
-    if out.exists():
-        if info_path.is_file():
-            old = json.loads(info_path.read_text())
-            if {k: old.get(k) for k in info} == info:
-                return out
-        if not overwrite:
-            raise DatasetError("output directory exists and holds something else", path=out,
-                               fix="choose another --out, or pass --overwrite to replace it")
+    if is_kit_dataset(out):
+        old = json.loads(info_path.read_text())
+        if {k: old.get(k) for k in info} == info:
+            return out
+    check_output_dir(out, overwrite)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     for sub in ("images", "sc_images", "nsc_images", "scenes"):
         (tmp / sub).mkdir(parents=True)
 
     types = _types(n_pairs, seed)
-    jobs = [(seed, i, types[i], size) for i in range(n_pairs)]
+    jitter = (float(camera_jitter), float(lamp_jitter))
+    jobs = [(seed, i, types[i], size, *jitter) for i in range(n_pairs)]
     change_caps, no_change_caps, descriptions = {}, {}, {}
     type_mapping: dict[str, list[str]] = {t: [] for t in CHANGE_TYPES}
     folder = {"default": "images", "semantic": "sc_images", "nonsemantic": "nsc_images"}
@@ -127,6 +164,7 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
                           ("synth_info.json", {**info, "counts": counts})):
             (tmp / name).write_text(json.dumps(obj, sort_keys=True))
         if out.exists():
+            check_output_dir(out, overwrite)  # again: the directory may have changed while we rendered
             shutil.rmtree(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, out)

@@ -1,8 +1,8 @@
 """CLEVR scenes and CLEVR-Change (default, semantic, nonsemantic) triplets, sampled in CLEVR's scene format.
 
 Follows facebookresearch/clevr-dataset-gen (``render_images.py``: ``add_random_objects``,
-``compute_all_relationships``, the camera/lamp jitter) and Seth-Park's CLEVR-Change fork of it, as summarised in
-/work/shared/reference/datasets.md s.1.4:
+``compute_all_relationships``, the camera/lamp jitter) and Seth-Park's CLEVR-Change fork of it
+(``render.sh``, ``render_images.py``):
 
   - 3-10 objects; size first, then a position uniform in [-3, 3]^2 accepted if, against every placed object,
     ``dist - r - rr >= min_dist`` (0.25) and, along each of left/right/front/behind, the offset is not in
@@ -14,10 +14,11 @@ Follows facebookresearch/clevr-dataset-gen (``render_images.py``: ``add_random_o
     re-sampled from scratch;
   - camera: CLEVR's base location (7.3589, -6.9258, 4.9583) aimed at the origin, a 35 mm lens on a 32 mm
     sensor (49.13 deg across the wider side); lamps key/fill/back at CLEVR's base positions;
-    ``rand(L) = 2L(u - 0.5)`` per axis. The default image moves the camera by rand(1.0) and each lamp by
-    rand(1.0); the semantic and the nonsemantic image each re-apply those jitters and add fresh independent
-    ones (camera rand(1.0), lamps rand(1.0)). As in Blender, the jitter moves the camera without turning it,
-    so ``look_at`` moves with it;
+    ``rand(L) = 2L(u - 0.5)`` per axis. The default image moves the camera by rand(L_camera) and each lamp by
+    rand(L_lamp); the semantic and the nonsemantic image each re-apply those jitters and add fresh independent
+    ones of the same sizes. CLEVR-Change renders with L_camera = L_lamp = 1.0 (the defaults here); both are
+    parameters so that easier sets can be generated. As in Blender, the jitter moves the camera without turning
+    it, so ``look_at`` moves with it;
   - ``directions`` and ``relationships`` exactly as CLEVR (eps 0.2), from each scene's own camera;
   - change operators: ``color`` (a different colour), ``material`` (rubber <-> metal), ``add`` (a random new
     object placed under the same distance/margin checks, appended last), ``drop`` (remove one).
@@ -46,6 +47,7 @@ BASE_CAMERA = (7.3589, -6.9258, 4.9583)
 BASE_LAMPS = {"key": (6.4467, 2.9052, 4.2584), "fill": (-4.6711, -4.0136, 3.0112),
               "back": (-1.1685, 2.6460, 5.8157)}
 FOV_DEG = math.degrees(2 * math.atan(16.0 / 35.0))  # Blender: 35 mm lens, 32 mm sensor
+# CLEVR-Change's render.sh passes --camera_jitter 1.0 (CLEVR's argparse default is 0.5); lamps move by rand(1.0).
 CAMERA_JITTER = 1.0
 LAMP_JITTER = 1.0
 
@@ -79,9 +81,12 @@ class View:
     lamps: dict[str, list[float]]
 
     @classmethod
-    def sample(cls, rng: np.random.Generator, base: "View | None" = None) -> "View":
-        cam = rand_jitter(rng, CAMERA_JITTER)
-        lamps = {name: rand_jitter(rng, LAMP_JITTER) for name in BASE_LAMPS}
+    def sample(cls, rng: np.random.Generator, base: "View | None" = None, *, camera_jitter: float = CAMERA_JITTER,
+               lamp_jitter: float = LAMP_JITTER) -> "View":
+        # The draws do not depend on the jitter sizes, so datasets that differ only in jitter share their scenes
+        # wherever the visibility checks agree.
+        cam = rand_jitter(rng, camera_jitter)
+        lamps = {name: rand_jitter(rng, lamp_jitter) for name in BASE_LAMPS}
         if base is None:
             return cls(cam, lamps)
         return cls(_add(base.camera, cam), {k: _add(base.lamps[k], v) for k, v in lamps.items()})
@@ -245,15 +250,18 @@ def apply_change(rng: np.random.Generator, objects: list[dict], change_type: str
     raise ValueError(f"unknown change type {change_type!r}; expected one of {', '.join(CHANGE_TYPES)}")
 
 
-def sample_triplet(rng: np.random.Generator, index: int, change_type: str,
-                   size: tuple[int, int]) -> tuple[dict, dict, dict]:
+def sample_triplet(rng: np.random.Generator, index: int, change_type: str, size: tuple[int, int], *,
+                   camera_jitter: float = CAMERA_JITTER, lamp_jitter: float = LAMP_JITTER
+                   ) -> tuple[dict, dict, dict]:
     """(default, semantic, nonsemantic) scenes for image ``index``; every object of every image is visible.
 
     The semantic scene carries the change record under ``"change"``. ``pixel_coords`` are filled for each
-    scene's own camera at ``size``.
+    scene's own camera at ``size``. ``camera_jitter`` and ``lamp_jitter`` are CLEVR's ``L`` of ``rand(L)``, used
+    for the before image's offset and again for each after image's fresh offset, as CLEVR-Change uses 1.0 for both.
     """
+    jitter = {"camera_jitter": camera_jitter, "lamp_jitter": lamp_jitter}
     for _ in range(MAX_TRIPLET_ATTEMPTS):
-        view = View.sample(rng)
+        view = View.sample(rng, **jitter)
         directions = compute_directions(view.camera_dict())
         objects = sample_objects(rng, directions)
         default = make_scene("default", index, objects, view)
@@ -263,11 +271,11 @@ def sample_triplet(rng: np.random.Generator, index: int, change_type: str,
         if changed is None:
             continue
         after_objects, change = changed
-        semantic = make_scene("semantic", index, after_objects, View.sample(rng, base=view))
+        semantic = make_scene("semantic", index, after_objects, View.sample(rng, base=view, **jitter))
         semantic["change"] = change
         if not all_visible(semantic, size):
             continue
-        nonsemantic = make_scene("nonsemantic", index, objects, View.sample(rng, base=view))
+        nonsemantic = make_scene("nonsemantic", index, objects, View.sample(rng, base=view, **jitter))
         if not all_visible(nonsemantic, size):
             continue
         for scene in (default, semantic, nonsemantic):
