@@ -1,0 +1,150 @@
+"""Which SynthCLEVR-Change difficulty can the cpu profile learn? One point of the learnability study per call.
+
+The faithful SynthCLEVR-Change moves the camera and the lamps of every after-image by CLEVR-Change's jitter (1.0 per
+axis); at the cpu budget no captioner of the kit learns to tell a change from a distractor there. This script
+measures, on a set generated at a given jitter (``idckit generate clevr-change --camera-jitter C --lamp-jitter L``):
+
+- the cheap signal first: ``pcl.difference_probe`` (a logistic regression on grid-feature distances) at radius 0
+  and 2: how separable changes and distractors are in the features alone;
+- then IDC-PCL (full) trained for ``--steps`` fine-tuning steps at the cpu profile's model size: val/test judge
+  accuracy, total / semantic / distractor CIDEr-D, distinct test captions, and the most-frequent-caption baseline
+  on the same test pairs.
+
+    .venv/bin/python scripts/learnability.py run --data-root data/synth-cam0.25 --steps 1500 --eval-every 250
+    .venv/bin/python scripts/learnability.py plot             # docs/img/learnability.png from the JSONs
+
+Each run writes ``reports/learnability/pcl_<data>_s<steps>.json``; runs are cached like every other run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "reports" / "learnability"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, runs_dir: Path | None,
+        pretrain_steps: int | None, probe_only: bool, out_dir: Path = OUT) -> dict:
+    import torch
+
+    from budget_curve import text_baseline
+    from idckit.experiments import pcl
+    from idckit.experiments.runs import output_diversity
+    from idckit.report import git_commit
+
+    torch.set_num_threads(threads)
+    info = json.loads((Path(data_root) / "synth_info.json").read_text())
+    train = {"max_steps": steps, "eval_every": eval_every, "decay_every": max(1, steps // 2)}
+    overrides = {"finetune": {"train": train}}
+    if pretrain_steps is not None:
+        overrides["pretrain"] = {"train": {"max_steps": pretrain_steps}}
+    t0 = time.time()
+    s = pcl.setup("cpu", data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
+    probe = {f"radius{r}": pcl.difference_probe(s, radius=r)["test_accuracy"] for r in (0, 2)}
+    out = {"data": Path(data_root).name, "camera_jitter": info.get("camera_jitter", 1.0),
+           "lamp_jitter": info.get("lamp_jitter", 1.0), "pairs": info.get("pairs"), "probe": probe,
+           "threads": threads, "seed": seed, "commit": git_commit()}
+    print(f"{out['data']}: probe r0 {probe['radius0']:.3f}, r2 {probe['radius2']:.3f}", flush=True)
+    name = f"pcl_{out['data']}_s{steps}" + ("" if pretrain_steps is None else f"_pt{pretrain_steps}")
+    if not probe_only:
+        r = pcl.run_variant("full", setup_=s, seed=seed, progress=True)
+        diversity = output_diversity(s.runs_dir, [r])[0]
+        ds = s.data.dataset()
+        out.update({
+            "model": "IDC-PCL (full, cpu model)", "overrides": overrides, "run": r["run"],
+            "best_step": r.get("best_step"), "history": r.get("history", []),
+            "test": {k: r["test"][k] for k in ("total", "semantic", "distractor") if k in r["test"]},
+            "test_judge_accuracy": r.get("judge_accuracy"), "distinct_test_captions": diversity["distinct"],
+            "test_pairs": diversity["pairs"], "top_caption_share": diversity["top_share"],
+            "text_baseline_test": text_baseline(ds, split="test"),
+            "finetune_seconds": r.get("finetune_seconds"), "pretrain_seconds": r.get("pretrain_seconds")})
+        t = out["test"]
+        print(f"{out['data']} ({steps} steps): best step {out['best_step']}, test judge "
+              f"{out['test_judge_accuracy']:.3f}, CIDEr-D total {100 * t['total']['CIDEr-D']:.1f} semantic "
+              f"{100 * t['semantic']['CIDEr-D']:.1f} distractor {100 * t['distractor']['CIDEr-D']:.1f}, "
+              f"{out['distinct_test_captions']} distinct; text baseline "
+              f"{100 * out['text_baseline_test']['CIDEr-D']:.1f}", flush=True)
+    else:
+        name = f"probe_{out['data']}"
+    out["wall_seconds"] = round(time.time() - t0, 1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(out, indent=1))
+    print(f"wrote {path}")
+    return out
+
+
+def plot(out: Path, reports: Path = OUT):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    rows = []
+    for path in sorted(reports.glob("*.json")):
+        d = json.loads(path.read_text())
+        jitter = f"cam {d['camera_jitter']:g} / lamp {d['lamp_jitter']:g}"
+        for r, acc in d["probe"].items():
+            rows.append({"jitter": jitter, "camera jitter": d["camera_jitter"], "what": f"feature probe ({r})",
+                         "value": acc, "panel": "change vs distractor accuracy"})
+        if "test" in d:
+            steps = d["overrides"]["finetune"]["train"]["max_steps"]
+            rows.append({"jitter": jitter, "camera jitter": d["camera_jitter"], "what": f"IDC-PCL judge ({steps} steps)",
+                         "value": d["test_judge_accuracy"], "panel": "change vs distractor accuracy"})
+            for sub in ("total", "semantic", "distractor"):
+                rows.append({"jitter": jitter, "camera jitter": d["camera_jitter"],
+                             "what": f"IDC-PCL {sub} ({steps} steps)", "value": 100 * d["test"][sub]["CIDEr-D"],
+                             "panel": "test CIDEr-D"})
+    if not rows:
+        sys.exit(f"no JSON in {reports}: run a point first")
+    df = pd.DataFrame(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    for ax, panel in zip(axes, ("change vs distractor accuracy", "test CIDEr-D")):
+        part = df[df["panel"] == panel]
+        sns.lineplot(data=part, x="camera jitter", y="value", hue="what", marker="o", ax=ax)
+        ax.set_title(panel, fontsize=10)
+        ax.set_ylabel(panel)
+        if panel.startswith("change"):
+            ax.axhline(0.85, ls="--", c="grey", lw=1)
+            ax.text(ax.get_xlim()[0], 0.86, "target 0.85", fontsize=8, color="grey")
+    fig.suptitle("SynthCLEVR-Change (synthetic), cpu profile: what the kit learns against the camera jitter",
+                 fontsize=11)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--data-root", type=Path, required=True)
+    r.add_argument("--steps", type=int, default=300)
+    r.add_argument("--eval-every", type=int, default=100)
+    r.add_argument("--pretrain-steps", type=int, default=None)
+    r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--runs-dir", type=Path, default=None)
+    r.add_argument("--probe-only", action="store_true")
+    r.add_argument("--out-dir", type=Path, default=OUT)
+    pl = sub.add_parser("plot")
+    pl.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "learnability.png")
+    pl.add_argument("--reports", type=Path, default=OUT)
+    a = p.parse_args(argv)
+    if a.cmd == "run":
+        run(a.data_root, a.steps, a.eval_every, a.threads, a.seed, a.runs_dir, a.pretrain_steps, a.probe_only,
+            a.out_dir)
+    else:
+        plot(a.out, a.reports)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
