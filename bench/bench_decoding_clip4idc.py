@@ -143,7 +143,7 @@ def main(argv=None) -> dict:
     r = results["public"]
     ratio = r["decode_seconds"] / c["decode_seconds"]
     # The public code's slowness is in decoding (caption encoder + decoder re-run for all 32 steps); the ViT runs
-    # once per pair in both, so the 10x target of issue 4 is on the decoding that follows it.
+    # once per pair in both, so the 10x target is on the decoding that follows it.
     print(f"target: decoding >= 10x faster than the public code's way -> {ratio:.1f}x wall: "
           f"{'met' if ratio >= 10 else 'NOT met'}")
     return results

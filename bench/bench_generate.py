@@ -1,6 +1,6 @@
 """SynthCLEVR-Change generation speed: images/s with 1 and 2 workers at the default 240x160, side by side.
 
-Target (issue 2): >= 12 images/s with 2 workers on a 2-core machine. Each pair index writes 3 images.
+Target: >= 12 images/s with 2 workers on a 2-core machine. Each pair index writes 3 images.
 Prints ratios; asserts nothing (machines are noisy).
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ to say "no change": its distractor judge stays at chance. This script puts numbe
    (``idckit.eval.judge_gate``): pairs called distractors get the most frequent training no-change sentence. Total
    CIDEr-D against p shows the judge accuracy the run's captioner would need for a target.
 
-    .venv/bin/python scripts/judge_ceiling.py --data-root /work/data8k/synth-clevr-change-n8000-s0-240x160 \\
+    .venv/bin/python scripts/judge_ceiling.py --data-root data/synth-n8000 \\
         --run runs/pcl-finetune-790f644c6849 --checkpoint best last
     .venv/bin/python scripts/judge_ceiling.py --plot        # docs/img/judge_ceiling.png from the JSONs
 
@@ -123,7 +123,7 @@ def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
     sns.lineplot(data=pd.DataFrame(gated), x="judge accuracy", y="test CIDEr-D (x100)", hue="captions",
                  marker="o", errorbar="sd", ax=a)
     a.axhline(100, ls="--", c="grey", lw=1)
-    a.text(0.99, 100.8, "issue 3's aim: 100", color="grey", fontsize=8, ha="right",
+    a.text(0.99, 100.8, "the first aim: 100", color="grey", fontsize=8, ha="right",
            transform=a.get_yaxis_transform())
     a.axvspan(min(own), max(own), color="black", alpha=0.15, lw=0)
     a.text(max(own) + 0.004, 0.02, f"the runs' own judges: {min(own):.2f}-{max(own):.2f}", fontsize=7,

