@@ -35,13 +35,18 @@ def test_pretrain_pool_follows_the_ratios(smoke):
         PretrainTask(data, smoke.config["model"], batch_size=8, ratios={"itm": 1})
 
 
-@pytest.mark.parametrize("kind", ["mlm", "mvcl", "fda", "finetune"])
+FINETUNE = {"mask_prob": 0.15, "eos_prob": 0.15, "distractor_weight": 1.0, "eval_batch_size": 64}
+
+
+@pytest.mark.parametrize("kind", ["mlm", "mvcl", "fda", "finetune", "finetune_grouped"])
 def test_every_objective_learns_on_a_fixed_batch(smoke, kind):
     from idckit.tasks.pcl import FinetuneTask, PretrainTask
 
     data = pcl._data(smoke)
-    if kind == "finetune":
-        task = FinetuneTask(data, smoke.config["model"], batch_size=16)
+    if kind.startswith("finetune"):
+        grouped = kind == "finetune_grouped"
+        task = FinetuneTask(data, smoke.config["model"], batch_size=16, group_by_pair=grouped,
+                            captions_per_pair=4 if grouped else 1, **FINETUNE)
     else:
         task = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={kind: 1})
     torch.manual_seed(0)
@@ -140,3 +145,50 @@ def test_train_fraction_enters_the_run_identity_only_when_below_one(smoke):
     assert len(half_data.splits["train"]) < len(full_data.splits["train"])
     assert half_data.splits["test"].pair_ids == full_data.splits["test"].pair_ids
     assert half_data.splits["val"].pair_ids == full_data.splits["val"].pair_ids
+
+
+def test_grouped_batches_are_balanced_whole_before_images_with_distinct_references(smoke):
+    from idckit.tasks.pcl import FinetuneTask
+
+    data = pcl._data(smoke)
+    train = data.splits["train"]
+    task = FinetuneTask(data, smoke.config["model"], batch_size=24, group_by_pair=True, captions_per_pair=3,
+                        **FINETUNE)
+    batches = list(task.batches(0, torch.Generator().manual_seed(1)))
+    assert len(batches) == len(task.before_groups) // 4          # 24 captions / 3 per pair = 8 pairs = 4 scenes
+    seen = set()
+    for b in batches:
+        pairs = b["pairs"]
+        assert b["text"].shape[:2] == (8, 3) and b["labels"].shape == b["text"].shape
+        assert int(train.is_change[pairs].sum()) == 4               # each scene brings its change and its distractor
+        assert len(set(train.before[pairs].tolist())) == 4
+        seen |= set(pairs.tolist())
+        for j, p in enumerate(pairs.tolist()):
+            own = {tuple(r) for r in train.sample_ids[train.sample_pair == p].tolist()}
+            unmasked = b["text"][j].clone()
+            keep = b["labels"][j] != -100
+            unmasked[keep] = b["labels"][j][keep]                    # undo the masking to read the references back
+            rows = [tuple(r) for r in unmasked.tolist()]
+            assert set(rows) <= own and len(set(rows)) == min(3, len(own))
+    assert len(seen) == 8 * len(batches)                             # no pair twice in an epoch
+    again = list(task.batches(0, torch.Generator().manual_seed(1)))
+    assert all(torch.equal(a["text"], b["text"]) for a, b in zip(batches, again))
+
+
+def test_grouped_forward_equals_the_per_caption_forward(smoke):
+    from idckit.tasks.pcl import FinetuneTask
+
+    data = pcl._data(smoke)
+    task = FinetuneTask(data, smoke.config["model"], batch_size=16, group_by_pair=True, captions_per_pair=2,
+                        **FINETUNE)
+    torch.manual_seed(0)
+    model = task.build_model().eval()
+    b = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
+    f1, f2 = data.pair_features("train", b["pairs"])
+    grouped = model.forward_grouped(f1, f2, b["text"])
+    flat = model(f1.repeat_interleave(2, 0), f2.repeat_interleave(2, 0), b["text"].flatten(0, 1), mode="finetune")
+    torch.testing.assert_close(grouped.text, flat.text, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model.distractor_logits(grouped), model.distractor_logits(flat)[::2],
+                               atol=1e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match="captions_per_pair"):
+        FinetuneTask(data, smoke.config["model"], batch_size=4, group_by_pair=True, captions_per_pair=4, **FINETUNE)

@@ -322,6 +322,33 @@ class PCL(nn.Module):
         return PCLOutput(visual=x[:, :nv], cls=x[:, nv] if has_cls else None, text=x[:, nv + has_cls:],
                          img1=x[:, 0], img2=x[:, 1 + n])
 
+    def forward_grouped(self, f1, f2, text_ids: torch.Tensor) -> PCLOutput:
+        """The fine-tuning forward for k captions of each pair, with the visual side computed once per pair.
+
+        f1, f2 [P, n, feat_dim]; text_ids [P, k, L]. Under the fine-tuning mask visual tokens attend only to visual
+        tokens, so their whole stream through the cross-modal layers does not depend on the caption: it runs once
+        per pair and each caption's words attend to its pair's visual keys/values. Returns visual / img1 / img2 per
+        pair ([P, ...]) and text per caption ([P*k, L, d]); in eval mode the text equals :meth:`forward` in
+        ``finetune`` mode on each (pair, caption) row (tested). With dropout, a pair's captions share its visual
+        dropout masks.
+        """
+        p, k, length = text_ids.shape
+        flat = text_ids.reshape(p * k, length)
+        xv = self.encode_visual(f1, f2)
+        nv = xv.shape[1]
+        xt = self._text(flat)
+        mask = self._finetune_mask(nv, flat)[:, :, nv:]                # [P*k, 1, L, nv + L]: the text rows
+        for blk in self.cross:
+            qv, kv, vv = blk.attn.heads(blk.ln1(xv))
+            qt, kt, vt = blk.attn.heads(blk.ln1(xt))
+            keys = torch.cat([kv.repeat_interleave(k, 0), kt], 2)
+            values = torch.cat([vv.repeat_interleave(k, 0), vt], 2)
+            xt = blk.finish(xt + blk.drop(blk.attn.attend(qt, keys, values, mask)))
+            xv = blk.finish(xv + blk.drop(blk.attn.attend(qv, kv, vv)))
+        xv, xt = self.ln_f(xv), self.ln_f(xt)
+        n = self.cfg.n_regions
+        return PCLOutput(visual=xv, cls=None, text=xt, img1=xv[:, 0], img2=xv[:, 1 + n])
+
     # -- heads ---------------------------------------------------------------------------------------------
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[.., V] word logits of text hidden states (pre-training MLM, fine-tuning, generation)."""

@@ -239,30 +239,79 @@ class PretrainTask(_PCLTask):
 
 
 class FinetuneTask(_PCLTask):
-    """Masked-LM captioning under the uni-directional mask, plus the distractor-judging loss."""
+    """Masked-LM captioning under the uni-directional mask, plus the distractor-judging loss.
+
+    Two batch layouts:
+
+    - ``group_by_pair=False`` (the public code's): ``batch_size`` (pair, caption) samples drawn uniformly, so a
+      pair with more references is seen more often and the judge sees a pair once per caption;
+    - ``group_by_pair=True``: ``batch_size // captions_per_pair`` pairs, ``captions_per_pair`` references each
+      (without replacement where a pair has enough), the visual side computed once per pair
+      (:meth:`PCL.forward_grouped`). Pairs come as whole before-images, each with its change and its distractor,
+      so every batch is balanced and the judge compares the same scene with and without a change.
+    """
 
     selection_metric = "CIDEr-D"
 
-    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, mask_prob: float = 0.15,
-                 eos_prob: float = 0.15, distractor_weight: float = 1.0, eval_batch_size: int = 100,
-                 init_from=None, scorer=None):
+    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, mask_prob: float,
+                 eos_prob: float, distractor_weight: float, eval_batch_size: int, group_by_pair: bool,
+                 captions_per_pair: int, init_from=None, scorer=None):
         super().__init__(data, model, batch_size=batch_size, init_from=init_from)
         self.mask_prob, self.eos_prob, self.distractor_weight = mask_prob, eos_prob, distractor_weight
         self.eval_batch_size = eval_batch_size
         self.scorer = scorer
+        self.group_by_pair, self.captions_per_pair = bool(group_by_pair), int(captions_per_pair)
+        if self.group_by_pair:
+            if self.captions_per_pair < 1 or batch_size < 2 * self.captions_per_pair:
+                raise ConfigError(f"captions_per_pair must be >= 1 and batch_size >= 2 x captions_per_pair, got "
+                                  f"{self.captions_per_pair} and {batch_size}",
+                                  fix="set finetune.captions_per_pair (e.g. 4) and batch_size (e.g. 128) in the config")
+            train = data.splits["train"]
+            self.counts = torch.bincount(train.sample_pair, minlength=len(train))
+            self.offsets = torch.cumsum(self.counts, 0) - self.counts
+            groups: dict[int, list[int]] = {}
+            for i, b in enumerate(train.before.tolist()):
+                groups.setdefault(b, []).append(i)
+            self.before_groups = list(groups.values())
 
     def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, Any]]:
+        if self.group_by_pair:
+            yield from self._grouped_batches(generator)
+            return
         train = self.data.splits["train"]
         for samples in _batched(len(train.sample_pair), self.batch_size, generator):
             text, labels = mask_tokens(train.sample_ids[samples], self.data.vocab, generator,
                                        p=self.mask_prob, eos_p=self.eos_prob)
             yield {"pairs": train.sample_pair[samples], "text": text, "labels": labels}
 
+    def _grouped_batches(self, generator: torch.Generator) -> Iterator[dict[str, Any]]:
+        train, k = self.data.splits["train"], self.captions_per_pair
+        per_group = max(1, round(len(train) / len(self.before_groups)))
+        n_groups = max(1, self.batch_size // k // per_group)
+        for chosen in _batched(len(self.before_groups), n_groups, generator):
+            pairs = torch.tensor([i for g in chosen.tolist() for i in self.before_groups[g]], dtype=torch.long)
+            counts = self.counts[pairs]
+            # k distinct references per pair where it has k (a random order per pair), cycling where it has fewer
+            order = torch.rand(len(pairs), int(counts.max()), generator=generator)
+            order[torch.arange(order.shape[1])[None, :] >= counts[:, None]] = 2.0
+            pick = order.argsort(1)[:, :k] if order.shape[1] >= k else order.argsort(1).repeat(1, k)[:, :k]
+            samples = self.offsets[pairs][:, None] + pick % counts[:, None]
+            ids = train.sample_ids[samples.flatten()]
+            text, labels = mask_tokens(ids, self.data.vocab, generator, p=self.mask_prob, eos_p=self.eos_prob)
+            length = ids.shape[1]
+            yield {"pairs": pairs, "text": text.view(len(pairs), k, length),
+                   "labels": labels.view(len(pairs), k, length)}
+
     def train_step(self, model: PCL, batch: dict[str, Any], step: int):
         f1, f2 = self.data.pair_features("train", batch["pairs"])
-        out = model(f1, f2, batch["text"], mode="finetune")
-        keep = batch["labels"] != -100
-        loss = mlm_loss(model.mlm_logits(out.text[keep]), batch["labels"][keep])
+        if batch["text"].dim() == 3:
+            out = model.forward_grouped(f1, f2, batch["text"])
+            labels = batch["labels"].flatten(0, 1)
+        else:
+            out = model(f1, f2, batch["text"], mode="finetune")
+            labels = batch["labels"]
+        keep = labels != -100
+        loss = mlm_loss(model.mlm_logits(out.text[keep]), labels[keep])
         logs = {"mlm": float(loss.detach())}
         if model.cfg.distractor_head and self.distractor_weight:
             target = self.data.splits["train"].is_change[batch["pairs"]].long()
