@@ -144,8 +144,11 @@ def _render_job(job: tuple[str, dict, dict, int]) -> tuple[str, bytes, tuple]:
 
 def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nabirds_per_class: int = 6,
              size: int = 128, seed: int = 0, workers: int = 2, overwrite: bool = False,
-             progress: bool = True) -> Path:
-    """Write SynthBirds to ``out`` (atomically); reuse it if it already holds the same arguments."""
+             tree: tuple[int, int, int, int] = (5, 4, 2, 5), progress: bool = True) -> Path:
+    """Write SynthBirds to ``out`` (atomically); reuse it if it already holds the same arguments.
+
+    ``tree`` is (orders, families per order, genera per family, species per genus); the default gives 200 species.
+    """
     from tqdm.auto import tqdm
 
     out = Path(out)
@@ -159,8 +162,12 @@ def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nab
         raise DatasetError(f"--size {size} is too small to draw a bird", path=out, fix="use at least 48 (default 128)")
     if workers < 1:
         raise DatasetError(f"--workers must be >= 1, got {workers}", path=out)
+    tree = tuple(int(v) for v in tree)
+    if len(tree) != 4 or tree[0] < 2 or min(tree[1:]) < 2:
+        raise DatasetError(f"tree {tree} cannot give every branch of the pivot-branch scheme", path=out,
+                           fix="use at least 2 orders, 2 families per order, 2 genera per family, 2 species per genus")
     info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "cub_per_class": cub_per_class,
-            "nabirds_per_class": nabirds_per_class, "size": size, "seed": seed}
+            "nabirds_per_class": nabirds_per_class, "size": size, "seed": seed, "tree": list(tree)}
     info_path = out / "synth_info.json"
     if out.exists() and any(out.iterdir()):
         if not info_path.is_file():
@@ -173,7 +180,7 @@ def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nab
             raise DatasetError("output directory holds SynthBirds made with other arguments", path=out,
                                fix="choose another --out, or pass --overwrite to replace it")
 
-    tax = sample_taxonomy(seed)
+    tax = sample_taxonomy(seed, orders=tree[0], families=tree[1], genera=tree[2], species=tree[3])
     pairs, photos = plan_birds_to_words(tax, n_pairs, seed)
     for p in pairs:
         p["sp1"], p["sp2"] = photos[p["img1"]]["species_id"], photos[p["img2"]]["species_id"]
