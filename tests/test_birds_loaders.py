@@ -18,10 +18,13 @@ def _row(i1, i2, sel, split, n, text, ext1="jpg", ext2="jpg"):
 
 
 # annN out of order, a stray quote, one pair in two splits, a png image
+SPOT = "animal2 has a black spot on its white cheek while animal1 does not ."
+CROWN = "animal1 has a gray crown . animal2 has a brown crown and a black cheek spot ."
+QUOTED = 'animal1 is larger than animal2 . animal1 " s legs appear to be longer .'
 ROWS = [
-    _row(1000001, 1000002, "sameGenus", "test", 2, "animal2 has a black spot on its white cheek while animal1 does not ."),
-    _row(1000001, 1000002, "sameGenus", "test", 1, "animal1 has a gray crown . animal2 has a brown crown and a black cheek spot ."),
-    _row(1000003, 1000004, "visual", "train", 1, 'animal1 is larger than animal2 . animal1 " s legs appear to be longer .'),
+    _row(1000001, 1000002, "sameGenus", "test", 2, SPOT),
+    _row(1000001, 1000002, "sameGenus", "test", 1, CROWN),
+    _row(1000003, 1000004, "visual", "train", 1, QUOTED),
     _row(1000003, 1000004, "visual", "train", 2, "animal1 ' s beak is longer ."),
     _row(1000005, 1000006, "sameSpecies", "train", 1, "the two look the same .", ext2="png"),
     _row(1000001, 1000002, "sameGenus", "val", 1, "animal2 has a brown crown ."),
@@ -51,14 +54,13 @@ def test_references_are_grouped_per_pair_within_a_split_in_annotator_order(b2w):
     ds = BirdsToWords(b2w)
     test = ds.pairs("test")
     assert [p.pair_id for p in test] == ["1000001-1000002"]
-    assert test[0].references == ("animal1 has a gray crown . animal2 has a brown crown and a black cheek spot .",
-                                  "animal2 has a black spot on its white cheek while animal1 does not .")
+    assert test[0].references == (CROWN, SPOT)
     assert test[0].annotators == (1, 2) and test[0].selection == "sameGenus"
     assert test[0].img1.species == "Passer domesticus" and test[0].img1.selection == "base"
     assert ds.references("val") == {"1000001-1000002": ["animal2 has a brown crown ."]}
     # QUOTE_NONE: the stray quote stays text and does not swallow the next row
     train = {p.pair_id: p for p in ds.pairs("train")}
-    assert train["1000003-1000004"].references[0] == 'animal1 is larger than animal2 . animal1 " s legs appear to be longer .'
+    assert train["1000003-1000004"].references[0] == QUOTED
     assert len(train) == 2 and ds.counts()["train"] == {"pairs": 2, "paragraphs": 3, "sentences": 4}
 
 
@@ -79,7 +81,8 @@ def test_missing_empty_and_unreadable_images_are_flagged_and_counted_never_raise
 
 
 def test_swap_augmentation_mirrors_images_and_tokens_for_training_only(b2w):
-    assert swap_animals("animal1 ' s beak is longer than animal2 ' s .") == "animal2 ' s beak is longer than animal1 ' s ."
+    text = "animal1 ' s beak is longer than animal2 ' s ."
+    assert swap_animals(text) == "animal2 ' s beak is longer than animal1 ' s ."
     ds = BirdsToWords(b2w)
     p = ds.pairs("test")[0]
     s = swap_pair(p)
@@ -176,7 +179,8 @@ def nab(tmp_path):
         (root / "images" / d).mkdir(parents=True, exist_ok=True)
         Image.new("RGB", (8, 8)).save(root / "images" / d / f"{u.replace('-', '')}.jpg")
     (root / "images.txt").write_text("".join(f"{u} {d}/{u.replace('-', '')}.jpg\n" for u, (_, d) in rows.items()))
-    (root / "classes.txt").write_text("0 Birds\n1 Owls\n2 Perching Birds\n37 Barn Owl\n817 Red-winged Blackbird (Male)\n")
+    (root / "classes.txt").write_text(
+        "0 Birds\n1 Owls\n2 Perching Birds\n37 Barn Owl\n817 Red-winged Blackbird (Male)\n")
     (root / "hierarchy.txt").write_text("1 0\n2 0\n37 1\n817 2\n")
     (root / "image_class_labels.txt").write_text("".join(f"{u} {c}\n" for u, (c, _) in rows.items()))
     (root / "train_test_split.txt").write_text(f"{U1} 1\n{U2} 1\n{U3} 0\n")

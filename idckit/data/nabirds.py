@@ -56,7 +56,8 @@ def _uuid(text: str, path: Path) -> str:
         return str(uuid.UUID(text))
     except ValueError as e:
         raise DatasetError(f"image id {text!r} is not a UUID", path=path,
-                           fix="NABirds image ids look like 0000139e-21dc-4d0c-bfe1-4cae3c85c829; " + LAYOUT_HELP) from e
+                           fix="NABirds image ids look like 0000139e-21dc-4d0c-bfe1-4cae3c85c829; "
+                               + LAYOUT_HELP) from e
 
 
 class NABirds:

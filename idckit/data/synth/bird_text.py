@@ -307,7 +307,7 @@ SALIENCE = {"size": 3.0, "crown_color": 2.0, "breast_color": 2.0, "wing_color": 
             "nape_color": 1.5, "belly_color": 1.5, "facing": 0.6, "background": 0.4}
 
 
-def _fill(t: Template, first: str, pair: dict[str, dict], rng) -> dict | None:
+def _fill(t: Template, first: str, pair: dict[str, dict]) -> dict | None:
     """Slot values that make every statement of ``t`` true with ``first`` as {A}; None if there are none."""
     other = ANIMALS[1 - ANIMALS.index(first)]
     fill: dict[str, object] = {"A": first, "B": other}
@@ -360,7 +360,7 @@ def sentence_about(attrs: tuple[str, ...], pair: dict[str, dict], rng, *, shared
         if shared != any(s[0] == "both" for s in t.stmts):
             continue
         for first in ANIMALS:
-            f = _fill(t, first, pair, rng)
+            f = _fill(t, first, pair)
             if f is not None:
                 options.append((t, f))
     if not options:
@@ -400,9 +400,9 @@ def describe_pair(animal1: dict, animal2: dict, rng: np.random.Generator) -> str
             else:
                 topics.append((a,))
         for topic in topics:
-            s = sentence_about(topic, pair, rng) or (len(topic) > 1 and
-                                                      " . ".join(filter(None, (sentence_about((x,), pair, rng)
-                                                                               for x in topic))))
+            s = sentence_about(topic, pair, rng)
+            if s is None and len(topic) > 1:  # no joint sentence fits: one sentence per attribute
+                s = " . ".join(filter(None, (sentence_about((x,), pair, rng) for x in topic))) or None
             if s:
                 sentences.append(s)
     if same_kind and (rng.random() < 0.35 or len(sentences) < 2):
