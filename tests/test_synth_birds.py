@@ -239,3 +239,26 @@ def test_grammar_every_template_is_used_and_read_back_true():
             for s in bt.split_sentences(text.removesuffix(" .")):
                 used.add(next(i for i, t in enumerate(bt.TEMPLATES) if t.regex.fullmatch(s)))
     assert used == set(range(len(bt.TEMPLATES)))
+
+
+def test_a_failed_generation_leaves_no_directory_behind(tmp_path, monkeypatch):
+    import idckit.data.synth.birds as birds
+
+    def boom(job):
+        raise RuntimeError("renderer crashed")
+
+    monkeypatch.setattr(birds, "_render_job", boom)
+    with pytest.raises(RuntimeError, match="renderer crashed"):
+        generate(tmp_path / "ds", workers=1, progress=False, **ARGS)
+    assert list(tmp_path.iterdir()) == []  # neither the output nor its temporary build directory
+
+
+def test_cli_passes_every_option_through(monkeypatch, tmp_path):
+    import idckit.data.synth.birds as birds
+
+    seen = {}
+    monkeypatch.setattr(birds, "generate", lambda out, **kw: seen.update(out=out, **kw))
+    assert main(["generate", "birds", "--out", str(tmp_path / "o"), "--pairs", "90", "--cub-per-class", "3",
+                 "--nabirds-per-class", "4", "--size", "96", "--seed", "7", "--workers", "1", "--overwrite"]) == 0
+    assert seen == {"out": tmp_path / "o", "n_pairs": 90, "cub_per_class": 3, "nabirds_per_class": 4, "size": 96,
+                    "seed": 7, "workers": 1, "overwrite": True}
