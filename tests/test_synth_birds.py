@@ -87,6 +87,8 @@ def test_idempotent_and_refuses_what_it_did_not_write(synth, tmp_path):
         generate(foreign, overwrite=True, progress=False, **ARGS)
     assert main(["generate", "birds", "--out", str(foreign), "--pairs", "48", "--overwrite"]) == 2
     assert (foreign / "notes.txt").read_text() == "keep me"
+    with pytest.raises(DatasetError, match="is a file"):
+        generate(foreign / "notes.txt", progress=False, **ARGS)
     with pytest.raises(DatasetError, match="too small"):
         generate(tmp_path / "x", progress=False, **{**ARGS, "n_pairs": 3})
     assert not (tmp_path / "x").exists()

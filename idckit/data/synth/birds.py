@@ -169,6 +169,8 @@ def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nab
     info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "cub_per_class": cub_per_class,
             "nabirds_per_class": nabirds_per_class, "size": size, "seed": seed, "tree": list(tree)}
     info_path = out / "synth_info.json"
+    if out.exists() and not out.is_dir():
+        raise DatasetError("--out is a file, not a directory", path=out, fix="choose a directory path for --out")
     if out.exists() and any(out.iterdir()):
         if not info_path.is_file():
             raise DatasetError("output directory exists and is not a SynthBirds directory (no synth_info.json)",
