@@ -74,6 +74,9 @@ def test_missing_empty_and_unreadable_images_are_flagged_and_counted_never_raise
     assert ds.image_status("train") == {"pairs": 2, "pairs_with_images": 0, "images": 4, "ok": 2, "missing": 1,
                                         "empty": 1, "unreadable": 0}
     assert ds.pairs("train", only_with_images=True) == []
+    assert [ph.photo_id for ph in ds.photos("train")] == ["1000003", "1000006"]
+    assert [ph.photo_id for ph in ds.photos()] == ["1000003", "1000006", "1000001", "1000002"]  # train, val, test
+    assert len(ds.photos("train", only_ok=False)) == 4
     (b2w / "images" / "1000001.jpg").write_bytes(b"not a jpeg")
     assert BirdsToWords(b2w).image_status("test")["ok"] == 2  # not decoded by default
     checked = BirdsToWords(b2w, verify_images=True)

@@ -223,6 +223,17 @@ class BirdsToWords:
             pairs = pairs + [swap_pair(p) for p in pairs]
         return [(p, ref) for p in pairs for ref in p.references]
 
+    def photos(self, split: str | None = None, *, only_ok: bool = True) -> list[Photo]:
+        """Distinct photos of ``split`` (all splits if None) in order of first appearance: what a feature
+        extractor reads (``photo.path`` relative to ``image_root``)."""
+        seen: dict[str, Photo] = {}
+        for s in ([split] if split else SPLITS):
+            for p in self.pairs(s):
+                for ph in (p.img1, p.img2):
+                    if ph.ok or not only_ok:
+                        seen.setdefault(ph.photo_id, ph)
+        return list(seen.values())
+
     def image_status(self, split: str | None = None) -> dict[str, int]:
         """Counts of pairs and of their images by status (``ok``, ``missing``, ``empty``, ``unreadable``)."""
         pairs = [p for s in ([split] if split else SPLITS) for p in self.pairs(s)]
