@@ -20,8 +20,8 @@ from idckit.data.synth.bird_species import PALETTE
 SS = 2  # supersampling factor
 SIZE_SCALE = {"small": 0.72, "medium": 0.86, "large": 1.0}
 BODY_B = {"slender": 0.23, "plump": 0.32}
-BEAK_L = {"short": 0.12, "medium": 0.21, "long": 0.33}
-BEAK_W = {"thin": 0.028, "thick": 0.055}
+BEAK_L = {"short": 0.15, "medium": 0.26, "long": 0.4}
+BEAK_W = {"thin": 0.03, "thick": 0.068}
 TAIL_L = {"short": 0.28, "long": 0.52}
 LEG_L = {"short": 0.15, "long": 0.31}
 RING = {"white": "white", "yellow": "yellow"}
@@ -119,8 +119,8 @@ class _Canvas:
 
 def _beak(shape: str, bx: float, by: float, L: float, W: float) -> np.ndarray:
     if shape == "hooked":
-        return np.array([(bx, by + W), (bx + 0.7 * L, by + 0.55 * W), (bx + L, by - 0.1 * W),
-                         (bx + 0.9 * L, by - 1.1 * W), (bx + 0.78 * L, by - 0.35 * W), (bx, by - W)])
+        return np.array([(bx, by + W), (bx + 0.65 * L, by + 0.7 * W), (bx + L, by - 0.2 * W),
+                         (bx + 0.88 * L, by - 1.6 * W - 0.02), (bx + 0.74 * L, by - 0.4 * W), (bx, by - W)])
     if shape == "curved":
         t = np.linspace(0, 1, 12)
         xs, ys, w = bx + L * t, by - 0.5 * L * t ** 2, W * (1 - t) + 0.004
@@ -203,7 +203,7 @@ def render_bird(attrs: dict, ind: dict, size: int = 128) -> tuple[np.ndarray, tu
     cv.fill(_ellipse(0.45, 0.36, 0.17, 0.1), _rgb(attrs["crown_color"]), hm)
     cv.fill(_ellipse(0.54, 0.17, 0.1, 0.085), _rgb(breast_c), hm)
     if attrs["eye_ring"] != "none":
-        cv.fill(_ellipse(0.5, 0.27, 0.048, 0.048, 0, 16), _rgb(RING[attrs["eye_ring"]]))
+        cv.fill(_ellipse(0.5, 0.27, 0.058, 0.058, 0, 16), _rgb(RING[attrs["eye_ring"]]))
     cv.fill(_ellipse(0.5, 0.27, 0.03, 0.03, 0, 16), (12, 12, 14))
     cv.fill(_ellipse(0.508, 0.278, 0.009, 0.009, 0, 8), (230, 230, 230))
     cv.fill(_beak(attrs["beak_shape"], 0.56, 0.23, BEAK_L[attrs["beak_length"]], BEAK_W[attrs["beak_width"]]),
