@@ -128,7 +128,7 @@ def test_every_generated_paragraph_parses_back_and_every_statement_is_true(synth
             a1, a2 = animals[p.pair_id]
             for text in p.references:
                 assert text == text.lower() and text.endswith(" .") and "\t" not in text and "  " not in text
-                assert "'s" not in text and re.fullmatch(r"[a-z0-9' ,.]+", text)
+                assert "'s" not in text and re.fullmatch(r"[a-z0-9' ,.;]+", text)
                 check = bt.check_paragraph(text, a1, a2)
                 assert check.unread == () and check.statements, text
                 assert all(v is True for v in check.verdicts), (text, check)
@@ -158,6 +158,10 @@ def test_parser_catches_false_and_unreadable_claims():
     share = bt.verified_share({"p": good, "q": bad}, {"p": (a, b), "q": (a, b)})
     assert share == pytest.approx(3 / 7)
     assert bt.parse_sentence("animal1 is larger than animal1") is None  # one bird cannot be compared with itself
+    joined = bt.parse_sentence("animal1 is larger ; animal2 has a red crown , and animal1 has no wing bars")
+    assert joined == [bt.Statement("animal1", "size", ">"), bt.Statement("animal2", "crown_color", "=", "red"),
+                      bt.Statement("animal1", "wing_bars", "=", False)]
+    assert bt.parse_sentence("animal1 is larger ; animal2 sings better") is None  # one unread clause: unread
     st = bt.parse_sentence("animal2 has a longer , thinner bill than animal1")
     assert st == [bt.Statement("animal2", "beak_length", ">"), bt.Statement("animal2", "beak_width", "<")]
     # facing is the photo's, unknown when only species attributes are given: neither true nor false
@@ -228,6 +232,7 @@ def test_grammar_every_template_is_used_and_read_back_true():
     tax = sample_taxonomy(1)
     rng = np.random.default_rng(0)
     used: set[int] = set()
+    n_joined = 0
     for k in range(300):
         a = tax.species[int(rng.integers(len(tax.species)))]
         b = a if k % 3 == 0 else tax.species[int(rng.integers(len(tax.species)))]
@@ -239,8 +244,11 @@ def test_grammar_every_template_is_used_and_read_back_true():
             check = bt.check_paragraph(text, A, B)
             assert check.unread == () and all(v is True for v in check.verdicts), (text, check)
             for s in bt.split_sentences(text.removesuffix(" .")):
-                used.add(next(i for i, t in enumerate(bt.TEMPLATES) if t.regex.fullmatch(s)))
+                n_joined += len(bt.clauses(s)) > 1
+                for c in bt.clauses(s):
+                    used.add(next(i for i, t in enumerate(bt.TEMPLATES) if t.regex.fullmatch(c)))
     assert used == set(range(len(bt.TEMPLATES)))
+    assert n_joined > 100  # clauses run together (" , and ", " ; ") are read too
 
 
 def test_a_failed_generation_leaves_no_directory_behind(tmp_path, monkeypatch):

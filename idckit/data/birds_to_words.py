@@ -130,7 +130,7 @@ class BirdsToWords:
     # -- reading ---------------------------------------------------------------------------------------
     def _read(self) -> dict[str, list[Pair]]:
         try:
-            with self.tsv.open(encoding="utf-8", newline="") as f:
+            with self.tsv.open(encoding="utf-8-sig", newline="") as f:  # a BOM must not break the header
                 rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
         except UnicodeDecodeError as e:
             raise DatasetError(f"not UTF-8 text: {e}", path=self.tsv, fix=LAYOUT_HELP) from e

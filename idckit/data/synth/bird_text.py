@@ -209,9 +209,22 @@ def _meaning(template: Template, fill: dict[str, object]) -> list[Statement]:
     return out
 
 
+CLAUSE_JOINS = (" , and ", " ; ")
+_JOIN_RE = re.compile("|".join(re.escape(j) for j in CLAUSE_JOINS))
+
+
 def parse_sentence(sentence: str) -> list[Statement] | None:
-    """The statements of one sentence (without its final `` .``), or None when no template reads it."""
+    """The statements of one sentence (without its final `` .``), or None when no template reads it. A sentence
+    of clauses joined by `` , and `` or `` ; `` is read clause by clause."""
     sentence = " ".join(sentence.split())
+    whole = _parse_clause(sentence)
+    if whole is not None or not any(j in sentence for j in CLAUSE_JOINS):
+        return whole
+    parts = [_parse_clause(c) for c in _JOIN_RE.split(sentence)]
+    return None if any(p is None for p in parts) else [st for p in parts for st in p]
+
+
+def _parse_clause(sentence: str) -> list[Statement] | None:
     for t in TEMPLATES:
         m = t.regex.fullmatch(sentence)
         if m is None:
@@ -225,6 +238,11 @@ def parse_sentence(sentence: str) -> list[Statement] | None:
                 fill[slot] = _slot_value(t, slot, g[slot])
         return _meaning(t, fill)
     return None
+
+
+def clauses(sentence: str) -> list[str]:
+    """A sentence's clauses (the writer joins at most two observations with `` , and `` or `` ; ``)."""
+    return _JOIN_RE.split(" ".join(sentence.split()))
 
 
 def split_sentences(paragraph: str) -> list[str]:
@@ -303,6 +321,7 @@ def verified_share(paragraphs: dict[str, str], animals: dict[str, tuple[dict, di
 _BY_ATTRS: dict[tuple[str, ...], list[Template]] = {}
 for _t in TEMPLATES:
     _BY_ATTRS.setdefault(tuple(dict.fromkeys(_t.attrs)), []).append(_t)
+MERGE_P = 0.45
 SALIENCE = {"size": 3.0, "crown_color": 2.0, "breast_color": 2.0, "wing_color": 2.0, "beak_length": 2.0,
             "nape_color": 1.5, "belly_color": 1.5, "facing": 0.6, "background": 0.4}
 
@@ -379,7 +398,7 @@ def describe_pair(animal1: dict, animal2: dict, rng: np.random.Generator) -> str
     species_diffs = [a for a in diffs if a not in INDIVIDUAL_ATTRS]
     if not species_diffs and animal1.get("species") == animal2.get("species"):
         sentences.append(sentence_about((), pair, rng, shared=True))
-    k = min(len(diffs), int(rng.integers(2, 4)))
+    k = min(len(diffs), int(rng.integers(2, 6)))
     if k:
         w = np.array([SALIENCE.get(a, 1.0) for a in diffs])
         chosen = [diffs[int(i)] for i in rng.choice(len(diffs), size=k, replace=False, p=w / w.sum())]
@@ -410,7 +429,15 @@ def describe_pair(animal1: dict, animal2: dict, rng: np.random.Generator) -> str
         s = sentence_about((a,), pair, rng, shared=True)
         if s:
             sentences.append(s)
-    return " . ".join(s for s in sentences if s) + " ."
+    sentences = [s for s in sentences if s]
+    # annotators often run two observations into one sentence
+    merged: list[str] = []
+    for s in sentences:
+        if merged and rng.random() < MERGE_P and not any(j in merged[-1] for j in CLAUSE_JOINS):
+            merged[-1] = merged[-1] + CLAUSE_JOINS[int(rng.random() < 0.15)] + s
+        else:
+            merged.append(s)
+    return " . ".join(merged) + " ."
 
 
 @lru_cache(maxsize=1)
