@@ -217,3 +217,10 @@ def test_nabirds_wrong_layouts(nab):
     (nab / "hierarchy.txt").unlink()
     with pytest.raises(DatasetError, match="missing file hierarchy.txt"):
         NABirds(nab)
+
+
+def test_a_byte_order_mark_and_windows_line_ends_are_tolerated(b2w):
+    tsv = b2w / "birds-to-words-v1.0.tsv"
+    tsv.write_bytes(b"\xef\xbb\xbf" + tsv.read_text().replace("\n", "\r\n").encode())
+    ds = BirdsToWords(tsv)  # the TSV itself works as the root too
+    assert ds.references("test")["1000001-1000002"] == [CROWN, SPOT] and ds.image_root == b2w / "images"
