@@ -158,6 +158,10 @@ def test_parser_catches_false_and_unreadable_claims():
     share = bt.verified_share({"p": good, "q": bad}, {"p": (a, b), "q": (a, b)})
     assert share == pytest.approx(3 / 7)
     assert bt.parse_sentence("animal1 is larger than animal1") is None  # one bird cannot be compared with itself
+    # a and b differ in size and crown colour: "good" names both differences truly, "bad" neither
+    assert bt.difference_recall({"p": good}, {"p": (a, b)}) == 1.0
+    assert bt.difference_recall({"q": bad}, {"q": (a, b)}) == 0.0
+    assert bt.difference_recall({"r": "animal1 is larger ."}, {"r": (a, b)}) == 0.5
     joined = bt.parse_sentence("animal1 is larger ; animal2 has a red crown , and animal1 has no wing bars")
     assert joined == [bt.Statement("animal1", "size", ">"), bt.Statement("animal2", "crown_color", "=", "red"),
                       bt.Statement("animal1", "wing_bars", "=", False)]

@@ -8,7 +8,8 @@ A sentence template such as ``{A} has {av} crown while {B} has {aw} crown`` mean
 - to *read*: it compiles to a regular expression; :func:`parse_paragraph` turns any paragraph back into
   statements (sentences it cannot read are returned as such), and :func:`check_paragraph` checks each against the
   pair's attributes. :func:`verified_share` is the share of a captioner's statements that hold for its pairs,
-  the "names attributes that really differ" measure, usable on generated paragraphs as well as on references.
+  the "names attributes that really differ" measure, usable on generated paragraphs as well as on references;
+  :func:`difference_recall` is its complement (how many of the real differences are named).
 
 Text is lower-cased and pre-tokenised like Birds-to-Words: punctuation is its own token, ``'s`` is ``' s``,
 sentences end with `` .``, the birds are the tokens ``animal1`` and ``animal2``.
@@ -27,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from idckit.data.synth.bird_species import BACKGROUNDS, CATEGORICAL, FACING, ORDINAL
+from idckit.data.synth.bird_species import BACKGROUNDS, CATEGORICAL, FACING, ORDINAL, SPECIES_ATTRS
 
 ANIMALS = ("animal1", "animal2")
 
@@ -315,6 +316,21 @@ def verified_share(paragraphs: dict[str, str], animals: dict[str, tuple[dict, di
         n_true += c.n_true
         n += c.n_claims
     return n_true / n if n else 0.0
+
+
+def difference_recall(paragraphs: dict[str, str], animals: dict[str, tuple[dict, dict]]) -> float:
+    """Share of the pairs' differing species attributes that some true statement about one animal names (pooled
+    over pairs). The complement of :func:`verified_share`, which a captioner could keep high by saying little or
+    only what both birds share. 0.0 if no pair differs in anything."""
+    named = total = 0
+    for pid, text in paragraphs.items():
+        a1, a2 = animals[pid]
+        diffs = {a for a in SPECIES_ATTRS if a in a1 and a in a2 and a1[a] != a2[a]}
+        c = check_paragraph(text, a1, a2)
+        said = {s.attr for s, v in zip(c.statements, c.verdicts) if v is True and s.subject != "both"}
+        named += len(diffs & said)
+        total += len(diffs)
+    return named / total if total else 0.0
 
 
 # -- writing ---------------------------------------------------------------------------------------------
