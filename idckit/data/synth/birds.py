@@ -27,8 +27,10 @@ import json
 import os
 import shutil
 import uuid
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -183,79 +185,10 @@ def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nab
                                fix="choose another --out, or pass --overwrite to replace it")
 
     tax = sample_taxonomy(seed, orders=tree[0], families=tree[1], genera=tree[2], species=tree[3])
-    pairs, photos = plan_birds_to_words(tax, n_pairs, seed)
-    for p in pairs:
-        p["sp1"], p["sp2"] = photos[p["img1"]]["species_id"], photos[p["img2"]]["species_id"]
-
-    jobs: list[tuple[str, dict, dict, int]] = []
-    truth: dict = {"birds_to_words": {}, "cub": {}, "nabirds": {}}
-    for pid, ph in photos.items():
-        rel = f"birds_to_words/images/{pid}.jpg"
-        jobs.append((rel, tax.species[ph["species_id"]].attrs, ph["individual"], size))
-        truth["birds_to_words"][str(pid)] = ph
-
-    # CUB: class ids 1..S in species order, image ids 1..N, about half of each class for training
-    cub_rows = {"images": [], "labels": [], "split": []}
-    cub_caps: dict[str, list[str]] = {}
-    iid = 0
-    for sp in tax.species:
-        cdir = class_dir(sp.species_id + 1, sp.common)
-        rng = np.random.default_rng([seed, _CUBSPLIT, sp.species_id])
-        train = set(int(k) for k in rng.permutation(cub_per_class)[: -(-cub_per_class // 2)])
-        for k in range(cub_per_class):
-            iid += 1
-            rng = np.random.default_rng([seed, _CUB, iid])
-            ind = sample_individual(rng)
-            rel = f"{cdir}/{cdir.split('.', 1)[1]}_{k + 1:04d}_{iid}.jpg"
-            jobs.append((f"CUB_200_2011/images/{rel}", sp.attrs, ind, size))
-            cub_rows["images"].append(f"{iid} {rel}")
-            cub_rows["labels"].append(f"{iid} {sp.species_id + 1}")
-            cub_rows["split"].append(f"{iid} {int(k in train)}")
-            cub_caps[rel] = bird_text.cub_captions(sp.attrs, rng)
-            truth["cub"][str(iid)] = {"species_id": sp.species_id, "individual": ind}
-
-    # NABirds: node 0 is the root, then orders, families, genera and species; species are the leaf classes
-    node_names = ["Birds"]
-    parent: list[tuple[int, int]] = []
-    order_node = {}
-    for o, name in enumerate(tax.orders):
-        order_node[o] = len(node_names)
-        parent.append((len(node_names), 0))
-        node_names.append(name)
-    family_node = {}
-    for f, (name, o) in enumerate(tax.families):
-        family_node[f] = len(node_names)
-        parent.append((len(node_names), order_node[o]))
-        node_names.append(name)
-    genus_node = {}
-    for g, (name, f) in enumerate(tax.genera):
-        genus_node[g] = len(node_names)
-        parent.append((len(node_names), family_node[f]))
-        node_names.append(name)
-    species_node = {}
-    for sp in tax.species:
-        species_node[sp.species_id] = len(node_names)
-        parent.append((len(node_names), genus_node[sp.genus]))
-        node_names.append(sp.common)
-    nab_rows = {"images": [], "labels": [], "split": []}
-    nab_uuid: dict[str, str] = {}
-    k_img = 0
-    for sp in tax.species:
-        cid = species_node[sp.species_id]
-        rng = np.random.default_rng([seed, _NABSPLIT, sp.species_id])
-        train = set(int(k) for k in rng.permutation(nabirds_per_class)[: -(-nabirds_per_class // 2)])
-        for k in range(nabirds_per_class):
-            rng = np.random.default_rng([seed, _NAB, k_img])
-            k_img += 1
-            u = str(uuid.UUID(bytes=rng.bytes(16), version=4))
-            ind = sample_individual(rng)
-            rel = f"{cid:04d}/{u.replace('-', '')}.jpg"
-            jobs.append((f"nabirds/images/{rel}", sp.attrs, ind, size))
-            nab_rows["images"].append(f"{u} {rel}")
-            nab_rows["labels"].append(f"{u} {cid}")
-            nab_rows["split"].append(f"{u} {int(k in train)}")
-            nab_uuid[f"nabirds/images/{rel}"] = u
-            truth["nabirds"][u] = {"species_id": sp.species_id, "individual": ind}
+    plans = {"birds_to_words": _plan_birds_to_words(tax, n_pairs, seed, size),
+             "cub": _plan_cub(tax, cub_per_class, seed, size),
+             "nabirds": _plan_nabirds(tax, nabirds_per_class, seed, size)}
+    jobs = [job for plan in plans.values() for job in plan.jobs]
 
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -269,51 +202,17 @@ def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nab
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
                 boxes[rel] = bbox
-        b2w = tmp / "birds_to_words"
-        (b2w / TSV_NAME).write_text(_tsv(tax, pairs), encoding="utf-8")
-
-        cub = tmp / "CUB_200_2011"
-        _lines(cub / "images.txt", cub_rows["images"])
-        _lines(cub / "classes.txt", [f"{s.species_id + 1} {class_dir(s.species_id + 1, s.common)}"
-                                     for s in tax.species])
-        _lines(cub / "image_class_labels.txt", cub_rows["labels"])
-        _lines(cub / "train_test_split.txt", cub_rows["split"])
-        _lines(cub / "bounding_boxes.txt", [f"{row.split()[0]} " + " ".join(
-            f"{v:.1f}" for v in boxes[f"CUB_200_2011/images/{row.split()[1]}"]) for row in cub_rows["images"]])
-        text = tmp / "cvpr2016_cub"
-        for rel, caps in cub_caps.items():
-            p = text / "text_c10" / (rel.rsplit(".", 1)[0] + ".txt")
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text("\n".join(caps) + "\n", encoding="utf-8")
-        dirs = [class_dir(s.species_id + 1, s.common) for s in tax.species]
-        zperm = [dirs[int(i)] for i in np.random.default_rng([seed, _SPLIT, 1]).permutation(len(dirs))]
-        n_tv, n_tr = len(dirs) * 3 // 4, len(dirs) // 2
-        for name, lst in (("allclasses", dirs), ("trainvalclasses", sorted(zperm[:n_tv])),
-                          ("testclasses", sorted(zperm[n_tv:])), ("trainclasses", sorted(zperm[:n_tr])),
-                          ("valclasses", sorted(zperm[n_tr:n_tv]))):
-            _lines(text / f"{name}.txt", lst)
-
-        nab = tmp / "nabirds"
-        _lines(nab / "images.txt", nab_rows["images"])
-        _lines(nab / "classes.txt", [f"{i} {n}" for i, n in enumerate(node_names)])
-        _lines(nab / "hierarchy.txt", [f"{c} {p}" for c, p in parent])
-        _lines(nab / "image_class_labels.txt", nab_rows["labels"])
-        _lines(nab / "train_test_split.txt", nab_rows["split"])
-        _lines(nab / "sizes.txt", [f"{u} {size} {size}" for u in nab_uuid.values()])
-        _lines(nab / "bounding_boxes.txt", [f"{u} " + " ".join(str(int(round(v))) for v in boxes[rel])
-                                            for rel, u in nab_uuid.items()])
-
+        for plan in plans.values():
+            plan.write(tmp, boxes)
+        truth = {name: plan.truth for name, plan in plans.items()}
         truth["taxonomy"] = {"orders": tax.orders, "families": tax.families, "genera": tax.genera,
                              "species": [{"species_id": s.species_id, "name": s.name, "common": s.common,
                                           "order": s.order, "family": s.family, "genus": s.genus,
                                           "attrs": s.attrs} for s in tax.species]}
         (tmp / "synth_birds.json").write_text(json.dumps(truth, sort_keys=True), encoding="utf-8")
-        counts = {s: {"pairs": sum(p["split"] == s for p in pairs),
-                      "paragraphs": sum(len(p["paragraphs"]) for p in pairs if p["split"] == s)}
-                  for s in SPLIT_FRACTIONS}
-        counts["selection"] = {b: sum(p["selection"] == b for p in pairs) for b in BRANCHES}
-        counts.update({"species": len(tax.species), "b2w_images": len(photos), "cub_images": iid,
-                       "nabirds_images": k_img})
+        counts = {**plans["birds_to_words"].counts, "species": len(tax.species),
+                  "b2w_images": len(plans["birds_to_words"].jobs), "cub_images": len(plans["cub"].jobs),
+                  "nabirds_images": len(plans["nabirds"].jobs)}
         (tmp / "synth_info.json").write_text(json.dumps({**info, "counts": counts}, sort_keys=True))
         if out.exists():
             shutil.rmtree(out)
@@ -322,6 +221,127 @@ def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nab
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+@dataclass
+class _Plan:
+    """One dataset's share of a generation: the images to draw (path under OUT, species attributes, individual,
+    size), the ground truth, and ``write(tmp, boxes)`` for its text files once the images and boxes exist."""
+
+    jobs: list[tuple[str, dict, dict, int]]
+    truth: dict
+    write: Callable[[Path, dict[str, tuple]], None]
+    counts: dict = field(default_factory=dict)
+
+
+def _plan_birds_to_words(tax: Taxonomy, n_pairs: int, seed: int, size: int) -> _Plan:
+    pairs, photos = plan_birds_to_words(tax, n_pairs, seed)
+    for p in pairs:
+        p["sp1"], p["sp2"] = photos[p["img1"]]["species_id"], photos[p["img2"]]["species_id"]
+    jobs = [(f"birds_to_words/images/{pid}.jpg", tax.species[ph["species_id"]].attrs, ph["individual"], size)
+            for pid, ph in photos.items()]
+
+    def write(tmp: Path, boxes: dict[str, tuple]) -> None:
+        (tmp / "birds_to_words" / TSV_NAME).write_text(_tsv(tax, pairs), encoding="utf-8")
+
+    counts = {s: {"pairs": sum(p["split"] == s for p in pairs),
+                  "paragraphs": sum(len(p["paragraphs"]) for p in pairs if p["split"] == s)}
+              for s in SPLIT_FRACTIONS}
+    counts["selection"] = {b: sum(p["selection"] == b for p in pairs) for b in BRANCHES}
+    return _Plan(jobs, {str(pid): ph for pid, ph in photos.items()}, write, counts)
+
+
+def _plan_cub(tax: Taxonomy, per_class: int, seed: int, size: int) -> _Plan:
+    """Class ids 1..S in species order, image ids 1..N, half of each class (rounded up) for training."""
+    jobs, rows, truth = [], {"images": [], "labels": [], "split": []}, {}
+    captions: dict[str, list[str]] = {}
+    iid = 0
+    for sp in tax.species:
+        cdir = class_dir(sp.species_id + 1, sp.common)
+        rng = np.random.default_rng([seed, _CUBSPLIT, sp.species_id])
+        train = set(int(k) for k in rng.permutation(per_class)[: -(-per_class // 2)])
+        for k in range(per_class):
+            iid += 1
+            rng = np.random.default_rng([seed, _CUB, iid])
+            ind = sample_individual(rng)
+            rel = f"{cdir}/{cdir.split('.', 1)[1]}_{k + 1:04d}_{iid}.jpg"
+            jobs.append((f"CUB_200_2011/images/{rel}", sp.attrs, ind, size))
+            rows["images"].append(f"{iid} {rel}")
+            rows["labels"].append(f"{iid} {sp.species_id + 1}")
+            rows["split"].append(f"{iid} {int(k in train)}")
+            captions[rel] = bird_text.cub_captions(sp.attrs, rng)
+            truth[str(iid)] = {"species_id": sp.species_id, "individual": ind}
+
+    def write(tmp: Path, boxes: dict[str, tuple]) -> None:
+        cub = tmp / "CUB_200_2011"
+        _lines(cub / "images.txt", rows["images"])
+        _lines(cub / "classes.txt", [f"{s.species_id + 1} {class_dir(s.species_id + 1, s.common)}"
+                                     for s in tax.species])
+        _lines(cub / "image_class_labels.txt", rows["labels"])
+        _lines(cub / "train_test_split.txt", rows["split"])
+        _lines(cub / "bounding_boxes.txt", [f"{row.split()[0]} " + " ".join(
+            f"{v:.1f}" for v in boxes[f"CUB_200_2011/images/{row.split()[1]}"]) for row in rows["images"]])
+        text = tmp / "cvpr2016_cub"
+        for rel, caps in captions.items():
+            p = text / "text_c10" / (rel.rsplit(".", 1)[0] + ".txt")
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text("\n".join(caps) + "\n", encoding="utf-8")
+        # the caption release's zero-shot class lists: 3/4 trainval (of which 2/3 train), 1/4 test
+        dirs = [class_dir(s.species_id + 1, s.common) for s in tax.species]
+        zperm = [dirs[int(i)] for i in np.random.default_rng([seed, _SPLIT, 1]).permutation(len(dirs))]
+        n_tv, n_tr = len(dirs) * 3 // 4, len(dirs) // 2
+        for name, lst in (("allclasses", dirs), ("trainvalclasses", sorted(zperm[:n_tv])),
+                          ("testclasses", sorted(zperm[n_tv:])), ("trainclasses", sorted(zperm[:n_tr])),
+                          ("valclasses", sorted(zperm[n_tr:n_tv]))):
+            _lines(text / f"{name}.txt", lst)
+
+    return _Plan(jobs, truth, write)
+
+
+def _plan_nabirds(tax: Taxonomy, per_class: int, seed: int, size: int) -> _Plan:
+    """Node 0 is the root, then orders, families, genera and species; the species are the leaf classes."""
+    names = ["Birds"]
+    parent: list[tuple[int, int]] = []
+    node: dict[tuple[str, int], int] = {}
+    levels = (("order", [(n, None) for n in tax.orders], None), ("family", tax.families, "order"),
+              ("genus", tax.genera, "family"), ("species", [(s.common, s.genus) for s in tax.species], "genus"))
+    for level, members, up in levels:
+        for k, (name, above) in enumerate(members):
+            node[level, k] = len(names)
+            parent.append((len(names), 0 if up is None else node[up, above]))
+            names.append(name)
+    jobs, rows, truth = [], {"images": [], "labels": [], "split": []}, {}
+    uuid_of: dict[str, str] = {}
+    k_img = 0
+    for sp in tax.species:
+        cid = node["species", sp.species_id]
+        rng = np.random.default_rng([seed, _NABSPLIT, sp.species_id])
+        train = set(int(k) for k in rng.permutation(per_class)[: -(-per_class // 2)])
+        for k in range(per_class):
+            rng = np.random.default_rng([seed, _NAB, k_img])
+            k_img += 1
+            u = str(uuid.UUID(bytes=rng.bytes(16), version=4))
+            ind = sample_individual(rng)
+            rel = f"{cid:04d}/{u.replace('-', '')}.jpg"
+            jobs.append((f"nabirds/images/{rel}", sp.attrs, ind, size))
+            rows["images"].append(f"{u} {rel}")
+            rows["labels"].append(f"{u} {cid}")
+            rows["split"].append(f"{u} {int(k in train)}")
+            uuid_of[f"nabirds/images/{rel}"] = u
+            truth[u] = {"species_id": sp.species_id, "individual": ind}
+
+    def write(tmp: Path, boxes: dict[str, tuple]) -> None:
+        nab = tmp / "nabirds"
+        _lines(nab / "images.txt", rows["images"])
+        _lines(nab / "classes.txt", [f"{i} {n}" for i, n in enumerate(names)])
+        _lines(nab / "hierarchy.txt", [f"{c} {p}" for c, p in parent])
+        _lines(nab / "image_class_labels.txt", rows["labels"])
+        _lines(nab / "train_test_split.txt", rows["split"])
+        _lines(nab / "sizes.txt", [f"{u} {size} {size}" for u in uuid_of.values()])
+        _lines(nab / "bounding_boxes.txt", [f"{u} " + " ".join(str(int(round(v))) for v in boxes[rel])
+                                            for rel, u in uuid_of.items()])
+
+    return _Plan(jobs, truth, write)
 
 
 def _lines(path: Path, lines: list[str]) -> None:
