@@ -405,7 +405,8 @@ def sentence_about(attrs: tuple[str, ...], pair: dict[str, dict], rng, *, shared
 
 
 def describe_pair(animal1: dict, animal2: dict, rng: np.random.Generator) -> str:
-    """One annotator's paragraph: 2-3 differences (salient ones more often), sometimes a shared trait."""
+    """One annotator's paragraph: 2-5 differences (salient ones more often), sometimes a shared trait, some
+    sentences joining two observations."""
     pair = {"animal1": animal1, "animal2": animal2}
     known = [a for a in animal1 if a in animal2 and a in _attr_set()]
     diffs = [a for a in known if animal1[a] != animal2[a]]
