@@ -30,6 +30,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate_birds(args: argparse.Namespace) -> int:
+    from idckit.data.synth.birds import generate
+
+    generate(args.out, n_pairs=args.pairs, cub_per_class=args.cub_per_class,
+             nabirds_per_class=args.nabirds_per_class, size=args.size, seed=args.seed, workers=args.workers,
+             overwrite=args.overwrite)
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from idckit.eval.captions import evaluate_cli
 
@@ -108,6 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--overwrite", action="store_true",
                     help="replace an existing dataset at --out (only one the kit generated: its synth_info.json)")
     gc.set_defaults(func=cmd_generate)
+    gb = gsub.add_parser("birds", help="SynthBirds: Birds-to-Words, CUB-200-2011 (+ captions) and NABirds layouts")
+    gb.add_argument("--out", type=Path, required=True, help="output directory (created)")
+    gb.add_argument("--pairs", type=int, default=600, help="Birds-to-Words pairs (4-5 paragraphs each)")
+    gb.add_argument("--cub-per-class", type=int, default=6, help="CUB images per species (200 species)")
+    gb.add_argument("--nabirds-per-class", type=int, default=6, help="NABirds images per leaf class")
+    gb.add_argument("--size", type=int, default=128, help="square image side in pixels")
+    gb.add_argument("--seed", type=int, default=0)
+    gb.add_argument("--workers", type=int, default=2, help="rendering processes (output does not depend on it)")
+    gb.add_argument("--overwrite", action="store_true",
+                    help="replace SynthBirds made with other arguments (never a directory the kit did not write)")
+    gb.set_defaults(func=cmd_generate_birds)
 
     e = sub.add_parser("evaluate", help="score RCC-format results against a dataset (BLEU, METEOR, ROUGE-L, CIDEr-D)")
     e.add_argument("results", type=Path,
