@@ -36,7 +36,8 @@ def _caption_text(p: Pair, captions: Mapping[str, Mapping[str, str]] | None, ref
         if p.pair_id in preds:
             said = preds[p.pair_id]
             mark = "  (= a reference)" if said.strip().lower() in refs else ""
-            lines.append(textwrap.fill(f"{model}: {said}{mark}", width, subsequent_indent="    "))
+            lines.append(textwrap.fill(f"{model}: {said.strip() or '(empty caption)'}{mark}", width,
+                                       subsequent_indent="    "))
     return "\n".join(lines)
 
 

@@ -331,9 +331,9 @@ class ReportSummary:
             ("seeds", ", ".join(map(str, prov.get("seeds", []))) or "–"),
             ("selection split", str(prov.get("selection_split", ""))),
             ("commit", str(prov.get("commit", ""))),
-            ("wall time", f"{_minutes(prov.get('wall_seconds'))} (this notebook; cached runs are read, not retrained)"),
-            ("training time", f"{_minutes(prov.get('train_seconds'))} (the runs behind the numbers, trained once)"
-             if trained else "none (nothing is trained here)"),
+            ("wall time", f"{_minutes(prov.get('wall_seconds'))} (this notebook, up to writing its report)"),
+            ("training time", f"{_minutes(prov.get('train_seconds'))} (the runs behind the numbers: trained once, "
+                              "then read from the run cache)" if trained else "none (nothing is trained here)"),
             ("status", status["verdict"] + (f": {status['detail']}" if status["detail"] else "")),
             ("report data", f"{self.doc.get('notebook', '')}.json, beside this report"),
         ]
