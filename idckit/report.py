@@ -346,7 +346,7 @@ class ReportSummary:
                  "train_seconds"}
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
                        f"{html.escape(v)}</td></tr>" for k, v in self.lines())
-        more = "".join(f"<li><code>{html.escape(k)}</code>: {html.escape(json.dumps(v) if not isinstance(v, str) else v)}"
+        more = "".join(f"<li><code>{html.escape(k)}</code>: {html.escape(v if isinstance(v, str) else json.dumps(v))}"
                        "</li>" for k, v in prov.items() if k not in shown)
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.doc.get("notes", []))
         return (f"<div class='idckit-provenance'><h2>Provenance</h2><table>{rows}</table>"

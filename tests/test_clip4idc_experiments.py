@@ -94,7 +94,8 @@ def test_captioning_variants_share_runs_and_give_table_rows(env):
     from idckit.experiments.runs import test_captions
 
     distinct = [len(set(test_captions(s.runs_dir / r["run"]).values())) for r in res]
-    assert [r["distinct_test_captions"] for r in rows[:2]] == distinct and mean["distinct_test_captions"] == min(distinct)
+    assert [r["distinct_test_captions"] for r in rows[:2]] == distinct
+    assert mean["distinct_test_captions"] == min(distinct)
     assert rows[0]["cider_d"]["total"] == pytest.approx(rows[0]["metrics"]["CIDEr-D"])
     assert rows[0]["cider_d"]["semantic"] == pytest.approx(100 * res[0]["test"]["semantic"]["CIDEr-D"])
     assert "judge_accuracy" not in rows[0]            # CLIP4IDC has no distractor judge

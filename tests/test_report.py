@@ -163,7 +163,8 @@ def test_learning_status_tells_ran_from_learned():
 
 
 def test_side_by_side_labels_seed_rows_and_the_mean_row():
-    rows = [{"model": "IDC-PCL", "variant": "full", "seed": s, "metrics": {"CIDEr-D": c}} for s, c in ((0, 1.0), (1, 3.0))]
+    rows = [{"model": "IDC-PCL", "variant": "full", "seed": s, "metrics": {"CIDEr-D": c}}
+            for s, c in ((0, 1.0), (1, 3.0))]
     rows.append({"model": "IDC-PCL", "variant": "full", "seed": "mean", "n_seeds": 2, "metrics": {"CIDEr-D": 2.0}})
     df = side_by_side(rows, paper_table("idcpcl.table2")["rows"])
     kit = df[df["source"] == "idckit (this run)"]
