@@ -258,13 +258,14 @@ def learning_status(doc: Mapping[str, Any]) -> dict[str, Any]:
         return {"verdict": "ran, no training", "detail": "", "flag": False}
 
     def name(r):
-        return f"{r.get('variant') or r.get('model')}" + (f" ({seed_label(r)})" if seed_label(r) else "")
+        return f"{r.get('variant') or r.get('model')}" + (f", {seed_label(r)}" if seed_label(r) else "")
 
     collapsed = [r for r in captioners if is_collapsed(r["distinct_test_captions"], r.get("test_pairs"))]
     if collapsed:
-        detail = "; ".join(f"{name(r)}: {r['distinct_test_captions']} distinct test captions" for r in collapsed)
+        worst = min(collapsed, key=lambda r: r["distinct_test_captions"])
         return {"verdict": "ran, COLLAPSED", "flag": True,
-                "detail": f"{len(collapsed)} of {len(captioners)} captioning runs: {detail}"}
+                "detail": f"{len(collapsed)} of {len(captioners)} captioning runs below {COLLAPSE_DISTINCT} distinct "
+                          f"test captions; fewest {worst['distinct_test_captions']} ({name(worst)})"}
     at_chance = [f"{name(r)}: text->pair R@1 {r['metrics']['t2p_R@1']:.1f} (chance {r['chance']['t2p_R@1']:.1f})"
                  for r in retrievers if r["metrics"]["t2p_R@1"] < RETRIEVAL_CHANCE_FACTOR * r["chance"]["t2p_R@1"]]
     at_chance += [f"{name(r)}: judge accuracy {r['judge_accuracy']:.2f}" for r in captioners

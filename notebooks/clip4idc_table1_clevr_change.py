@@ -66,7 +66,7 @@ if with_pcl:
     from idckit.experiments import pcl
 
     pcl_setup = pcl.setup(profile, data_root, runs_dir=runs_dir)
-    pcl_results = [{**r, "label": f"IDC-PCL {r['label']}"} for r in pcl.runs(pcl_setup, ["full"], seeds[:1])]
+    pcl_results = pcl.runs(pcl_setup, ["full"], seeds[:1])
     rows += pcl.rows(pcl_results)
 paper = paper_table("clip4idc.table1")
 side_by_side(rows, paper["rows"]).round(1)
@@ -111,7 +111,8 @@ pd.DataFrame(diversity)
 # Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
 
 # %%
-fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results + pcl_results))
+named = results + [{**r, "label": f"IDC-PCL {r['label']}"} for r in pcl_results]
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, named))
 
 # %%
 path = write_report(

@@ -140,7 +140,7 @@ def test_learning_status_tells_ran_from_learned():
     one = {"rows": [_trained("full", 1), _trained("MLM", 57)]}
     st = learning_status(one)
     assert st["verdict"] == "ran, COLLAPSED" and st["flag"] and st["detail"] == (
-        "1 of 2 captioning runs: full (seed 0): 1 distinct test captions")
+        "1 of 2 captioning runs below 10 distinct test captions; fewest 1 (full, seed 0)")
     assert learning_status({"rows": [_trained("full", 9)]})["verdict"] == "ran, COLLAPSED"   # fewer than 10
     assert learning_status({"rows": [_trained("full", 8, pairs=8)]})["verdict"] == "learned"  # every pair its own
     # the mean row does not hide a collapsed seed, nor stand in for one

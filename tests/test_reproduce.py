@@ -106,7 +106,7 @@ def test_index_status_tells_ran_from_learned(tmp_path):
     page = write_index(tmp_path).read_text()
     cells = {name: page.split(f'href="{name}.html"')[1].split("</tr>")[0] for name in docs}
     assert '<span class="flag">ran, COLLAPSED</span>' in cells["collapsed"]
-    assert "1 of 2 captioning runs: MLM (seed 0): 1 distinct test captions" in cells["collapsed"]
+    assert "1 of 2 captioning runs below 10 distinct test captions; fewest 1 (MLM, seed 0)" in cells["collapsed"]
     assert '<span class="learned">learned</span>' in cells["learned"] and "57+ distinct" in cells["learned"]
     assert "stale: last run failed" in cells["learned"] and "stale" not in cells["collapsed"]
     assert '<span class="ran">ran, no training</span>' in cells["baselines"] and "COLLAPSED" not in cells["baselines"]
