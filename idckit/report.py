@@ -30,6 +30,15 @@ CAPTION_METRICS: tuple[str, ...] = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "MET
 HEADLINE_METRICS: tuple[str, ...] = ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
 PROVENANCE_KEYS: tuple[str, ...] = ("profile", "data", "data_version", "backbone", "weights", "seeds",
                                     "selection_split", "commit", "wall_seconds")
+#: a captioning run that writes fewer distinct test captions than this (or than it has test pairs, on a smaller
+#: test set) has collapsed: its scores say which sentences it settled on, not what it saw
+COLLAPSE_DISTINCT = 10
+#: share of test pairs given the single most frequent caption at which a run counts as collapsed
+COLLAPSE_TOP_SHARE = 0.9
+#: a distractor judge below this test accuracy is at chance on the balanced change / distractor test set
+JUDGE_CHANCE_BELOW = 0.6
+#: a retrieval model below this many times chance R@1 has not learned to retrieve
+RETRIEVAL_CHANCE_FACTOR = 2.0
 
 
 @lru_cache(maxsize=1)
@@ -138,18 +147,220 @@ def read_report(path: str | Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def seed_label(row: Mapping[str, Any]) -> str:
+    """How a table names a kit row's run: ``seed 0``, ``mean of 3 seeds``, or empty (no seed: not a trained row)."""
+    seed = row.get("seed")
+    if seed == "mean":
+        n = row.get("n_seeds")
+        return f"mean of {n} seeds" if n else "mean over seeds"
+    return "" if seed is None else f"seed {seed}"
+
+
 def side_by_side(rows: Sequence[Mapping[str, Any]], paper_rows: Sequence[Mapping[str, Any]],
                  metrics: Sequence[str] = HEADLINE_METRICS, *, kit_label: str = "idckit (this run)",
                  paper_label: str = "paper (real data)"):
-    """One DataFrame: the paper's rows, then the kit's, with a ``source`` column so they are never mixed."""
+    """One DataFrame: the paper's rows, then the kit's, with a ``source`` column so they are never mixed, and a
+    ``run`` column telling a seed's row from the mean of several seeds."""
     import pandas as pd
 
-    def frame(rs, source):
+    def frame(rs, source, kit):
         recs = []
         for r in rs:
-            rec = {"source": source, "model": r.get("model", ""), "variant": r.get("variant", "")}
+            rec = {"source": source, "model": r.get("model", ""), "variant": r.get("variant", ""),
+                   "run": seed_label(r) if kit else ""}
             rec.update({m: r.get("metrics", {}).get(m, float("nan")) for m in metrics})
             recs.append(rec)
-        return pd.DataFrame.from_records(recs, columns=["source", "model", "variant", *metrics])
+        return pd.DataFrame.from_records(recs, columns=["source", "model", "variant", "run", *metrics])
 
-    return pd.concat([frame(paper_rows, paper_label), frame(rows, kit_label)], ignore_index=True)
+    return pd.concat([frame(paper_rows, paper_label, False), frame(rows, kit_label, True)], ignore_index=True)
+
+
+def labelled(table, caption: str, *, precision: int = 1):
+    """A table with its caption above it (a pandas Styler), numbers shown to ``precision`` decimals."""
+    return table.style.set_caption(caption).format(precision=precision)
+
+
+# -- what a trained row records, and what it says about learning ----------------------------------------------
+def is_collapsed(distinct: int | None, pairs: int | None = None, top_share: float | None = None) -> bool:
+    """Did a captioning run collapse? Fewer than :data:`COLLAPSE_DISTINCT` distinct test captions (fewer than its
+    test pairs on a smaller test set), or one caption for :data:`COLLAPSE_TOP_SHARE` of the pairs."""
+    if distinct is None:
+        return False
+    floor = min(COLLAPSE_DISTINCT, pairs) if pairs else COLLAPSE_DISTINCT
+    return distinct <= 1 or distinct < floor or (top_share is not None and top_share >= COLLAPSE_TOP_SHARE)
+
+
+def trained_fields(result: Mapping[str, Any]) -> dict[str, Any]:
+    """What every trained captioning row of a report records beside its metrics, so tests, the index and the
+    README can tell a collapsed or unjudging run without the HTML: ``distinct_test_captions``, ``test_pairs``,
+    ``judge_accuracy`` (only where the model has a distractor judge) and ``cider_d`` on the x100 scale for the
+    ``total``, ``semantic`` and ``distractor`` subsets (a subset the test split lacks is left out).
+
+    ``result`` is a run's result (``pcl.run_variant`` / ``clip4idc.run_variant``): ``test`` on pycocoevalcap's
+    scale, ``distinct_test_captions`` and ``test_pairs`` counted from its decoded test captions."""
+    test = result.get("test", {})
+    out: dict[str, Any] = {"distinct_test_captions": result.get("distinct_test_captions"),
+                           "test_pairs": result.get("test_pairs"),
+                           "cider_d": {sub: 100.0 * test[sub]["CIDEr-D"] for sub in ("total", "semantic", "distractor")
+                                       if sub in test and "CIDEr-D" in test[sub]}}
+    if result.get("judge_accuracy") is not None:
+        out["judge_accuracy"] = float(result["judge_accuracy"])
+    return out
+
+
+def mean_trained_fields(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """:func:`trained_fields` of a mean row: the fewest distinct captions of its seeds, mean judge and CIDEr-D."""
+    import statistics
+
+    distinct = [r["distinct_test_captions"] for r in rows if r.get("distinct_test_captions") is not None]
+    out: dict[str, Any] = {"distinct_test_captions": min(distinct) if distinct else None,
+                           "test_pairs": rows[0].get("test_pairs") if rows else None,
+                           "cider_d": {k: statistics.fmean(r["cider_d"][k] for r in rows)
+                                       for k in (rows[0].get("cider_d", {}) if rows else {})
+                                       if all(k in r.get("cider_d", {}) for r in rows)}}
+    judges = [r["judge_accuracy"] for r in rows if r.get("judge_accuracy") is not None]
+    if judges and len(judges) == len(rows):
+        out["judge_accuracy"] = statistics.fmean(judges)
+    return out
+
+
+def retrieval_chance(n_pairs: int, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+    """Retrieval metrics of a random ranking over ``n_pairs`` candidates (both directions; one true candidate per
+    query): R@K = K / n (percent), median and mean rank (n + 1) / 2."""
+    if n_pairs < 1:
+        raise ValueError(f"retrieval chance needs at least one candidate pair, got {n_pairs}")
+    out = {}
+    for d in ("t2p", "p2t"):
+        out.update({f"{d}_R@{k}": 100.0 * min(k, n_pairs) / n_pairs for k in ks})
+        out[f"{d}_MdR"] = out[f"{d}_MnR"] = (n_pairs + 1) / 2
+    return out
+
+
+def learning_status(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Did the runs behind a report learn, or only run? ``{"verdict", "detail", "flag"}``.
+
+    verdict ``"ran, no training"`` (baselines only), ``"ran, COLLAPSED"`` (a seed's captioner wrote fewer than
+    :data:`COLLAPSE_DISTINCT` distinct test captions), ``"ran, at chance"`` (a trained retriever's text->pair R@1
+    below :data:`RETRIEVAL_CHANCE_FACTOR` x chance, or a distractor judge below :data:`JUDGE_CHANCE_BELOW`) or
+    ``"learned"``; ``flag`` is True for the two "ran, ..." verdicts that mean the numbers do not show learning.
+    Read from the rows' recorded fields (:func:`trained_fields`, ``chance`` on retrieval rows), never the HTML."""
+    rows = [r for r in doc.get("rows", []) if r.get("seed") != "mean"]
+    captioners = [r for r in rows if "distinct_test_captions" in r]
+    retrievers = [r for r in rows if "chance" in r and "t2p_R@1" in r.get("metrics", {})]
+    collapsed_notes = [n for n in doc.get("notes", []) if n.startswith("COLLAPSED")]
+    if not captioners and not retrievers:
+        if collapsed_notes:   # a report written before rows recorded their captions: its notes still say it
+            n = len(collapsed_notes)
+            return {"verdict": "ran, COLLAPSED", "flag": True, "detail": f"{n} run{'s' * (n != 1)} (its notes)"}
+        if any("run" in r or "seed" in r for r in rows):
+            return {"verdict": "ran, not checked", "flag": False,
+                    "detail": "written before reports recorded distinct captions; re-run to check"}
+        return {"verdict": "ran, no training", "detail": "", "flag": False}
+
+    def name(r):
+        return f"{r.get('variant') or r.get('model')}" + (f", {seed_label(r)}" if seed_label(r) else "")
+
+    collapsed = [r for r in captioners if is_collapsed(r["distinct_test_captions"], r.get("test_pairs"))]
+    if collapsed:
+        worst = min(collapsed, key=lambda r: r["distinct_test_captions"])
+        return {"verdict": "ran, COLLAPSED", "flag": True,
+                "detail": f"{len(collapsed)} of {len(captioners)} captioning runs below {COLLAPSE_DISTINCT} distinct "
+                          f"test captions; fewest {worst['distinct_test_captions']} ({name(worst)})"}
+    at_chance = [f"{name(r)}: text->pair R@1 {r['metrics']['t2p_R@1']:.1f} (chance {r['chance']['t2p_R@1']:.1f})"
+                 for r in retrievers if r["metrics"]["t2p_R@1"] < RETRIEVAL_CHANCE_FACTOR * r["chance"]["t2p_R@1"]]
+    at_chance += [f"{name(r)}: judge accuracy {r['judge_accuracy']:.2f}" for r in captioners
+                  if r.get("judge_accuracy") is not None and r["judge_accuracy"] < JUDGE_CHANCE_BELOW]
+    if at_chance:
+        return {"verdict": "ran, at chance", "flag": True, "detail": "; ".join(at_chance)}
+    parts = []
+    if captioners:
+        parts.append(f"{min(r['distinct_test_captions'] for r in captioners)}+ distinct test captions per run")
+    judges = [r["judge_accuracy"] for r in captioners if r.get("judge_accuracy") is not None]
+    if judges:
+        parts.append(f"judge accuracy {min(judges):.2f}+")
+    if retrievers:
+        parts.append(f"text->pair R@1 {min(r['metrics']['t2p_R@1'] / r['chance']['t2p_R@1'] for r in retrievers):.0f}x"
+                     " chance or more")
+    return {"verdict": "learned", "detail": ", ".join(parts), "flag": False}
+
+
+def ordering_notes(kit: Mapping[str, float], paper: Mapping[str, float], metric: str = "CIDEr-D", *,
+                   decimals: int = 1) -> list[str]:
+    """Plain sentences saying, for every two rows, whether the kit orders them as the paper does.
+
+    Values are compared as printed (rounded to ``decimals``), so two rows shown with the same number tie. The
+    verdict does not depend on which row comes first: ``agrees`` (same order, or both tie), ``TIES`` (the kit ties
+    two rows the paper orders), ``DIFFERS`` (the opposite order, or the kit orders two rows the paper ties)."""
+    def order(x: float, y: float) -> int:
+        d = round(x, decimals) - round(y, decimals)
+        return (d > 0) - (d < 0)
+
+    where = {1: "above", 0: "level with", -1: "below"}
+    notes = []
+    labels = [k for k in paper if k in kit]
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            p, k = order(paper[a], paper[b]), order(kit[a], kit[b])
+            verdict = "agrees" if p == k else ("TIES" if k == 0 else "DIFFERS")
+            notes.append(f"{verdict}: paper has {a} {where[p]} {b} ({paper[a]:.{decimals}f} vs "
+                         f"{paper[b]:.{decimals}f}); the kit has it {where[k]} ({kit[a]:.{decimals}f} vs "
+                         f"{kit[b]:.{decimals}f} {metric}).")
+    return notes
+
+
+# -- the block that ends every report -------------------------------------------------------------------------
+def _minutes(seconds: Any) -> str:
+    return f"{seconds / 60:.1f} min" if isinstance(seconds, (int, float)) else "–"
+
+
+@dataclass
+class ReportSummary:
+    """What a notebook shows last: where its numbers come from, whether its runs learned, and its JSON's notes.
+
+    Rendered as HTML in the notebook and its report; nothing in it points at a temporary folder."""
+    doc: dict[str, Any]
+
+    def lines(self) -> list[tuple[str, str]]:
+        prov = self.doc.get("provenance", {})
+        status = learning_status(self.doc)
+        trained = isinstance(prov.get("train_seconds"), (int, float))
+        return [
+            ("data", str(prov.get("data", ""))),
+            ("backbone", str(prov.get("backbone", ""))),
+            ("weights", str(prov.get("weights", ""))),
+            ("profile", str(prov.get("profile", ""))),
+            ("seeds", ", ".join(map(str, prov.get("seeds", []))) or "–"),
+            ("selection split", str(prov.get("selection_split", ""))),
+            ("commit", str(prov.get("commit", ""))),
+            ("wall time", f"{_minutes(prov.get('wall_seconds'))} (this notebook, up to writing its report)"),
+            ("training time", f"{_minutes(prov.get('train_seconds'))} (the runs behind the numbers: trained once, "
+                              "then read from the run cache)" if trained else "none (nothing is trained here)"),
+            ("status", status["verdict"] + (f": {status['detail']}" if status["detail"] else "")),
+            ("report data", f"{self.doc.get('notebook', '')}.json, beside this report"),
+        ]
+
+    def _repr_html_(self) -> str:
+        import html
+
+        prov = self.doc.get("provenance", {})
+        shown = {"profile", "data", "backbone", "weights", "seeds", "selection_split", "commit", "wall_seconds",
+                 "train_seconds"}
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
+                       f"{html.escape(v)}</td></tr>" for k, v in self.lines())
+        more = "".join(f"<li><code>{html.escape(k)}</code>: {html.escape(v if isinstance(v, str) else json.dumps(v))}"
+                       "</li>" for k, v in prov.items() if k not in shown)
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.doc.get("notes", []))
+        return (f"<div class='idckit-provenance'><h2>Provenance</h2><table>{rows}</table>"
+                + (f"<details><summary>every provenance field</summary><ul>{more}</ul></details>" if more else "")
+                + (f"<h2>Notes</h2><ul class='idckit-notes'>{notes}</ul>" if notes else "") + "</div>")
+
+    def __repr__(self) -> str:
+        text = [f"{k}: {v}" for k, v in self.lines()]
+        notes = self.doc.get("notes", [])
+        return "\n".join(["Provenance", *text] + (["", "Notes", *(f"- {n}" for n in notes)] if notes else []))
+
+
+def report_summary(path: str | Path) -> ReportSummary:
+    """The provenance block and interpretive notes of the report at ``path`` (as :func:`write_report` wrote it);
+    every notebook ends with it."""
+    return ReportSummary(read_report(path))

@@ -136,8 +136,25 @@ def _fmt(v) -> str:
     return "" if v is None else str(v)
 
 
+def _status_cell(doc: dict, run_status: str) -> str:
+    """Whether the notebook ran (or its last run failed) and whether its runs learned: a run that only ran (a
+    collapsed captioner, a retriever or judge at chance) is flagged here, not only inside its report."""
+    from idckit.report import learning_status
+
+    learned = learning_status(doc)
+    cls = "flag" if learned["flag"] else ("learned" if learned["verdict"] == "learned" else "ran")
+    cell = f'<span class="{cls}">{html.escape(learned["verdict"])}</span>'
+    if learned["detail"]:
+        cell += f'<br><span class="detail">{html.escape(learned["detail"])}</span>'
+    if run_status in ("stale", "failed"):
+        cell = '<span class="stale">stale: last run failed</span><br>' + cell
+    return cell
+
+
 def write_index(report_dir: str | Path) -> Path:
     """``reports/index.html``: one row per report, the kit's headline beside the paper's, with provenance."""
+    from idckit.report import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_CHANCE_FACTOR
+
     report_dir = Path(report_dir)
     status_path = report_dir / "status.json"
     status = json.loads(status_path.read_text()) if status_path.is_file() else {}
@@ -168,8 +185,7 @@ def write_index(report_dir: str | Path) -> Path:
             "training": (f'{prov["train_seconds"] / 60:.1f} min' if isinstance(prov.get("train_seconds"), (int, float))
                          else "–"),
             "commit": html.escape(str(prov.get("commit", ""))),
-            "status": ('<span class="stale">stale: last run failed</span>' if st in ("stale", "failed")
-                       else "ok"),
+            "status": _status_cell(doc, st),
         })
     cols = ["report", "paper table", "headline", "idckit", "paper", "profile", "data", "backbone", "seeds",
             "wall", "training", "commit", "status"]
@@ -187,12 +203,16 @@ def write_index(report_dir: str | Path) -> Path:
  body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
  table {{ border-collapse: collapse; font-size: 0.9rem; }}
  th, td {{ border: 1px solid #ccc; padding: 0.3rem 0.6rem; text-align: left; vertical-align: top; }}
- th {{ background: #f0f0f0; }} .stale {{ color: #b00; font-weight: bold; }}
+ th {{ background: #f0f0f0; }} .stale, .flag {{ color: #b00; font-weight: bold; }}
+ .learned {{ color: #070; font-weight: bold; }} .detail {{ font-size: 0.8rem; color: #555; }}
  p.note {{ max-width: 60rem; }}
 </style></head><body>
 <h1>idckit: reproduced tables</h1>
 <p class="note">Each row links to a notebook report. <b>idckit</b> is the kit's own measurement; <b>paper</b> is
-the published number on the real dataset, shown beside it and never mixed in. Rows whose data says
+the published number on the real dataset, shown beside it and never mixed in. <b>status</b> says whether the
+runs behind a report <i>learned</i> or only <i>ran</i>: a captioner that writes fewer than {COLLAPSE_DISTINCT}
+distinct test captions is COLLAPSED, a retriever under {RETRIEVAL_CHANCE_FACTOR:g}x chance text->pair R@1 or a
+distractor judge under {JUDGE_CHANCE_BELOW:.2f} accuracy is at chance. Rows whose data says
 <i>synthetic</i> ran on SynthCLEVR-Change (synthetic scenes in the real CLEVR-Change format): they show the
 pipeline end to end, not a real-data reproduction.</p>
 {data_line}

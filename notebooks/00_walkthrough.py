@@ -36,7 +36,7 @@ n_show = 4
 from idckit import paths
 from idckit.experiments import walkthrough
 from idckit.plots import change_type_counts, show_pairs
-from idckit.report import write_report
+from idckit.report import labelled, report_summary, write_report
 
 report_dir = report_dir or paths.reports_dir()
 result = walkthrough.run(profile, data_root)
@@ -57,7 +57,7 @@ fig = show_pairs(test, n=n_show)
 # %%
 fig = change_type_counts(result.counts)
 import pandas as pd
-pd.DataFrame(result.counts)
+labelled(pd.DataFrame(result.counts), "Pairs per change type (rows) and split (columns)", precision=0)
 
 # %% [markdown]
 # ## Two baselines, scored per change type
@@ -66,16 +66,16 @@ pd.DataFrame(result.counts)
 # (RCC's protocol). Any model worth its name must clear these.
 
 # %%
-result.table("CIDEr-D")
+labelled(result.table("CIDEr-D"), "CIDEr-D (x100) on test: baselines (rows) by subset (columns)")
 
 # %%
-result.table("Bleu_4")
+labelled(result.table("Bleu_4"), "BLEU-4 (x100) on test: baselines (rows) by subset (columns)")
 
 # %% [markdown]
-# What the nearest-neighbour baseline says for a few test pairs:
+# What the two baselines say for a few test pairs:
 
 # %%
-fig = show_pairs(test, n=n_show, predictions=result.predictions["nearest pixel difference"])
+fig = show_pairs(test, n=n_show, captions=result.predictions)
 
 # %%
 path = write_report(report_dir, "00_walkthrough", "walkthrough", result.rows(),
@@ -83,4 +83,4 @@ path = write_report(report_dir, "00_walkthrough", "walkthrough", result.rows(),
                     headline=result.headline(),
                     notes=["Baselines only; no model is trained in this notebook.",
                            "Synthetic-data numbers are not comparable with the papers' real-data numbers."])
-print("report written to", path)
+report_summary(path)

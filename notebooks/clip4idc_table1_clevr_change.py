@@ -46,7 +46,9 @@ import time
 
 from idckit import paths
 from idckit.experiments import clip4idc
-from idckit.report import paper_table, side_by_side, write_report
+from idckit.experiments.runs import captions_by_run, collapse_check
+from idckit.plots import show_pairs, val_curve
+from idckit.report import paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir()
@@ -59,11 +61,13 @@ print(setup.data.description, "|", results[0]["clip"])
 
 # %%
 rows = clip4idc.rows(results)
+pcl_results = []
 if with_pcl:
     from idckit.experiments import pcl
 
     pcl_setup = pcl.setup(profile, data_root, runs_dir=runs_dir)
-    rows += pcl.rows(pcl.runs(pcl_setup, ["full"], seeds[:1]))
+    pcl_results = pcl.runs(pcl_setup, ["full"], seeds[:1])
+    rows += pcl.rows(pcl_results)
 paper = paper_table("clip4idc.table1")
 side_by_side(rows, paper["rows"]).round(1)
 
@@ -81,12 +85,8 @@ print(summary)
 
 # %%
 import pandas as pd
-import seaborn as sns
 
-curve = pd.DataFrame([{**h, "seed": r["seed"]} for r in results for h in r["history"]])
-curve["CIDEr-D"] *= 100
-ax = sns.lineplot(data=curve, x="minutes", y="CIDEr-D", hue="seed", marker="o")
-ax.set_title("val CIDEr-D (x100) against minutes of captioning")
+fig, curve = val_curve(results, title="val CIDEr-D (x100) against minutes of captioning")
 curve[["seed", "step", "minutes", "CIDEr-D"]].round(3)
 
 # %% [markdown]
@@ -103,10 +103,16 @@ pd.DataFrame([{"seed": r["seed"], "captioning (incl. val decoding)": r["caption_
 # (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
 
 # %%
-from idckit.experiments.runs import collapse_check
-
 diversity, collapse_notes = collapse_check(setup.runs_dir, results)
 pd.DataFrame(diversity)
+
+# %% [markdown]
+# ## A few test pairs: the references and what each run wrote
+# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
+
+# %%
+named = results + [{**r, "label": f"IDC-PCL {r['label']}"} for r in pcl_results]
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, named))
 
 # %%
 path = write_report(
@@ -116,4 +122,4 @@ path = write_report(
               "paper": 150.7},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.", summary, *collapse_notes])
-print("report written to", path)
+report_summary(path)

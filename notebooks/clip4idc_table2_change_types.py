@@ -35,7 +35,9 @@ import time
 
 from idckit import paths
 from idckit.experiments import clip4idc
-from idckit.report import paper_table, side_by_side, write_report
+from idckit.experiments.runs import captions_by_run
+from idckit.plots import per_type_bars, show_pairs
+from idckit.report import paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir()
@@ -56,16 +58,21 @@ side_by_side(rows, paper, metrics=clip4idc.TYPES).round(1)
 
 # %%
 import pandas as pd
-import seaborn as sns
 
 kit_row = next((r for r in rows if r["seed"] == "mean"), rows[0])
 paper_row = next(r for r in paper if r["model"] == "CLIP4IDC")
 bars = pd.DataFrame([{"type": t, "source": src, "CIDEr-D": row["metrics"][t]}
                      for t in clip4idc.TYPES for src, row in (("idckit", kit_row), ("paper (real data)", paper_row))
                      if t in row["metrics"]])
-ax = sns.barplot(data=bars, x="type", y="CIDEr-D", hue="source")
-ax.set_title("CIDEr-D (x100) by change type")
+fig = per_type_bars(bars, hue="source", title="CIDEr-D (x100) by change type")
 bars.pivot(index="type", columns="source", values="CIDEr-D").round(1)
+
+# %% [markdown]
+# ## A few test pairs: the references and what each run wrote
+# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
+
+# %%
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results))
 
 # %%
 hardest = min(kit_row["metrics"], key=kit_row["metrics"].get)
@@ -77,4 +84,4 @@ path = write_report(
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.",
            f"Hardest subset for the kit ({'mean over seeds' if kit_row['seed'] == 'mean' else 'seed 0'}): {hardest}."])
-print("report written to", path)
+report_summary(path)

@@ -40,7 +40,9 @@ import time
 
 from idckit import paths
 from idckit.experiments import clip4idc
-from idckit.report import paper_table, side_by_side, write_report
+from idckit.experiments.runs import captions_by_run, collapse_check
+from idckit.plots import per_type_bars, show_pairs
+from idckit.report import ordering_notes, paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir()
@@ -58,16 +60,14 @@ side_by_side(rows, paper).round(1)
 
 # %%
 import pandas as pd
-import seaborn as sns
 
 kit = {r["variant"]: r["metrics"]["CIDEr-D"] for r in rows if r["seed"] == "mean" or len(seeds) == 1}
 labels = {"CLIP-FT": "CLIP-FT", "no adaptation": "CLIP4IDC w/o adaptation", "adaptation": "CLIP4IDC"}
 paper_cider = {labels.get(r["variant"], r["variant"]): r["metrics"]["CIDEr-D"] for r in paper}
 bars = pd.DataFrame([{"variant": v, "source": src, "CIDEr-D": d[v]} for v in labels.values()
                      for src, d in (("idckit", kit), ("paper (real data)", paper_cider)) if v in d])
-ax = sns.barplot(data=bars, x="variant", y="CIDEr-D", hue="source")
-ax.set_title("Table 5 (CLEVR-Change): CIDEr-D (x100)")
-notes = clip4idc.ordering_notes(kit, paper_cider)
+fig = per_type_bars(bars, x="variant", hue="source", title="Table 5 (CLEVR-Change): CIDEr-D (x100)")
+notes = ordering_notes(kit, paper_cider)
 for n in notes:
     print(n)
 
@@ -77,10 +77,15 @@ for n in notes:
 # (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
 
 # %%
-from idckit.experiments.runs import collapse_check
-
 diversity, collapse_notes = collapse_check(setup.runs_dir, results)
 pd.DataFrame(diversity)
+
+# %% [markdown]
+# ## A few test pairs: the references and what each run wrote
+# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
+
+# %%
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results))
 
 # %%
 path = write_report(
@@ -90,4 +95,4 @@ path = write_report(
               "paper": round(paper_cider["CLIP4IDC"] - paper_cider["CLIP-FT"], 2)},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.", *notes, *collapse_notes])
-print("report written to", path)
+report_summary(path)

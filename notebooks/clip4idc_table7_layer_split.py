@@ -46,7 +46,9 @@ import pandas as pd
 
 from idckit import paths
 from idckit.experiments import clip4idc
-from idckit.report import paper_table, side_by_side, write_report
+from idckit.experiments.runs import captions_by_run, collapse_check
+from idckit.plots import show_pairs
+from idckit.report import paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir()
@@ -61,17 +63,12 @@ pd.DataFrame(splits)
 
 # %% [markdown]
 # ## Retrieval and captioning per split (R@K and captioning x100; ranks 1-based)
+# The last row is retrieval chance: a random ranking of the test pairs.
 
 # %%
-rows = []
-for sp, a, c in zip(splits, adapted, captioned):
-    metrics = {m: a["test"][m] for m in clip4idc.RETRIEVAL_KEYS}
-    metrics.update({m: 100 * c["test"]["total"][m] for m in ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
-                    if m in c["test"]["total"]})
-    rows.append({"model": clip4idc.MODEL, "variant": sp["label"], "paper_split": sp["paper_split"],
-                 "n_intra": sp["n_intra"], "split": "test", "seed": seed, "run": c["run"], "adapt_run": a["run"],
-                 "metrics": metrics})
-side_by_side(rows, paper_table("clip4idc.table7")["rows"],
+n_pairs = clip4idc.test_pairs_retrieved(setup)
+rows = clip4idc.layer_split_rows(splits, adapted, captioned, n_pairs)
+side_by_side(rows + [clip4idc.chance_row(n_pairs)], paper_table("clip4idc.table7")["rows"],
              metrics=("p2t_R@1", "t2p_R@1", "t2p_MnR", "Bleu_4", "CIDEr-D")).round(1)
 
 # %% [markdown]
@@ -92,10 +89,16 @@ grid = sns.relplot(data=pd.DataFrame(curve), x="N_intra / depth", y="value", hue
 # Distinct test captions per split's run; a run that writes one sentence for every pair is scored on that sentence.
 
 # %%
-from idckit.experiments.runs import collapse_check
-
-diversity, collapse_notes = collapse_check(setup.runs_dir, [{**c, "label": f"split {sp['label']}"} for sp, c in zip(splits, captioned)])
+by_split = [{**c, "label": f"split {sp['label']}"} for sp, c in zip(splits, captioned)]
+diversity, collapse_notes = collapse_check(setup.runs_dir, by_split)
 pd.DataFrame(diversity)
+
+# %% [markdown]
+# ## A few test pairs: the references and what each run wrote
+# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
+
+# %%
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, by_split))
 
 # %%
 best = max(rows, key=lambda r: r["metrics"]["CIDEr-D"])
@@ -119,4 +122,4 @@ path = write_report(
            f"Without inter layers ({no_inter['variant']}) text->pair R@1 is {no_inter['metrics']['t2p_R@1']:.1f} "
            f"(paper 1.1 at 12/0): the pair vector then cannot see the change.",
            "Captioning here keeps the adapted encoder frozen (paper table 7).", *collapse_notes])
-print("report written to", path)
+report_summary(path)

@@ -37,7 +37,9 @@ import time
 
 from idckit import paths
 from idckit.experiments import pcl
-from idckit.report import paper_table, side_by_side, write_report
+from idckit.experiments.runs import captions_by_run, collapse_check
+from idckit.plots import show_pairs, val_curve
+from idckit.report import paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir()
@@ -60,12 +62,8 @@ side_by_side(rows, paper["rows"]).round(1)
 
 # %%
 import pandas as pd
-import seaborn as sns
 
-curve = pd.DataFrame([{**h, "seed": r["seed"]} for r in results for h in r["history"]])
-curve["CIDEr-D"] *= 100
-ax = sns.lineplot(data=curve, x="minutes", y="CIDEr-D", hue="seed", marker="o")
-ax.set_title("val CIDEr-D (x100) against minutes of fine-tuning")
+fig, curve = val_curve(results, title="val CIDEr-D (x100) against minutes of fine-tuning")
 curve[["seed", "step", "minutes", "CIDEr-D"] + [c for c in ("judge_accuracy",) if c in curve]].round(3)
 
 # %% [markdown]
@@ -74,10 +72,15 @@ curve[["seed", "step", "minutes", "CIDEr-D"] + [c for c in ("judge_accuracy",) i
 # (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
 
 # %%
-from idckit.experiments.runs import collapse_check
-
 diversity, collapse_notes = collapse_check(setup.runs_dir, results)
 pd.DataFrame(diversity)
+
+# %% [markdown]
+# ## A few test pairs: the references and what each run wrote
+# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
+
+# %%
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results))
 
 # %%
 mean = next(r for r in rows if r["seed"] == "mean") if len(results) > 1 else rows[0]
@@ -88,4 +91,4 @@ path = write_report(
               "paper": 128.9},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."] + collapse_notes)
-print("report written to", path)
+report_summary(path)

@@ -34,8 +34,9 @@ import pandas as pd
 
 from idckit import paths
 from idckit.experiments import pcl
-from idckit.plots import per_type_bars
-from idckit.report import paper_table, write_report
+from idckit.experiments.runs import captions_by_run
+from idckit.plots import per_type_bars, show_pairs
+from idckit.report import paper_table, report_summary, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir()
@@ -59,6 +60,13 @@ long = pd.DataFrame([{"model": m, "type": t, "CIDEr-D": v}
                      if m.startswith("IDC-PCL")])
 fig = per_type_bars(long, title="IDC-PCL CIDEr-D by change type: paper (real data) vs the kit")
 
+# %% [markdown]
+# ## A few test pairs: the references and what each run wrote
+# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
+
+# %%
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results))
+
 # %%
 kit_types = pd.DataFrame([r["metrics"] for r in rows]).mean()
 paper_types = pd.Series(next(r for r in paper["rows"] if r["model"] == "IDC-PCL")["metrics"])
@@ -75,4 +83,4 @@ path = write_report(
     headline={"label": "IDC-PCL CIDEr-D, mean of the five change types",
               "kit": round(float(kit_types[semantic].mean()), 2), "paper": round(float(paper_types[semantic].mean()), 2)},
     notes=notes)
-print("report written to", path)
+report_summary(path)

@@ -36,7 +36,9 @@ import pandas as pd
 
 from idckit import paths
 from idckit.experiments import pcl
-from idckit.report import paper_table, side_by_side, write_report
+from idckit.experiments.runs import captions_by_run, collapse_check
+from idckit.plots import show_pairs, side_by_side_bars
+from idckit.report import ordering_notes, paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir()
@@ -52,16 +54,11 @@ paper = paper_table("idcpcl.table4")
 side_by_side(rows, paper["rows"]).round(1)
 
 # %%
-import seaborn as sns
-
 order = [pcl.VARIANTS[v]["label"] for v in pcl.VARIANTS]
-kit = pd.DataFrame([{"row": r["variant"], "CIDEr-D": r["metrics"]["CIDEr-D"], "source": "idckit (synthetic)"}
-                    for r in rows if r["seed"] != "mean"])
-ppr = pd.DataFrame([{"row": o, "CIDEr-D": p["metrics"]["CIDEr-D"], "source": "paper (real CLEVR-Change)"}
-                    for o, p in zip(order, paper["rows"])])
-g = sns.catplot(data=pd.concat([ppr, kit]), y="row", x="CIDEr-D", col="source", kind="bar", order=order,
-                sharex=False, height=3.2, aspect=1.6, color="steelblue")
-g.set_titles("{col_name}")
+kit = pd.DataFrame([{"row": r["variant"], "CIDEr-D": r["metrics"]["CIDEr-D"]} for r in rows if r["seed"] != "mean"])
+kit_mean = kit.groupby("row")["CIDEr-D"].mean().to_dict()
+paper_by = dict(zip(order, [p["metrics"]["CIDEr-D"] for p in paper["rows"]]))
+fig = side_by_side_bars(kit_mean, paper_by, order)
 
 # %% [markdown]
 # ## Does the kit's ladder have the paper's shape?
@@ -69,10 +66,8 @@ g.set_titles("{col_name}")
 # synthetic data (or the cpu budget) does not show the paper's effect.
 
 # %%
-kit_mean = kit.groupby("row")["CIDEr-D"].mean().to_dict()
-paper_by = dict(zip(order, [p["metrics"]["CIDEr-D"] for p in paper["rows"]]))
 key_pairs = [(order[3], order[0]), (order[3], order[4]), (order[3], order[5]), (order[2], order[1]), (order[1], order[0])]
-notes = [n for a, b in key_pairs for n in pcl.ordering_notes({a: kit_mean[a], b: kit_mean[b]},
+notes = [n for a, b in key_pairs for n in ordering_notes({a: kit_mean[a], b: kit_mean[b]},
                                                              {a: paper_by[a], b: paper_by[b]})]
 for n in notes:
     print(n)
@@ -95,15 +90,20 @@ notes.append(f"A linear probe on per-region feature distances separates changes 
 # (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
 
 # %%
-from idckit.experiments.runs import collapse_check
-
 diversity, collapse_notes = collapse_check(setup.runs_dir, results)
 if collapse_notes:
-    collapse_notes.insert(0, f"{len(collapse_notes)} of {len(diversity)} rows are COLLAPSED (below): an 'agrees' or "
-                             "'DIFFERS' above that involves one of them says which sentence a run settled on, not "
+    collapse_notes.insert(0, f"{len(collapse_notes)} of {len(diversity)} rows are COLLAPSED (below): an 'agrees', "
+                             "'TIES' or 'DIFFERS' above that involves one of them says which sentence a run settled on, not "
                              "whether the method works.")
     print(collapse_notes[0])
 pd.DataFrame(diversity)
+
+# %% [markdown]
+# ## A few test pairs: the references and what each run wrote
+# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
+
+# %%
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results))
 
 # %%
 full = next(r for r in rows if r["variant"] == order[3] and r["seed"] != "mean")
@@ -112,4 +112,4 @@ path = write_report(
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "full model CIDEr-D, test total", "kit": round(full["metrics"]["CIDEr-D"], 2), "paper": 128.9},
     notes=notes + collapse_notes + ["Synthetic-data numbers are not comparable with the paper's real-data numbers."])
-print("report written to", path)
+report_summary(path)

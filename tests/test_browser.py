@@ -83,6 +83,23 @@ def test_report_renders_tables_and_plots(chromium, html):
     assert not page.error_cells, page.error_cells[:3]
 
 
+@pytest.mark.parametrize("html", REPORTS, ids=[p.stem for p in REPORTS])
+def test_report_says_where_its_numbers_come_from_and_leaks_nothing(html):
+    """Every committed report ends with its provenance block and notes (idckit.report.report_summary), and shows
+    no object repr returned by a cell's last line and no path of the staging folder it ran in."""
+    import re
+    from html import unescape
+
+    from idckit.report import read_report
+
+    page = unescape(html.read_text())
+    leak = re.search(r" at 0x[0-9a-f]+|Text\(\d|_tmp-|report written to", page)
+    assert not leak, f"{html.name} shows {leak.group(0)!r}: re-run `idckit reproduce {html.stem}`"
+    assert "Provenance" in page and "training time" in page, f"{html.name} has no provenance block"
+    doc = read_report(html.with_suffix(".json"))
+    assert all(n in page for n in doc["notes"]), f"{html.name} does not show its JSON's notes"
+
+
 def test_the_check_can_fail(chromium, tmp_path):
     (tmp_path / "ok.png").write_bytes(PNG_1PX)
     bad = tmp_path / "bad.html"

@@ -56,10 +56,16 @@ def test_one_standin_and_cached_adaptation(env):
     assert again["run"] == a["run"] and _mtime(s, a["run"]) == stamp and again["test"] == a["test"]
     other = clip4idc.adapt(s, 6)               # another split: another run, the same stand-in
     assert other["run"] != a["run"] and len(list(s.runs_dir.glob("clip-standin-*"))) == 1
-    rows = clip4idc.retrieval_rows([a])
+    n = clip4idc.test_pairs_retrieved(s)
+    assert n == sum(p.is_change for p in s.data.dataset().pairs("test")) > 0
+    rows = clip4idc.retrieval_rows([a], n_pairs=n)
     assert [r["variant"] for r in rows] == ["adapted (4/2)", "before adaptation (4/2, fresh e1/e2/p)",
-                                            "plain CLIP (mean of the two image embeddings)"]
+                                            "plain CLIP (mean of the two image embeddings)",
+                                            f"random ranking of {n} test pairs"]
     assert all(set(r["metrics"]) == set(clip4idc.RETRIEVAL_KEYS) for r in rows)
+    assert rows[-1]["model"] == "chance" and rows[-1]["metrics"]["t2p_R@1"] == pytest.approx(100 / n)
+    assert rows[0]["chance"] == rows[-1]["metrics"] and "chance" not in rows[1]   # the trained row knows its chance
+    assert [r["variant"] for r in clip4idc.retrieval_rows([a], unadapted=False)] == ["adapted (4/2)"]
 
 
 def test_captioning_variants_share_runs_and_give_table_rows(env):
@@ -85,6 +91,15 @@ def test_captioning_variants_share_runs_and_give_table_rows(env):
     assert mean["sd"]["CIDEr-D"] == pytest.approx(abs(cider[0] - cider[1]) / 2 ** 0.5)
     per_type = clip4idc.per_type_rows(res)
     assert set(per_type[0]["metrics"]) <= set(clip4idc.TYPES) and "distractor" in per_type[0]["metrics"]
+    from idckit.experiments.runs import test_captions
+
+    distinct = [len(set(test_captions(s.runs_dir / r["run"]).values())) for r in res]
+    assert [r["distinct_test_captions"] for r in rows[:2]] == distinct
+    assert mean["distinct_test_captions"] == min(distinct)
+    assert rows[0]["cider_d"]["total"] == pytest.approx(rows[0]["metrics"]["CIDEr-D"])
+    assert rows[0]["cider_d"]["semantic"] == pytest.approx(100 * res[0]["test"]["semantic"]["CIDEr-D"])
+    assert "judge_accuracy" not in rows[0]            # CLIP4IDC has no distractor judge
+    assert per_type[-1]["seed"] == "mean" and per_type[-1]["distinct_test_captions"] == min(distinct)
     with pytest.raises(ConfigError, match="unknown CLIP4IDC variant"):
         clip4idc.run_variant(s, "clip-xl")
 

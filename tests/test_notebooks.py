@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,34 @@ def _expected_rows(doc):
                 assert 0 <= m[k] <= 100, (key, k, m[k])
 
 
+#: what a report's page must never show: a leaked object repr (a FacetGrid or a matplotlib Text returned by the
+#: last line of a cell) or the staging folder the notebook ran in (deleted once the report is in place)
+LEAKS = re.compile(r" at 0x[0-9a-f]+|Text\(\d|_tmp-|report written to")
+CAPTIONING = {"table2_clevr_change", "table3_change_types", "table4_ablation", "clip4idc_table1_clevr_change",
+              "clip4idc_table2_change_types", "clip4idc_table5_ablation", "clip4idc_table7_layer_split"}
+
+
+def _tells_the_truth(doc, html):
+    """The page ends with the provenance block and the JSON's notes; trained rows record their diversity."""
+    assert not LEAKS.search(html), LEAKS.search(html).group(0)
+    assert "<h2>Provenance</h2>" in html and doc["provenance"]["data"].split(" (")[0] in html
+    assert "jitter" in doc["provenance"]["data"]                   # the synthetic set's difficulty is named
+    for note in doc["notes"]:
+        assert note in unescape(html), note
+    if doc["notebook"] in CAPTIONING:
+        trained = [r for r in doc["rows"] if "run" in r]
+        assert trained and all(isinstance(r["distinct_test_captions"], int) for r in trained)
+        assert all({"total", "semantic", "distractor"} <= set(r["cider_d"]) for r in trained)
+        assert all("judge_accuracy" in r for r in trained if r["variant"] == "MLM + MVCL + FDA (full)")
+        # the example pairs (a figure: images, references and every run's caption) follow their heading
+        examples = html.split("A few test pairs: the references and what each run wrote")
+        assert len(examples) == 2 and "data:image/png;base64" in examples[1]
+    if doc["notebook"] in ("clip4idc_table6_retrieval", "clip4idc_table7_layer_split"):
+        assert "random ranking of" in html                            # the chance row is in the table
+        adapted = [r for r in doc["rows"] if r["variant"].startswith("adapted") or "n_intra" in r]
+        assert adapted and all(r["chance"]["t2p_R@1"] > 0 for r in adapted)
+
+
 @pytest.mark.slow
 @pytest.mark.java
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -94,7 +124,9 @@ def test_notebook_runs_at_smoke_profile(nb, smoke_env):
     assert doc["provenance"]["profile"] == "smoke" and doc["provenance"]["data"].startswith("synthetic")
     _finite_metrics(doc)
     _expected_rows(doc)
-    assert (reports / f"{nb.stem}.html").stat().st_size > 10_000  # tables and plots were rendered
+    html = (reports / f"{nb.stem}.html").read_text()
+    assert len(html) > 10_000  # tables and plots were rendered
+    _tells_the_truth(doc, html)
 
 
 @pytest.mark.slow

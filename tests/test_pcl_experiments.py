@@ -85,6 +85,28 @@ def test_runs_are_shared_and_cached(smoke):
         pcl.run_variant("bogus", setup_=smoke)
 
 
+def test_report_rows_record_diversity_judge_and_cider_subsets(smoke):
+    from idckit.experiments.runs import test_captions
+
+    full = pcl.run_variant("full", setup_=smoke, progress=False)
+    no_judge = pcl.run_variant("no_judge", setup_=smoke, progress=False)
+    captions = test_captions(smoke.runs_dir / full["run"])
+    row, nj = pcl.rows([full, no_judge])
+    assert row["distinct_test_captions"] == len(set(captions.values())) >= 1
+    assert row["test_pairs"] == len(captions) == len(smoke.data.dataset().pairs("test"))
+    assert row["judge_accuracy"] == full["judge_accuracy"] and "judge_accuracy" not in nj   # no judge, no field
+    assert row["cider_d"] == pytest.approx({sub: 100 * full["test"][sub]["CIDEr-D"]
+                                            for sub in ("total", "semantic", "distractor")})
+    assert row["cider_d"]["total"] == pytest.approx(row["metrics"]["CIDEr-D"])
+    typed = pcl.per_type_rows([full])[0]
+    assert typed["distinct_test_captions"] == row["distinct_test_captions"] and typed["cider_d"] == row["cider_d"]
+    # two seeds of one variant: the mean row keeps the fewest distinct captions and the mean judge and CIDEr-D
+    other = {**full, "seed": 1, "judge_accuracy": 0.25, "distinct_test_captions": 1}
+    mean = pcl.rows([full, other])[-1]
+    assert mean["seed"] == "mean" and mean["n_seeds"] == 2 and mean["distinct_test_captions"] == 1
+    assert mean["judge_accuracy"] == pytest.approx((full["judge_accuracy"] + 0.25) / 2)
+
+
 def test_caption_cli_uses_the_best_run(smoke, capsys):
     from idckit.caption import caption_pair, finished_runs
     from idckit.cli import main

@@ -86,3 +86,116 @@ def test_commit_is_dirty_only_for_code_not_for_generated_reports(tmp_path):
     assert commit_of(tmp_path) == clean            # reproduce's own outputs
     (tmp_path / "idckit.py").write_text("v2\n")
     assert commit_of(tmp_path) == clean + "+dirty"  # the code that made the numbers
+
+
+# -- reports that tell the truth on their own ----------------------------------------------------------------
+def test_ordering_notes_treat_ties_as_ties_in_either_order():
+    from idckit.report import ordering_notes
+
+    paper = {"A": 128.9, "B": 94.9}
+    tie = {"A": 60.1, "B": 60.1}
+    # a tie of the kit's rows is neither agreement nor a reversal, whichever row comes first
+    assert [n.split(":")[0] for n in ordering_notes(tie, paper)] == ["TIES"]
+    assert [n.split(":")[0] for n in ordering_notes(tie, {"B": 94.9, "A": 128.9})] == ["TIES"]
+    assert "the kit has it level with (60.1 vs 60.1 CIDEr-D)" in ordering_notes(tie, paper)[0]
+    # equal as printed is a tie: 60.14 and 60.06 both read 60.1
+    assert ordering_notes({"A": 60.14, "B": 60.06}, paper)[0].startswith("TIES")
+    assert ordering_notes({"A": 70.0, "B": 60.0}, paper)[0].startswith("agrees: paper has A above B")
+    assert ordering_notes({"A": 50.0, "B": 60.0}, paper)[0].startswith("DIFFERS")
+    assert ordering_notes({"B": 60.0, "A": 50.0}, {"B": 94.9, "A": 128.9})[0].startswith("DIFFERS: paper has B below A")
+    # the paper's own ties are kept: both tie = agrees; the kit orders them = DIFFERS
+    assert ordering_notes(tie, {"A": 90.0, "B": 90.0})[0].startswith("agrees: paper has A level with B")
+    assert ordering_notes({"A": 1.0, "B": 2.0}, {"A": 90.0, "B": 90.0})[0].startswith("DIFFERS")
+    assert ordering_notes({"A": 1.0}, paper) == []          # a row the kit lacks is not compared
+
+
+def test_trained_fields_and_retrieval_chance():
+    from idckit.report import retrieval_chance, trained_fields
+
+    result = {"test": {"total": {"CIDEr-D": 0.9}, "semantic": {"CIDEr-D": 0.4}, "distractor": {"CIDEr-D": 1.4},
+                       "color": {"CIDEr-D": 0.1}}, "distinct_test_captions": 37, "test_pairs": 400,
+              "judge_accuracy": 0.875}
+    f = trained_fields(result)
+    assert f == {"distinct_test_captions": 37, "test_pairs": 400, "judge_accuracy": 0.875,
+                 "cider_d": pytest.approx({"total": 90.0, "semantic": 40.0, "distractor": 140.0})}
+    assert "judge_accuracy" not in trained_fields({**result, "judge_accuracy": None})
+    chance = retrieval_chance(200)
+    assert chance["t2p_R@1"] == 0.5 and chance["p2t_R@10"] == 5.0 and chance["t2p_MdR"] == chance["p2t_MnR"] == 100.5
+    assert retrieval_chance(3)["t2p_R@5"] == 100.0                 # R@K of fewer than K candidates is certain
+    with pytest.raises(ValueError, match="at least one"):
+        retrieval_chance(0)
+
+
+def _trained(variant, distinct, seed=0, judge=None, pairs=400):
+    row = {"model": "m", "variant": variant, "split": "test", "seed": seed, "run": f"r-{variant}-{seed}",
+           "metrics": {"CIDEr-D": 60.1}, "distinct_test_captions": distinct, "test_pairs": pairs, "cider_d": {}}
+    return row if judge is None else {**row, "judge_accuracy": judge}
+
+
+def test_learning_status_tells_ran_from_learned():
+    from idckit.report import learning_status
+
+    base = {"rows": [{"model": "most frequent caption", "variant": "total", "split": "test", "metrics": {}}]}
+    assert learning_status(base)["verdict"] == "ran, no training"
+    one = {"rows": [_trained("full", 1), _trained("MLM", 57)]}
+    st = learning_status(one)
+    assert st["verdict"] == "ran, COLLAPSED" and st["flag"] and st["detail"] == (
+        "1 of 2 captioning runs below 10 distinct test captions; fewest 1 (full, seed 0)")
+    assert learning_status({"rows": [_trained("full", 9)]})["verdict"] == "ran, COLLAPSED"   # fewer than 10
+    assert learning_status({"rows": [_trained("full", 8, pairs=8)]})["verdict"] == "learned"  # every pair its own
+    # the mean row does not hide a collapsed seed, nor stand in for one
+    mean = {**_trained("full", 57, seed="mean"), "n_seeds": 2}
+    assert learning_status({"rows": [_trained("full", 57), _trained("full", 3, seed=1), mean]})["flag"]
+    judged = learning_status({"rows": [_trained("full", 57, judge=0.5)]})
+    assert judged["verdict"] == "ran, at chance" and "judge accuracy 0.50" in judged["detail"]
+    ok = learning_status({"rows": [_trained("full", 57, judge=0.91), _trained("MLM", 80)]})
+    assert ok == {"verdict": "learned", "flag": False,
+                  "detail": "57+ distinct test captions per run, judge accuracy 0.91+"}
+    retr = {"model": "m", "variant": "adapted (4/2)", "split": "test", "seed": 0,
+            "metrics": {"t2p_R@1": 1.8}, "chance": {"t2p_R@1": 1.0}}
+    assert learning_status({"rows": [retr]})["verdict"] == "ran, at chance"
+    assert learning_status({"rows": [{**retr, "metrics": {"t2p_R@1": 12.0}}]})["detail"] == (
+        "text->pair R@1 12x chance or more")
+    # a report written before rows recorded their captions: its COLLAPSED notes, or an honest "not checked"
+    old = {"rows": [{"model": "m", "variant": "v", "split": "test", "seed": 0, "metrics": {}}]}
+    assert learning_status({**old, "notes": ["COLLAPSED: v wrote ..."]})["verdict"] == "ran, COLLAPSED"
+    assert learning_status(old)["verdict"] == "ran, not checked"
+
+
+def test_side_by_side_labels_seed_rows_and_the_mean_row():
+    rows = [{"model": "IDC-PCL", "variant": "full", "seed": s, "metrics": {"CIDEr-D": c}}
+            for s, c in ((0, 1.0), (1, 3.0))]
+    rows.append({"model": "IDC-PCL", "variant": "full", "seed": "mean", "n_seeds": 2, "metrics": {"CIDEr-D": 2.0}})
+    df = side_by_side(rows, paper_table("idcpcl.table2")["rows"])
+    kit = df[df["source"] == "idckit (this run)"]
+    assert kit["run"].tolist() == ["seed 0", "seed 1", "mean of 2 seeds"]
+    assert set(df[df["source"] == "paper (real data)"]["run"]) == {""}
+
+
+def test_labelled_table_has_its_caption():
+    import pandas as pd
+
+    from idckit.report import labelled
+
+    html = labelled(pd.DataFrame({"CIDEr-D": [12.345]}, index=["nearest"]), "CIDEr-D (x100) on test").to_html()
+    assert "<caption>CIDEr-D (x100) on test</caption>" in html and "12.3" in html and "12.345" not in html
+
+
+def test_report_summary_shows_provenance_status_and_notes_but_no_paths(tmp_path):
+    from idckit.report import report_summary
+
+    stage = tmp_path / "_tmp-table2_clevr_change"
+    path = write_report(stage, "table2_clevr_change", "idcpcl.table2", [_trained("full", 1)],
+                        _prov(wall_seconds=90.0, extra={"train_seconds": 1530.0, "runs": ["pcl-finetune-abc"]}),
+                        notes=["COLLAPSED: full wrote \"no change\" for 100 % of the 400 test pairs.", "a < b & c"])
+    summary = report_summary(path)
+    html = summary._repr_html_()
+    for text in ("<h2>Provenance</h2>", "synthetic: test", "smoke", "1.5 min", "25.5 min", "val", "b</td>",
+                 "ran, COLLAPSED", "<h2>Notes</h2>", "COLLAPSED: full wrote", "a &lt; b &amp; c",
+                 "pcl-finetune-abc", "table2_clevr_change.json, beside this report"):
+        assert text in html, text
+    assert str(tmp_path) not in html and "_tmp-" not in html and str(tmp_path) not in repr(summary)
+    assert repr(summary).startswith("Provenance\ndata: synthetic: test") and " at 0x" not in repr(summary)
+    walk = write_report(tmp_path, "w", "walkthrough", [{"model": "m", "variant": "total", "split": "test",
+                                                         "metrics": {}}], _prov())
+    assert "none (nothing is trained here)" in report_summary(walk)._repr_html_()

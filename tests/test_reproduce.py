@@ -89,3 +89,25 @@ def test_html_hides_code_and_stderr_but_keeps_errors_and_sets_the_title(tmp_path
     assert "a visible line" in html and "boom" in html
     assert "progress 50%" not in html and "print(&#39;x&#39;)" not in html and "print('x')" not in html
     assert "<title>idckit: t</title>" in html
+
+
+def test_index_status_tells_ran_from_learned(tmp_path):
+    def row(variant, distinct, seed=0):
+        return {"model": "m", "variant": variant, "split": "test", "seed": seed, "run": f"r{variant}{seed}",
+                "metrics": {"CIDEr-D": 60.1}, "distinct_test_captions": distinct, "test_pairs": 400}
+
+    docs = {"collapsed": [row("full", 57), row("MLM", 1)], "learned": [row("full", 57), row("full", 80, seed=1)],
+            "baselines": [{"model": "most frequent caption", "variant": "total", "split": "test", "metrics": {}}]}
+    for name, rows in docs.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps({
+            "notebook": name, "table": "t", "headline": {"label": "C", "kit": 60.1}, "rows": rows,
+            "provenance": {"profile": "cpu", "data": "synthetic: x", "seeds": [0], "wall_seconds": 60}}))
+    (tmp_path / "status.json").write_text(json.dumps({"learned": {"status": "stale"}}))
+    page = write_index(tmp_path).read_text()
+    cells = {name: page.split(f'href="{name}.html"')[1].split("</tr>")[0] for name in docs}
+    assert '<span class="flag">ran, COLLAPSED</span>' in cells["collapsed"]
+    assert "1 of 2 captioning runs below 10 distinct test captions; fewest 1 (MLM, seed 0)" in cells["collapsed"]
+    assert '<span class="learned">learned</span>' in cells["learned"] and "57+ distinct" in cells["learned"]
+    assert "stale: last run failed" in cells["learned"] and "stale" not in cells["collapsed"]
+    assert '<span class="ran">ran, no training</span>' in cells["baselines"] and "COLLAPSED" not in cells["baselines"]
+    assert "fewer than 10" in page          # the legend states the rule with the kit's own threshold

@@ -40,7 +40,7 @@ from idckit import paths
 from idckit.errors import ConfigError
 from idckit.experiments.config import load_config
 from idckit.experiments.data import DataChoice, clevr_change
-from idckit.experiments.runs import Run, open_run
+from idckit.experiments.runs import Run, caption_counts, open_run
 
 #: table 5's rows (CLEVR columns): label, captioner switches, does it start from the adapted encoder
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -354,7 +354,8 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
         _caption(s, run, clip, captioner, ad, progress)
     return {"variant": variant, "label": v["label"], "seed": seed, "n_intra": captioner["n_intra"],
             "run": run.dir.name, "clip": clip["description"],
-            "adapt": {k: ad[k] for k in ("run", "val", "test", "test_unadapted")} if ad else None, **run.metrics()}
+            "adapt": {k: ad[k] for k in ("run", "val", "test", "test_unadapted")} if ad else None, **run.metrics(),
+            **caption_counts(run.dir)}
 
 
 def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, progress: bool) -> None:
@@ -420,55 +421,98 @@ def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
 
 
 def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
-    """Report rows (x100 scale): one per run, plus a mean row (with sd) per variant when there are several seeds."""
-    from idckit.report import to_paper_scale
+    """Report rows (x100 scale): one per run, plus a mean row (with sd) per variant when there are several seeds.
+    Each records what :func:`idckit.report.trained_fields` lists (distinct test captions, CIDEr-D subsets)."""
+    from idckit.report import mean_trained_fields, to_paper_scale, trained_fields
 
     out, by_variant = [], {}
     for r in results:
         m = to_paper_scale(r["test"][subset])
-        out.append({"model": MODEL, "variant": r["label"], "split": "test", "subset": subset, "seed": r.get("seed"),
-                    "run": r["run"], "metrics": m})
-        by_variant.setdefault(r["label"], []).append(m)
-    for label, ms in by_variant.items():
-        if len(ms) > 1:
+        row = {"model": MODEL, "variant": r["label"], "split": "test", "subset": subset, "seed": r.get("seed"),
+               "run": r["run"], "metrics": m, **trained_fields(r)}
+        out.append(row)
+        by_variant.setdefault(r["label"], []).append(row)
+    for label, rs in by_variant.items():
+        if len(rs) > 1:
+            ms = [r["metrics"] for r in rs]
             out.append({"model": MODEL, "variant": label, "split": "test", "subset": subset, "seed": "mean",
                         "n_seeds": len(ms), "metrics": {k: _mean_sd([m[k] for m in ms])[0] for k in ms[0]},
-                        "sd": {k: _mean_sd([m[k] for m in ms])[1] for k in ms[0]}})
+                        "sd": {k: _mean_sd([m[k] for m in ms])[1] for k in ms[0]}, **mean_trained_fields(rs)})
     return out
 
 
 def per_type_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per run (and a mean row for several seeds): CIDEr-D (x100) of each change type and the distractors."""
+    from idckit.report import mean_trained_fields, trained_fields
+
     out = [{"model": MODEL, "variant": r["label"], "split": "test", "seed": r.get("seed"), "run": r["run"],
-            "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]}} for r in results]
+            "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]}, **trained_fields(r)}
+           for r in results]
     if len(out) > 1:
         keys = [k for k in out[0]["metrics"] if all(k in o["metrics"] for o in out)]
         out.append({"model": MODEL, "variant": results[0]["label"], "split": "test", "seed": "mean",
-                    "metrics": {k: _mean_sd([o["metrics"][k] for o in out])[0] for k in keys},
-                    "sd": {k: _mean_sd([o["metrics"][k] for o in out])[1] for k in keys}})
+                    "n_seeds": len(out), "metrics": {k: _mean_sd([o["metrics"][k] for o in out])[0] for k in keys},
+                    "sd": {k: _mean_sd([o["metrics"][k] for o in out])[1] for k in keys}, **mean_trained_fields(out)})
     return out
 
 
-def retrieval_rows(adapted: Sequence[dict[str, Any]], *, unadapted: bool = True) -> list[dict[str, Any]]:
-    """Test retrieval rows of adaptation runs and, per run, the same encoder before adaptation and plain CLIP."""
+def test_pairs_retrieved(s: Setup) -> int:
+    """How many candidate pairs test retrieval ranks: the change pairs of the test split (distractors have no
+    change caption to retrieve)."""
+    return sum(p.is_change for p in s.data.dataset().pairs("test", check_images=False))
+
+
+def retrieval_rows(adapted: Sequence[dict[str, Any]], *, unadapted: bool = True,
+                   n_pairs: int | None = None) -> list[dict[str, Any]]:
+    """Test retrieval rows of adaptation runs and, per run, the same encoder before adaptation and plain CLIP.
+
+    With ``n_pairs`` (:func:`test_pairs_retrieved`) each adapted row records the ``chance`` metrics of a random
+    ranking, and a last row shows them, so a reader sees how far above chance the encoder ranks."""
+    from idckit.report import retrieval_chance
+
+    chance = {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS} if n_pairs else None
     out = []
     for a in adapted:
         split = f"{a['n_intra']}/{a['n_inter']}"
         out.append({"model": MODEL, "variant": f"adapted ({split})", "split": "test", "seed": a["seed"],
-                    "run": a["run"], "metrics": {k: a["test"][k] for k in RETRIEVAL_KEYS}})
+                    "run": a["run"], "metrics": {k: a["test"][k] for k in RETRIEVAL_KEYS},
+                    **({"chance": chance} if chance else {})})
         if unadapted:
             out.append({"model": MODEL, "variant": f"before adaptation ({split}, fresh e1/e2/p)", "split": "test",
                         "seed": a["seed"], "metrics": {k: a["test_unadapted"][k] for k in RETRIEVAL_KEYS}})
             out.append({"model": MODEL, "variant": "plain CLIP (mean of the two image embeddings)",
                         "split": "test", "seed": a["seed"],
                         "metrics": {k: a["test_plain_clip"][k] for k in RETRIEVAL_KEYS}})
+    if chance:
+        out.append(chance_row(n_pairs))
     return out
 
 
-def ordering_notes(kit: dict[str, float], paper: dict[str, float], metric: str = "CIDEr-D") -> list[str]:
-    from idckit.experiments.pcl import ordering_notes as notes
+def layer_split_rows(splits: Sequence[dict[str, Any]], adapted: Sequence[dict[str, Any]],
+                     captioned: Sequence[dict[str, Any]], n_pairs: int | None = None) -> list[dict[str, Any]]:
+    """Table 7's rows: per split, test retrieval of its adaptation run beside test captioning (x100) of its frozen-
+    encoder captioner, with what a trained row records (:func:`idckit.report.trained_fields`, retrieval chance)."""
+    from idckit.report import retrieval_chance, trained_fields
 
-    return notes(kit, paper, metric)
+    chance = {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS} if n_pairs else None
+    out = []
+    for sp, a, c in zip(splits, adapted, captioned):
+        metrics = {m: a["test"][m] for m in RETRIEVAL_KEYS}
+        metrics.update({m: 100 * c["test"]["total"][m] for m in ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
+                        if m in c["test"]["total"]})
+        out.append({"model": MODEL, "variant": sp["label"], "paper_split": sp["paper_split"],
+                    "n_intra": sp["n_intra"], "split": "test", "seed": c["seed"], "run": c["run"],
+                    "adapt_run": a["run"], "metrics": metrics, **trained_fields(c),
+                    **({"chance": chance} if chance else {})})
+    return out
+
+
+def chance_row(n_pairs: int) -> dict[str, Any]:
+    """A table row with the retrieval metrics of a random ranking of ``n_pairs`` test pairs."""
+    from idckit.report import retrieval_chance
+
+    return {"model": "chance", "variant": f"random ranking of {n_pairs} test pairs", "split": "test",
+            "metrics": {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS}}
 
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float,
@@ -515,5 +559,5 @@ def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, 
 
 
 __all__ = ["VARIANTS", "MODEL", "STANDIN_LABEL", "Setup", "setup", "clip_weights", "adapt", "run_variant", "runs",
-           "layer_splits", "rows", "per_type_rows", "retrieval_rows", "ordering_notes", "provenance",
-           "pretrain_clip"]
+           "layer_splits", "rows", "per_type_rows", "retrieval_rows", "test_pairs_retrieved", "chance_row",
+           "layer_split_rows", "provenance", "pretrain_clip"]

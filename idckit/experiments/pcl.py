@@ -20,7 +20,7 @@ from idckit.data.features import FeatureStore, extract_features
 from idckit.errors import ConfigError, DatasetError
 from idckit.experiments.config import load_config
 from idckit.experiments.data import DataChoice, clevr_change
-from idckit.experiments.runs import Run, open_run
+from idckit.experiments.runs import Run, caption_counts, open_run
 
 #: table 4's rows: (label in the paper, pre-training tasks, model switches, fine-tuning switches)
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -126,7 +126,8 @@ def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Pa
     """Pre-train (if the variant does), fine-tune, select on val, decode and score test; cached by config.
 
     Returns ``{"variant", "label", "run", "val": {...}, "test": {subset: {metric: value}}, "wall_seconds",
-    "judge_accuracy"}`` with metrics on pycocoevalcap's raw scale (CIDEr-D 1.0 = 100 in the papers).
+    "judge_accuracy", "distinct_test_captions", "test_pairs"}`` with metrics on pycocoevalcap's raw scale (CIDEr-D
+    1.0 = 100 in the papers).
     """
     if variant not in VARIANTS:
         raise ConfigError(f"unknown IDC-PCL variant {variant!r}; known: {', '.join(VARIANTS)}")
@@ -142,7 +143,8 @@ def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Pa
     if not run.is_complete():
         _finetune(s, run, pre, progress)
     metrics = run.metrics()
-    return {"variant": variant, "label": v["label"], "seed": seed, "run": run.dir.name, **metrics}
+    return {"variant": variant, "label": v["label"], "seed": seed, "run": run.dir.name, **metrics,
+            **caption_counts(run.dir)}
 
 
 def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
@@ -237,30 +239,36 @@ def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
 
 
 def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
-    """Report rows (x100 scale): one per run, plus a mean row per variant when there are several seeds."""
-    from idckit.report import to_paper_scale
+    """Report rows (x100 scale): one per run, plus a mean row per variant when there are several seeds. Each
+    records what :func:`idckit.report.trained_fields` lists (distinct test captions, judge, CIDEr-D subsets)."""
+    from idckit.report import mean_trained_fields, to_paper_scale, trained_fields
 
     out, by_variant = [], {}
     for r in results:
         m = to_paper_scale(r["test"][subset])
-        out.append({"model": "IDC-PCL (idckit)", "variant": r["label"], "split": "test", "subset": subset,
-                    "seed": r.get("seed"), "run": r["run"], "metrics": m})
-        by_variant.setdefault(r["label"], []).append(m)
-    for label, ms in by_variant.items():
-        if len(ms) > 1:
-            mean = {k: _mean_sd([m[k] for m in ms])[0] for k in ms[0]}
-            sd = {k: _mean_sd([m[k] for m in ms])[1] for k in ms[0]}
+        row = {"model": "IDC-PCL (idckit)", "variant": r["label"], "split": "test", "subset": subset,
+               "seed": r.get("seed"), "run": r["run"], "metrics": m, **trained_fields(r)}
+        out.append(row)
+        by_variant.setdefault(r["label"], []).append(row)
+    for label, rs in by_variant.items():
+        if len(rs) > 1:
+            ms = [r["metrics"] for r in rs]
             out.append({"model": "IDC-PCL (idckit)", "variant": label, "split": "test", "subset": subset,
-                        "seed": "mean", "metrics": mean, "sd": sd})
+                        "seed": "mean", "n_seeds": len(rs),
+                        "metrics": {k: _mean_sd([m[k] for m in ms])[0] for k in ms[0]},
+                        "sd": {k: _mean_sd([m[k] for m in ms])[1] for k in ms[0]}, **mean_trained_fields(rs)})
     return out
 
 
 def per_type_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per run: CIDEr-D (x100) of each change type and the distractors, as table 3 prints."""
+    from idckit.report import trained_fields
+
     out = []
     for r in results:
         out.append({"model": "IDC-PCL (idckit)", "variant": r["label"], "split": "test", "seed": r.get("seed"),
-                    "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]}})
+                    "run": r["run"], "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]},
+                    **trained_fields(r)})
     return out
 
 
@@ -275,21 +283,6 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
                              # wall_seconds is this notebook's; training happened once, in the cached runs:
                              "train_seconds": round(sum(r.get("finetune_seconds", 0.0) for r in results)
                                                     + sum({r.get("pretrain_seconds", 0.0) for r in results}), 1)})
-
-
-def ordering_notes(kit: dict[str, float], paper: dict[str, float], metric: str = "CIDEr-D") -> list[str]:
-    """Plain sentences saying where the kit's ordering of rows agrees with the paper's and where it does not."""
-    notes = []
-    labels = [k for k in paper if k in kit]
-    for i, a in enumerate(labels):
-        for b in labels[i + 1:]:
-            p, k = paper[a] - paper[b], kit[a] - kit[b]
-            if p == 0:
-                continue
-            agree = (p > 0) == (k > 0)
-            notes.append(f"{'agrees' if agree else 'DIFFERS'}: paper has {a} {'above' if p > 0 else 'below'} "
-                         f"{b} ({paper[a]:.1f} vs {paper[b]:.1f}); the kit has {kit[a]:.1f} vs {kit[b]:.1f} {metric}.")
-    return notes
 
 
 def difference_probe(s: Setup, *, radius: int = 0, steps: int = 500, seed: int = 0) -> dict[str, float]:

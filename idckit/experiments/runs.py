@@ -64,6 +64,37 @@ def open_run(runs_dir: str | Path | None, kind: str, config: Mapping[str, Any]) 
     return run
 
 
+def test_captions(run_dir: str | Path) -> dict[str, str]:
+    """A finished captioning run's decoded test captions, pair id -> caption (empty if it wrote none)."""
+    path = Path(run_dir) / "test" / "total_results.json"
+    if not path.is_file():
+        return {}
+    return {x["image_id"]: x["caption"] for x in json.loads(path.read_text())}
+
+
+def captions_by_run(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{run label: {pair id: test caption}}`` for finished captioning runs; the label names the seed when the
+    results hold several seeds of one variant (what :func:`idckit.plots.show_pairs` prints beside the images)."""
+    labels = Counter(r.get("label", r["run"]) for r in results)
+    out = {}
+    for r in results:
+        label = r.get("label", r["run"])
+        if labels[label] > 1 and r.get("seed") is not None:
+            label = f"{label}, seed {r['seed']}"
+        captions = test_captions(Path(runs_dir) / r["run"])
+        if captions:
+            out[label] = captions
+    return out
+
+
+def caption_counts(run_dir: str | Path) -> dict[str, int | None]:
+    """``{"distinct_test_captions", "test_pairs"}`` of a captioning run (None before it decoded test)."""
+    captions = test_captions(run_dir)
+    if not captions:
+        return {"distinct_test_captions": None, "test_pairs": None}
+    return {"distinct_test_captions": len(set(captions.values())), "test_pairs": len(captions)}
+
+
 def output_diversity(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per finished captioning run: how many distinct captions it wrote for its test pairs.
 
@@ -71,26 +102,28 @@ def output_diversity(runs_dir: str | Path, results: Sequence[Mapping[str, Any]])
     not what it saw, and a table should say so beside the number."""
     out = []
     for r in results:
-        path = Path(runs_dir) / r["run"] / "test" / "total_results.json"
-        if not path.is_file():
+        captions = list(test_captions(Path(runs_dir) / r["run"]).values())
+        if not captions:
             continue
-        captions = [x["caption"] for x in json.loads(path.read_text())]
-        top = Counter(captions).most_common(1)[0] if captions else ("", 0)
+        top = Counter(captions).most_common(1)[0]
         out.append({"run": r["run"], "label": r.get("label", r["run"]), "seed": r.get("seed"),
                     "pairs": len(captions), "distinct": len(set(captions)), "top_caption": top[0],
-                    "top_share": top[1] / max(len(captions), 1)})
+                    "top_share": top[1] / len(captions)})
     return out
 
 
-def diversity_notes(diversity: Sequence[Mapping[str, Any]], *, collapsed_share: float = 0.9) -> list[str]:
-    """Report sentences for runs whose test output collapsed (one caption for >= ``collapsed_share`` of pairs)."""
+def diversity_notes(diversity: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Report sentences for runs whose test output collapsed (:func:`idckit.report.is_collapsed`: too few distinct
+    captions, or one caption for most pairs)."""
+    from idckit.report import is_collapsed
+
     notes = []
     for d in diversity:
-        if d["top_share"] >= collapsed_share:
+        if is_collapsed(d["distinct"], d["pairs"], d["top_share"]):
             seed = f", seed {d['seed']}" if d.get("seed") is not None else ""
             notes.append(f"COLLAPSED: {d['label']}{seed} wrote \"{d['top_caption']}\" for "
                          f"{100 * d['top_share']:.0f} % of the {d['pairs']} test pairs ({d['distinct']} distinct "
-                         "captions); its scores reflect that one sentence, not the images.")
+                         "captions); its scores reflect those few sentences, not the images.")
     return notes
 
 
