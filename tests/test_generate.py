@@ -230,3 +230,16 @@ def test_scenes_follow_clevr_constraints_and_relationship_definition(synth):
 
         ids = render.object_ids(s, SIZE)  # every object keeps CLEVR's minimum visible area (scaled)
         assert all((ids == k).sum() >= scenes.min_visible_pixels(SIZE) for k in range(len(objs)))
+
+
+def test_hard_setting_is_the_faithful_jitter_and_only_for_synthetic_data(tmp_path):
+    from idckit.errors import ConfigError
+    from idckit.experiments.data import clevr_change, synth_settings
+
+    for profile in ("smoke", "cpu", "paper"):
+        hard = synth_settings(profile, hard=True)
+        assert (hard["camera_jitter"], hard["lamp_jitter"]) == (1.0, 1.0) and "hard" not in hard
+        assert synth_settings(profile)["pairs"] == hard["pairs"]
+    with pytest.raises(ConfigError, match="cannot be combined with data_root") as err:
+        clevr_change("cpu", tmp_path, hard=True)
+    assert "fix" in str(err.value).lower() or "drop hard=True" in str(err.value)

@@ -10,12 +10,16 @@ from pathlib import Path
 
 from idckit import paths
 from idckit.data.clevr_change import ClevrChange
+from idckit.errors import ConfigError
 from idckit.experiments.config import load_config
 
 
 
-def synth_settings(profile: str) -> dict:
-    return load_config("synth_clevr_change", profile)
+def synth_settings(profile: str, hard: bool = False) -> dict:
+    """The synthetic default of ``profile``; ``hard`` swaps in the faithful CLEVR-Change jitter (its ``hard`` key)."""
+    s = load_config("synth_clevr_change", profile)
+    hard_settings = s.pop("hard")
+    return {**s, **hard_settings} if hard else s
 
 
 @dataclass(frozen=True)
@@ -29,8 +33,16 @@ class DataChoice:
         return ClevrChange(self.root)
 
 
-def clevr_change(profile: str, data_root: str | Path | None = None, *, progress: bool = True) -> DataChoice:
-    """The CLEVR-Change root to use; generates the synthetic default on first use (cached on disk)."""
+def clevr_change(profile: str, data_root: str | Path | None = None, *, hard: bool = False,
+                 progress: bool = True) -> DataChoice:
+    """The CLEVR-Change root to use; generates the synthetic default on first use (cached on disk).
+
+    ``hard=True`` is the synthetic set at CLEVR-Change's own jitter, the setting the cpu budget does not learn
+    (kept beside the learnable default so reports show what difficulty changes); it has no meaning for real data.
+    """
+    if data_root and hard:
+        raise ConfigError("hard=True picks the faithful synthetic set; it cannot be combined with data_root",
+                          fix="drop hard=True for real data (the real CLEVR-Change is the faithful setting)")
     if data_root:
         root = Path(data_root).expanduser().resolve()
         ClevrChange(root)  # validates the layout now, with a helpful error
@@ -40,7 +52,7 @@ def clevr_change(profile: str, data_root: str | Path | None = None, *, progress:
             return DataChoice(root, True, f"synthetic: SynthCLEVR-Change at {root} ({meta.get('pairs')} pairs, "
                               f"{jitter_words(meta)})", meta.get("generator", "unknown"))
         return DataChoice(root, False, f"real: CLEVR-Change at {root}", "official release")
-    s = synth_settings(profile)
+    s = synth_settings(profile, hard)
     w, h = s["size"]
     cam, lamp = float(s["camera_jitter"]), float(s["lamp_jitter"])
     root = paths.data_dir() / f"synth-clevr-change-n{s['pairs']}-s{s['seed']}-{w}x{h}-cam{cam:g}-lamp{lamp:g}"
@@ -56,4 +68,4 @@ def clevr_change(profile: str, data_root: str | Path | None = None, *, progress:
 def jitter_words(info: dict) -> str:
     """How a synthetic set's difficulty reads in reports; sets written before the knob existed used 1.0."""
     cam, lamp = info.get("camera_jitter", 1.0), info.get("lamp_jitter", 1.0)
-    return f"camera jitter {float(cam):g}, lamp jitter {float(lamp):g}"
+    return f"camera jitter {float(cam)}, lamp jitter {float(lamp)}"

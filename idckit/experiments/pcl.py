@@ -58,13 +58,16 @@ class Setup:
 
 
 def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          backbone: str | None = None, overrides: dict | None = None, progress: bool = True) -> Setup:
-    """Data (generated on first use when synthetic) and its grid features (extracted once, cached)."""
+          backbone: str | None = None, overrides: dict | None = None, hard: bool = False,
+          progress: bool = True) -> Setup:
+    """Data (generated on first use when synthetic) and its grid features (extracted once, cached).
+
+    ``hard=True``: the synthetic set at CLEVR-Change's own jitter instead of the profile's learnable default."""
     cfg = load_config("pcl", profile, overrides)
     if backbone:
         cfg["backbone"] = backbone
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
-    data = clevr_change(profile, data_root, progress=progress)
+    data = clevr_change(profile, data_root, hard=hard, progress=progress)
     tag = hashlib.sha256(str(data.root).encode()).hexdigest()[:8]
     out = runs / "features" / f"{data.root.name}-{tag}" / cfg["backbone"].replace(":", "_").replace("/", "_")
     store = extract_features(data.root, cfg["backbone"], out_dir=out, progress=progress)
