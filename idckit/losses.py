@@ -71,3 +71,12 @@ def symmetric_infonce(logits: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"expected a square [B, B] score matrix, got {tuple(logits.shape)}")
     target = torch.arange(len(logits), device=logits.device)
     return 0.5 * (F.cross_entropy(logits.float(), target) + F.cross_entropy(logits.float().T, target))
+
+
+def judge_loss(logits: torch.Tensor, is_change: torch.Tensor) -> torch.Tensor:
+    """IDC-PCL's distractor-judging loss, mean over the B pairs: -log softmax(logits[b])[is_change[b]], with
+    ``logits`` [B, 2] (class 1 = a real change, 0 = a distractor) and ``is_change`` [B] bool or 0/1."""
+    if logits.dim() != 2 or logits.shape[1] != 2 or is_change.shape != logits.shape[:1]:
+        raise ValueError(f"expected logits [B, 2] and is_change [B], got {tuple(logits.shape)} and "
+                         f"{tuple(is_change.shape)}")
+    return F.cross_entropy(logits.float(), is_change.long())

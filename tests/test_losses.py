@@ -101,3 +101,17 @@ def test_symmetric_infonce_hand_case_and_loop():
     assert symmetric_infonce(eye).item() < 1e-6 and symmetric_infonce(eye[:, [1, 0, 3, 2]]).item() > 19
     with pytest.raises(ValueError, match="square"):
         symmetric_infonce(torch.zeros(2, 3))
+
+
+def test_judge_loss_hand_case():
+    import math
+
+    from idckit.losses import judge_loss
+
+    logits = torch.tensor([[0.0, math.log(3.0)], [math.log(4.0), 0.0]])   # p(change) = 3/4, then 1/5
+    got = judge_loss(logits, torch.tensor([True, True]))
+    assert math.isclose(float(got), 0.5 * (-math.log(0.75) - math.log(0.2)), rel_tol=1e-6)
+    assert math.isclose(float(judge_loss(logits, torch.tensor([0, 0]))), 0.5 * (-math.log(0.25) - math.log(0.8)),
+                        rel_tol=1e-6)
+    with pytest.raises(ValueError, match=r"logits \[B, 2\]"):
+        judge_loss(torch.zeros(2, 3), torch.tensor([0, 1]))

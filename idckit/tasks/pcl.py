@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from idckit.data.clevr_change import ClevrChange
 from idckit.data.features import FeatureStore
 from idckit.errors import ConfigError, DatasetError
-from idckit.losses import fda_nce, mlm_loss, mvcl_nce
+from idckit.losses import fda_nce, judge_loss, mlm_loss, mvcl_nce
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
 from idckit.text.vocab import Vocab
@@ -314,8 +313,7 @@ class FinetuneTask(_PCLTask):
         loss = mlm_loss(model.mlm_logits(out.text[keep]), labels[keep])
         logs = {"mlm": float(loss.detach())}
         if model.cfg.distractor_head and self.distractor_weight:
-            target = self.data.splits["train"].is_change[batch["pairs"]].long()
-            judge = F.cross_entropy(model.distractor_logits(out), target)
+            judge = judge_loss(model.distractor_logits(out), self.data.splits["train"].is_change[batch["pairs"]])
             loss = loss + self.distractor_weight * judge
             logs["judge"] = float(judge.detach())
         return loss, logs
