@@ -217,6 +217,20 @@ def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
     return model.eval(), step
 
 
+def hard_runs(s: Setup, variants: Sequence[str] = ("full",), seeds: Sequence[int] = (0,), *,
+              progress: bool = True) -> tuple[Setup | None, list[dict[str, Any]]]:
+    """The same runs on the hard twin of a synthetic setup (CLEVR-Change's own jitter; same profile, backbone and
+    run cache), labelled as such, for the hard rows of tables 2 and 3. (None, []) on real data."""
+    if not s.data.synthetic:
+        return None, []
+    h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.config["backbone"], hard=True, progress=progress)
+    results = runs(h, variants, seeds, progress=progress)
+    for r in results:
+        r["label"] = f"{r['label']} [hard data]"
+        r["data"] = h.data.description
+    return h, results
+
+
 def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,
          progress: bool = True) -> list[dict[str, Any]]:
     """Every requested variant for every seed on one setup (shared data; each run trained once, then cached)."""
@@ -228,7 +242,7 @@ def provenance_fields(s: Setup) -> dict[str, Any]:
             "backbone": s.store.meta.get("backbone"), "weights": s.store.meta.get("weights")}
 
 
-__all__ = ["VARIANTS", "Setup", "setup", "run_variant", "runs", "provenance_fields"]
+__all__ = ["VARIANTS", "Setup", "setup", "run_variant", "runs", "hard_runs", "provenance_fields"]
 
 
 # -- what the table notebooks show --------------------------------------------------------------------------
@@ -250,7 +264,8 @@ def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[
     for r in results:
         m = to_paper_scale(r["test"][subset])
         row = {"model": "IDC-PCL (idckit)", "variant": r["label"], "split": "test", "subset": subset,
-               "seed": r.get("seed"), "run": r["run"], "metrics": m, **trained_fields(r)}
+               "seed": r.get("seed"), "run": r["run"], "metrics": m, **trained_fields(r),
+               **({"data": r["data"]} if "data" in r else {})}
         out.append(row)
         by_variant.setdefault(r["label"], []).append(row)
     for label, rs in by_variant.items():
@@ -271,7 +286,7 @@ def per_type_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in results:
         out.append({"model": "IDC-PCL (idckit)", "variant": r["label"], "split": "test", "seed": r.get("seed"),
                     "run": r["run"], "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]},
-                    **trained_fields(r)})
+                    **trained_fields(r), **({"data": r["data"]} if "data" in r else {})})
     return out
 
 
