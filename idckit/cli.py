@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from idckit import paths
 from idckit.errors import IdckitError
 
 
@@ -47,17 +48,19 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from idckit.reproduce import reproduce
+    from idckit.reproduce import reproduce, updates_readme
 
     outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
                          report_dir=args.report_dir, runs_dir=args.runs_dir)
     failed = [o.notebook for o in outcomes if not o.ok]
-    if args.report_dir is None:  # the README's results table follows the default reports/
+    if updates_readme(args.profile, args.report_dir):
         from idckit.readme import update_readme
 
         update_readme()
     total = sum(o.seconds for o in outcomes)
-    print(f"[idckit reproduce] {len(outcomes) - len(failed)}/{len(outcomes)} notebooks ok in {total / 60:.1f} min")
+    where = args.report_dir or paths.reports_dir(args.profile)
+    print(f"[idckit reproduce] {len(outcomes) - len(failed)}/{len(outcomes)} notebooks ok in {total / 60:.1f} min; "
+          f"reports in {where}")
     if failed:
         print(f"idckit: error: notebooks failed (previous reports kept, marked stale): {', '.join(failed)}",
               file=sys.stderr)

@@ -1,4 +1,8 @@
-"""Atomic file writes: a reader never sees a half-written file, a killed process never leaves one."""
+"""Atomic file writes: a reader never sees a half-written file, a killed process never leaves one.
+
+Files get the permissions any ``open(path, "w")`` would give (0666 minus the umask): ``mkstemp`` creates its
+temporary file 0600, which would otherwise survive the rename and hide reports and the README from other users.
+"""
 from __future__ import annotations
 
 import json
@@ -9,12 +13,25 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def _umask() -> int:
+    try:  # Linux reports it without changing it (setting it, even briefly, races with other threads)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path in the same directory; rename it onto ``path`` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     tmp = Path(tmp)
     try:

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from idckit import fileio, paths
 from idckit.errors import ConfigError
+from idckit.experiments.config import check_profile
 
 KERNEL = "idckit"
 
@@ -63,6 +64,12 @@ def to_html(executed: Path, html_path: Path) -> None:
     fileio.write_text(html_path, body)
 
 
+def updates_readme(profile: str, report_dir: str | Path | None) -> bool:
+    """Only the default profile writing into the default reports/ may rewrite the README's results table: the
+    table describes the committed reports, not a smoke test's."""
+    return profile == paths.DEFAULT_PROFILE and report_dir is None
+
+
 def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, runs_dir: Path,
             extra_parameters: dict | None = None, log_output: bool = False) -> Outcome:
     import papermill as pm
@@ -102,7 +109,8 @@ def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, 
 def reproduce(names: Sequence[str] = (), *, profile: str = "cpu", data_root: str | None = None,
               report_dir: str | Path | None = None, runs_dir: str | Path | None = None,
               extra_parameters: dict | None = None, notebooks_dir: Path | None = None) -> list[Outcome]:
-    report_dir = Path(report_dir or paths.reports_dir())
+    check_profile(profile)
+    report_dir = Path(report_dir or paths.reports_dir(profile))
     runs_dir = Path(runs_dir or paths.runs_dir())
     report_dir.mkdir(parents=True, exist_ok=True)
     notebooks = discover(names, notebooks_dir)

@@ -12,9 +12,19 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from idckit.errors import ConfigError
+from idckit.paths import DEFAULT_PROFILE
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 PROFILES = ("smoke", "cpu", "paper")
+
+
+def check_profile(profile: object) -> str:
+    """``profile`` if it names one of :data:`PROFILES`, else the kit's error (before any data or run is touched)."""
+    if not isinstance(profile, str) or profile not in PROFILES:
+        raise ConfigError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}",
+                          fix=f"pass profile={DEFAULT_PROFILE!r} (the default), 'smoke' (minutes) or 'paper' "
+                              "(a GPU's days)")
+    return profile
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
