@@ -53,7 +53,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
                          report_dir=args.report_dir, runs_dir=args.runs_dir)
     failed = [o.notebook for o in outcomes if not o.ok]
-    if updates_readme(args.profile, args.report_dir):
+    if updates_readme(args.profile, args.report_dir) and len(failed) < len(outcomes):
         from idckit.readme import update_readme
 
         update_readme()
@@ -79,7 +79,7 @@ def cmd_readme(args: argparse.Namespace) -> int:
 def cmd_caption(args: argparse.Namespace) -> int:
     from idckit.caption import main as caption_main
 
-    return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam)
+    return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam, args.profile, args.data_root)
 
 
 def cmd_pretrain_clip(args: argparse.Namespace) -> int:
@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a run directory or its name in the run cache (default: the best finished run on val)")
     c.add_argument("--runs-dir", type=Path, default=None)
     c.add_argument("--beam", type=int, default=1, help="beam width (1 = greedy, the papers' decoding)")
+    c.add_argument("--profile", default=None, help="only runs of this profile (default: cpu's, else paper's, "
+                                                   "else smoke's)")
+    c.add_argument("--data-root", default=None, help="only runs trained on this dataset (default: the profile's "
+                                                     "synthetic default)")
     c.set_defaults(func=cmd_caption)
 
     pc = sub.add_parser("pretrain-clip", help="train the offline stand-in CLIP (open_clip checkpoint; cached) and "

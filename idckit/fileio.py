@@ -56,3 +56,46 @@ def write_json(path: str | Path, obj: Any, *, indent: int | None = None, sort_ke
     text = json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=False,
                       separators=(",", ": ") if indent else (",", ":"))
     write_text(path, text + ("\n" if indent else ""))
+
+
+def _existing_ancestor(path: Path) -> Path:
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return parent
+
+
+def check_output_file(path: str | Path, flag: str, example: str = "out.json") -> Path:
+    """Refuse, before any work, an output file path that is a directory or lies under a file or a read-only place."""
+    from idckit.errors import ConfigError
+
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{flag} names a directory; it must be a file path", path=path,
+                          fix=f"pass a file name, e.g. {flag} {path / example}")
+    parent = _existing_ancestor(path)
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} cannot be created: {parent} is a file, not a directory", path=path,
+                          fix=f"choose a {flag} path inside a directory")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"{flag} cannot be written: {parent} is not writable", path=path,
+                          fix=f"choose a {flag} path in a directory you can write to")
+    return path
+
+
+def check_output_dir(path: str | Path, flag: str) -> Path:
+    """Refuse, before any work, an output directory path that is a file or lies under a file or a read-only place."""
+    from idckit.errors import ConfigError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} names a file, not a directory", path=path,
+                          fix=f"choose a directory path for {flag}")
+    parent = path if path.is_dir() else _existing_ancestor(path)
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} cannot be created: {parent} is a file, not a directory", path=path,
+                          fix=f"choose a {flag} path inside a directory")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"{flag} cannot be written: {parent} is not writable", path=path,
+                          fix=f"choose a {flag} path you can write to")
+    return path

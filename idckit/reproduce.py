@@ -106,16 +106,34 @@ def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, 
         shutil.rmtree(stage, ignore_errors=True)
 
 
+def _read_status(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        status = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"the reports' status file is unreadable ({e})", path=path,
+                          fix="delete it; the next run rewrites it (the reports themselves are kept)") from e
+    if not isinstance(status, dict):
+        raise ConfigError("the reports' status file must hold a JSON object", path=path,
+                          fix="delete it; the next run rewrites it (the reports themselves are kept)")
+    return status
+
+
 def reproduce(names: Sequence[str] = (), *, profile: str = "cpu", data_root: str | None = None,
               report_dir: str | Path | None = None, runs_dir: str | Path | None = None,
               extra_parameters: dict | None = None, notebooks_dir: Path | None = None) -> list[Outcome]:
     check_profile(profile)
-    report_dir = Path(report_dir or paths.reports_dir(profile))
-    runs_dir = Path(runs_dir or paths.runs_dir())
-    report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = fileio.check_output_dir(report_dir or paths.reports_dir(profile), "--report-dir")
+    runs_dir = fileio.check_output_dir(runs_dir or paths.runs_dir(), "--runs-dir")
     notebooks = discover(names, notebooks_dir)
+    if data_root:  # a wrong root fails here, in one line, not inside every notebook
+        from idckit.data.clevr_change import ClevrChange
+
+        ClevrChange(Path(data_root).expanduser())
+    report_dir.mkdir(parents=True, exist_ok=True)
     status_path = report_dir / "status.json"
-    status = json.loads(status_path.read_text()) if status_path.is_file() else {}
+    status = _read_status(status_path)
     outcomes = []
     for nb in notebooks:
         print(f"[idckit reproduce] {nb.stem} (profile={profile}) ...", flush=True)
