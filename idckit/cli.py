@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from idckit import paths
-from idckit.errors import IdckitError
+from idckit.errors import DatasetError, IdckitError
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -25,6 +25,11 @@ def _size(text: str) -> tuple[int, int]:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from idckit.data.synth.clevr_change import generate
+    from idckit.fileio import check_output_dir
+
+    check_output_dir(args.out, "--out")
+    if args.seed < 0:  # numpy's generators take only non-negative seeds; say so before any rendering
+        raise DatasetError(f"--seed must be >= 0, got {args.seed}", path=args.out, fix="pass --seed 0 or any n >= 0")
 
     generate(args.out, n_pairs=args.pairs, seed=args.seed, size=args.size, camera_jitter=args.camera_jitter,
              lamp_jitter=args.lamp_jitter, workers=args.workers, overwrite=args.overwrite)

@@ -172,7 +172,9 @@ def build_backbone(name: str, weights: str | None = None):
     if name.startswith("clip:"):
         module, forward, label = _clip(name[len("clip:"):], weights)
     elif name not in BACKBONES:
-        raise ConfigError(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}, clip:<open_clip model>")
+        raise ConfigError(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}, clip:<open_clip model>",
+                          fix="pass --backbone efficientnet_lite0 (the offline default), resnet101 or "
+                              "clip:<open_clip model>")
     else:
         module, forward, label = BACKBONES[name](weights)
     module.to(memory_format=torch.channels_last)  # CPU convolutions run faster in NHWC

@@ -116,7 +116,8 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
                           fix="pass e.g. overrides={'caption': {'train': {'max_steps': 100}}}")
     unknown = set(overrides) - {"standin", "adapt", "caption"}
     if unknown:
-        raise ConfigError(f"unknown override sections {sorted(unknown)}; known: standin, adapt, caption")
+        raise ConfigError(f"unknown override sections {sorted(unknown)}; known: standin, adapt, caption",
+                          fix="put each setting under the section of its config file: standin, adapt or caption")
     cfg = {"standin": load_config("clip_standin", profile, overrides.get("standin")),
            "adapt": load_config("clip4idc_adapt", profile, overrides.get("adapt")),
            "caption": load_config("clip4idc_caption", profile, overrides.get("caption"))}
