@@ -139,8 +139,8 @@ _INTRA: dict[tuple, Any] = {}
 
 
 def _image_cache_dir(s: Setup, root: Path) -> Path:
-    tag = content_identity(root).split(":")[-1][:8]  # the data's content, so a moved dataset keeps its cache
-    return s.runs_dir / "images" / f"{root.name}-{tag}-{s.image_size}px"
+    tag = content_identity(root).replace(":", "-")  # the data's content: a moved or renamed dataset keeps its cache
+    return s.runs_dir / "images" / f"{tag}-{s.image_size}px"
 
 
 def _data(s: Setup):

@@ -57,8 +57,9 @@ class DataChoice:
 
     @property
     def tag(self) -> str:
-        """A short folder name for caches derived from this data: its name and identity, never its path."""
-        return f"{self.root.name}-{self.identity.split(':')[-1][:8]}"
+        """The folder name of caches derived from this data: its identity alone, so moving or renaming the data
+        keeps them."""
+        return self.identity.replace(":", "-")
 
     def dataset(self) -> ClevrChange:
         return ClevrChange(self.root)

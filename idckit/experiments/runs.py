@@ -34,16 +34,16 @@ from idckit.fileio import check_output_dir, write_json
 #: bump when a change to the training code alters what a run learns (every cached run then retrains)
 TRAINING_CODE_VERSION = "1"
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = ""
+TRAINING_CODE_FINGERPRINT = "cdf7eabdfc57924d"
 #: the code a run's result depends on beyond its config: the loop, models, tasks, losses, text and features
 TRAINING_MODULES = ("train/*.py", "models/*.py", "models/clip_configs/*.json", "tasks/*.py", "losses.py",
                     "text/*.py", "data/features.py", "data/images.py")
 
 
-def training_fingerprint() -> str:
+def training_fingerprint(package: Path | None = None) -> str:
     """SHA-256 (16 hex) over the training modules' syntax trees with docstrings dropped (comments and layout never
-    enter a tree), so only code changes move it."""
-    package = Path(__file__).resolve().parents[1]
+    enter a tree), so only code changes move it. ``package``: the ``idckit`` directory (default: this one)."""
+    package = package or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
     for path in sorted({p for pattern in TRAINING_MODULES for p in package.glob(pattern)}):
         text = path.read_text(encoding="utf-8")
