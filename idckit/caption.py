@@ -2,9 +2,9 @@
 
 The default model is the best finished fine-tuning run (highest val CIDEr-D; test never decides) among the runs of
 one profile on one dataset, since val scores of different data or training lengths do not compare; the command says
-which it took (:func:`choose_run`). Images of any size are resized exactly as the run's training features were (the backbone and its
-weights are read from the run's feature store), so a caption here is what the run would write for a dataset
-pair.
+which it took (:func:`choose_run`). Images of any size are resized exactly as the run's training features were
+(the backbone and its weights are read from the run's feature store), so a caption here is what the run would
+write for a dataset pair.
 """
 from __future__ import annotations
 

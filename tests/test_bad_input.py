@@ -333,8 +333,9 @@ CASES = [
         s, ["full"], [0, 0], progress=False)), ConfigError, "[0, 0]"),
     Case("nb-seeds-negative", lambda c: _later(c.pcl_setup, lambda s: _mod("idckit.experiments.pcl").runs(
         s, ["full"], [-1], progress=False)), ConfigError, "-1"),
-    Case("nb-clip4idc-variant-unknown", lambda c: _later(c.clip_setup, lambda s: _mod("idckit.experiments.clip4idc").runs(
-        s, ["clip4idc", "clip5idc"], [0], progress=False)), ConfigError, "'clip5idc'"),
+    Case("nb-clip4idc-variant-unknown", lambda c: _later(c.clip_setup, lambda s: _mod(
+        "idckit.experiments.clip4idc").runs(s, ["clip4idc", "clip5idc"], [0], progress=False)), ConfigError,
+        "'clip5idc'"),
     Case("nb-clip4idc-n-intra", lambda c: _later(c.clip_setup, lambda s: _mod("idckit.experiments.clip4idc").adapt(
         s, n_intra=99, progress=False)), ConfigError, "n_intra=99"),
     Case("nb-walkthrough-split", lambda c: lambda: _mod("idckit.experiments.walkthrough").run(

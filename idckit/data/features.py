@@ -71,7 +71,6 @@ def _load_state_dict(path: str | Path, backbone: str) -> dict:
 
 def _efficientnet_lite0(weights: str | None):
     import timm
-    import torch
 
     model = timm.create_model("efficientnet_lite0", pretrained=False)
     if weights == "random":
