@@ -90,3 +90,15 @@ def test_readme_command_refuses_a_smoke_report_and_leaves_the_readme(tmp_path):
     doc["provenance"]["profile"] = "cpu"
     (reports / "t.json").write_text(json.dumps(doc))
     assert update_readme(readme, reports) is True and "97.2" in readme.read_text()
+
+
+def test_a_damaged_image_cache_is_decoded_again_not_a_traceback(tiny_clevr, tmp_path):
+    from idckit.data.images import ImageCache
+
+    rel = ["images/CLEVR_default_000000.png", "sc_images/CLEVR_semantic_000001.png"]
+    first = ImageCache.build(tiny_clevr, rel, 16, cache_dir=tmp_path / "cache")
+    for damage in ({"images.npy": b"junk"}, {"meta.json": b"{"}, {"index.json": b"["}):
+        for name, data in damage.items():
+            (tmp_path / "cache" / name).write_bytes(data)
+        again = ImageCache.build(tiny_clevr, rel, 16, cache_dir=tmp_path / "cache")
+        assert again.index == first.index and bool((again.pixels == first.pixels).all())

@@ -207,7 +207,11 @@ def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
         raise DatasetError("this run was trained on another vocabulary than this data's", path=run_dir,
                            fix="set up with the run's data root and train_fraction (see its config.json)")
     model = PCL(model_config(data, json.loads(cfg_path.read_text())["model"]), data.vocab)
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncated or foreign files all mean "not this run's weights"
+        raise DatasetError(f"{files[checkpoint]} is not a PyTorch checkpoint ({type(e).__name__})", path=path,
+                           fix="train the run again (delete its directory), or load the other checkpoint") from e
     if checkpoint == "last":
         model.load_state_dict(state["model"])
         step = state["loop"]["step"]
