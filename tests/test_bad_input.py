@@ -315,6 +315,13 @@ CASES = [
     Case("nb-clip4idc-runs-dir-a-file", lambda c: _later(c.file("runs.txt"), lambda f: _mod(
         "idckit.experiments.clip4idc").setup("smoke", c.clevr, runs_dir=f, progress=False)), ConfigError,
         lambda c: c.tmp / "runs.txt"),
+    Case("nb-backbone-unknown", lambda c: lambda: _mod("idckit.experiments.pcl").setup(
+        "smoke", c.clevr, runs_dir=c.tmp / "runs", backbone="vgg16", progress=False), ConfigError, "'vgg16'"),
+    Case("nb-clip-model-unknown", lambda c: lambda: _mod("idckit.experiments.clip4idc").setup(
+        "smoke", c.clevr, runs_dir=c.tmp / "runs", clip_model="ViT-Z-99", progress=False), ConfigError, "'ViT-Z-99'"),
+    Case("nb-clip-pretrained-missing", lambda c: lambda: _mod("idckit.experiments.clip4idc").setup(
+        "smoke", c.clevr, runs_dir=c.tmp / "runs", pretrained=str(c.tmp / "clip.pt"), progress=False),
+        WeightsUnavailableError, lambda c: c.tmp / "clip.pt"),
     Case("nb-override-typo", lambda c: lambda: _mod("idckit.experiments.pcl").setup(
         "smoke", c.clevr, runs_dir=c.tmp / "runs", overrides={"finetune": {"batchsize": 4}}, progress=False),
         ConfigError, "finetune.batchsize"),
@@ -393,8 +400,11 @@ def snapshot(*roots: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
+    return make_shared(tmp_path_factory.mktemp("shared"))
+
+
+def make_shared(base: Path) -> dict:
     """Setups that several cases use, built once and only when a case asks for one."""
-    base = tmp_path_factory.mktemp("shared")
     made: dict[str, object] = {}
 
     def pcl_setup():
@@ -409,9 +419,11 @@ def shared(tmp_path_factory):
         if "clip" not in made:
             from idckit.experiments import clip4idc
 
+            from idckit.models.clip_loader import STANDIN_CLIP, load_clip, save_clip_checkpoint
+
+            weights = save_clip_checkpoint(load_clip(STANDIN_CLIP, None)[0], base / "clip.pt", STANDIN_CLIP)
             made["clip"] = clip4idc.setup("smoke", write_clevr_change(base / "clevr2"), runs_dir=base / "runs2",
-                                          clip_model="idckit-standin-ViT-T-16", pretrained="random-weights.pt",
-                                          progress=False)
+                                          clip_model=STANDIN_CLIP, pretrained=str(weights), progress=False)
         return made["clip"]
 
     return {"pcl": pcl_setup, "clip": clip_setup, "base": base}

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import torch
 
 from idckit import paths
-from idckit.errors import ConfigError
+from idckit.errors import ConfigError, WeightsUnavailableError
 from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config
 from idckit.experiments.data import DataChoice, clevr_change, content_identity
 from idckit.experiments.runs import Run, open_run
@@ -130,7 +130,26 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
     s = Setup(profile, cfg, clevr_change(profile, data_root, progress=progress), runs, progress)
     s.image_size  # noqa: B018  (fails now, with the fix, on an unknown architecture)
+    _check_pretrained(clip["model"], clip["pretrained"])
     return s
+
+
+def _check_pretrained(model: str, pretrained: object) -> None:
+    """Weights that are neither a file nor a tag open_clip knows fail here, not after caches and a run are written."""
+    import open_clip
+
+    if pretrained is None:
+        return
+    if not isinstance(pretrained, (str, os.PathLike)):
+        raise WeightsUnavailableError(f"pretrained must be a file path or an open_clip tag, got {pretrained!r}",
+                                      fix="pass e.g. pretrained='openai' or pretrained='/path/to/clip.pt'")
+    if os.path.isfile(pretrained) or open_clip.is_pretrained_cfg(model, str(pretrained)):
+        return
+    tags = open_clip.list_pretrained_tags_by_model(model)
+    raise WeightsUnavailableError(f"CLIP weights {str(pretrained)!r} are neither a file nor an open_clip tag of "
+                                  f"{model} ({', '.join(tags[:4]) or 'it has none'})", path=pretrained,
+                                  fix="check the path, or run `idckit pretrain-clip` for the offline stand-in and "
+                                      "pass the checkpoint it prints; pretrained=None uses the profile's choice")
 
 
 # -- shared in-memory data and caches -------------------------------------------------------------------------
