@@ -53,7 +53,7 @@ class DataChoice:
     synthetic: bool
     description: str  # for report provenance
     version: str
-    identity: str = ""  # content_identity(root): what run keys and caches hold
+    identity: str     # content_identity(root): what run keys and caches hold
 
     @property
     def tag(self) -> str:
