@@ -280,6 +280,9 @@ CASES = [
     Case("pretrain-clip-out-under-a-file", cli("pretrain-clip", "--profile", "smoke", "--runs-dir",
                                                lambda c: c.tmp / "runs", "--out", lambda c: c.file("f") / "clip.pt"),
          ConfigError, lambda c: c.tmp / "f"),
+    Case("pretrain-clip-descriptions-malformed", cli("pretrain-clip", "--profile", "smoke", "--data-root", lambda c: (
+        (c.clevr / "scene_descriptions.json").write_text("{"), c.clevr)[1], "--runs-dir", lambda c: c.tmp / "runs"),
+        DatasetError, lambda c: c.clevr / "scene_descriptions.json"),
     Case("pretrain-clip-data-missing", cli("pretrain-clip", "--profile", "smoke", "--data-root",
                                            lambda c: c.tmp / "none", "--runs-dir", lambda c: c.tmp / "runs"),
          DatasetError, lambda c: c.tmp / "none"),

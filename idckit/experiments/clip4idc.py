@@ -220,6 +220,9 @@ def _file_identity(path: str) -> str:
 def _description_root(s: Setup) -> Path:
     """Where the stand-in learns: this data if it has scene descriptions, else the profile's synthetic default."""
     if (s.data.root / "scene_descriptions.json").is_file():
+        from idckit.tasks.clip_pretrain import read_descriptions
+
+        read_descriptions(s.data.root / "scene_descriptions.json")  # a damaged file is named before a run starts
         return s.data.root
     return clevr_change(s.profile, None, progress=s.progress).root
 
