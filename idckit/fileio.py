@@ -29,7 +29,18 @@ def _umask() -> int:
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path in the same directory; rename it onto ``path`` only if the block succeeds."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        from idckit.errors import ConfigError
+
+        raise ConfigError(f"cannot write {path.name}: a directory of that name is in the way", path=path,
+                          fix="choose another output path, or move that directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        from idckit.errors import ConfigError
+
+        raise ConfigError(f"cannot write {path.name}: {_existing_ancestor(path)} is a file, not a directory",
+                          path=path, fix="choose an output directory that is not a file") from e
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)

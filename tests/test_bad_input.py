@@ -350,6 +350,9 @@ CASES = [
         s, n_intra=99, progress=False)), ConfigError, "n_intra=99"),
     Case("nb-walkthrough-split", lambda c: lambda: _mod("idckit.experiments.walkthrough").run(
         "smoke", c.clevr, split="dev", meteor=False), DatasetError, "'dev'"),
+    Case("nb-report-dir-a-file", lambda c: _later(c.file("reports.txt"), lambda f: _mod("idckit.report").write_report(
+        f, "t", "t", [], {k: None for k in _mod("idckit.report").PROVENANCE_KEYS})), ConfigError,
+        lambda c: c.tmp / "reports.txt"),
     Case("nb-reproduce-profile", lambda c: lambda: _mod("idckit.reproduce").reproduce(
         ["00_walkthrough"], profile="gpu", report_dir=c.tmp / "rep"), ConfigError, "'gpu'"),
     Case("file-store-meta-malformed", lambda c: _later(
