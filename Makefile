@@ -14,7 +14,8 @@ export PYTHONHASHSEED = 0
 .PHONY: help setup reproduce test lab bench clean-reports check-java chromium screenshots
 
 help:
-	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$(PROFILE); smoke|cpu|paper)"
+	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$(PROFILE); smoke|cpu|paper;"
+	@echo "                 profiles other than cpu write to reports/<profile>/ and leave the README's table alone)"
 	@echo "make test        set up .venv and run the test suite"
 	@echo "make lab         open JupyterLab with the idckit kernel"
 	@echo "make bench       run the benchmarks in bench/"

@@ -9,7 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from idckit.errors import IdckitError
+from idckit import paths
+from idckit.errors import DatasetError, IdckitError
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -24,6 +25,11 @@ def _size(text: str) -> tuple[int, int]:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from idckit.data.synth.clevr_change import generate
+    from idckit.fileio import check_output_dir
+
+    check_output_dir(args.out, "--out")
+    if args.seed < 0:  # numpy's generators take only non-negative seeds; say so before any rendering
+        raise DatasetError(f"--seed must be >= 0, got {args.seed}", path=args.out, fix="pass --seed 0 or any n >= 0")
 
     generate(args.out, n_pairs=args.pairs, seed=args.seed, size=args.size, camera_jitter=args.camera_jitter,
              lamp_jitter=args.lamp_jitter, workers=args.workers, overwrite=args.overwrite)
@@ -56,17 +62,19 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from idckit.reproduce import reproduce
+    from idckit.reproduce import reproduce, updates_readme
 
     outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
                          report_dir=args.report_dir, runs_dir=args.runs_dir)
     failed = [o.notebook for o in outcomes if not o.ok]
-    if args.report_dir is None:  # the README's results table follows the default reports/
+    if updates_readme(args.profile, args.report_dir) and len(failed) < len(outcomes):
         from idckit.readme import update_readme
 
         update_readme()
     total = sum(o.seconds for o in outcomes)
-    print(f"[idckit reproduce] {len(outcomes) - len(failed)}/{len(outcomes)} notebooks ok in {total / 60:.1f} min")
+    where = args.report_dir or paths.reports_dir(args.profile)
+    print(f"[idckit reproduce] {len(outcomes) - len(failed)}/{len(outcomes)} notebooks ok in {total / 60:.1f} min; "
+          f"reports in {where}")
     if failed:
         print(f"idckit: error: notebooks failed (previous reports kept, marked stale): {', '.join(failed)}",
               file=sys.stderr)
@@ -85,7 +93,7 @@ def cmd_readme(args: argparse.Namespace) -> int:
 def cmd_caption(args: argparse.Namespace) -> int:
     from idckit.caption import main as caption_main
 
-    return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam)
+    return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam, args.profile, args.data_root)
 
 
 def cmd_pretrain_clip(args: argparse.Namespace) -> int:
@@ -164,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a run directory or its name in the run cache (default: the best finished run on val)")
     c.add_argument("--runs-dir", type=Path, default=None)
     c.add_argument("--beam", type=int, default=1, help="beam width (1 = greedy, the papers' decoding)")
+    c.add_argument("--profile", default=None, help="only runs of this profile (default: cpu's, else paper's, "
+                                                   "else smoke's)")
+    c.add_argument("--data-root", default=None, help="only runs trained on this dataset (default: the profile's "
+                                                     "synthetic default)")
     c.set_defaults(func=cmd_caption)
 
     pc = sub.add_parser("pretrain-clip", help="train the offline stand-in CLIP (open_clip checkpoint; cached) and "

@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: the profile whose reports are committed under reports/ and summarised in the README
+DEFAULT_PROFILE = "cpu"
+
 
 def project_root() -> Path:
     here = Path(__file__).resolve().parents[1]
@@ -26,8 +29,11 @@ def runs_dir() -> Path:
     return _dir("IDCKIT_RUNS_DIR", "runs")
 
 
-def reports_dir() -> Path:
-    return _dir("IDCKIT_REPORTS_DIR", "reports")
+def reports_dir(profile: str | None = None) -> Path:
+    """``reports/`` for the default profile (the committed reports the README's table shows); ``reports/<profile>/``
+    for any other, so a quick smoke run never overwrites them."""
+    root = _dir("IDCKIT_REPORTS_DIR", "reports")
+    return root if profile in (None, DEFAULT_PROFILE) else root / profile
 
 
 def notebooks_dir() -> Path:

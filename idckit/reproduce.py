@@ -18,6 +18,7 @@ from typing import Sequence
 
 from idckit import fileio, paths
 from idckit.errors import ConfigError
+from idckit.experiments.config import check_profile
 
 KERNEL = "idckit"
 
@@ -63,6 +64,12 @@ def to_html(executed: Path, html_path: Path) -> None:
     fileio.write_text(html_path, body)
 
 
+def updates_readme(profile: str, report_dir: str | Path | None) -> bool:
+    """Only the default profile writing into the default reports/ may rewrite the README's results table: the
+    table describes the committed reports, not a smoke test's."""
+    return profile == paths.DEFAULT_PROFILE and report_dir is None
+
+
 def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, runs_dir: Path,
             extra_parameters: dict | None = None, log_output: bool = False) -> Outcome:
     import papermill as pm
@@ -99,15 +106,34 @@ def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, 
         shutil.rmtree(stage, ignore_errors=True)
 
 
+def _read_status(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        status = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"the reports' status file is unreadable ({e})", path=path,
+                          fix="delete it; the next run rewrites it (the reports themselves are kept)") from e
+    if not isinstance(status, dict):
+        raise ConfigError("the reports' status file must hold a JSON object", path=path,
+                          fix="delete it; the next run rewrites it (the reports themselves are kept)")
+    return status
+
+
 def reproduce(names: Sequence[str] = (), *, profile: str = "cpu", data_root: str | None = None,
               report_dir: str | Path | None = None, runs_dir: str | Path | None = None,
               extra_parameters: dict | None = None, notebooks_dir: Path | None = None) -> list[Outcome]:
-    report_dir = Path(report_dir or paths.reports_dir())
-    runs_dir = Path(runs_dir or paths.runs_dir())
-    report_dir.mkdir(parents=True, exist_ok=True)
+    check_profile(profile)
+    report_dir = fileio.check_output_dir(report_dir or paths.reports_dir(profile), "--report-dir")
+    runs_dir = fileio.check_output_dir(runs_dir or paths.runs_dir(), "--runs-dir")
     notebooks = discover(names, notebooks_dir)
+    if data_root:  # a wrong root fails here, in one line, not inside every notebook
+        from idckit.data.clevr_change import ClevrChange
+
+        ClevrChange(Path(data_root).expanduser())
+    report_dir.mkdir(parents=True, exist_ok=True)
     status_path = report_dir / "status.json"
-    status = json.loads(status_path.read_text()) if status_path.is_file() else {}
+    status = _read_status(status_path)
     outcomes = []
     for nb in notebooks:
         print(f"[idckit reproduce] {nb.stem} (profile={profile}) ...", flush=True)

@@ -38,7 +38,7 @@ from idckit.experiments import walkthrough
 from idckit.plots import change_type_counts, show_pairs
 from idckit.report import labelled, report_summary, write_report
 
-report_dir = report_dir or paths.reports_dir()
+report_dir = report_dir or paths.reports_dir(profile)
 result = walkthrough.run(profile, data_root)
 print(result.data.description)
 

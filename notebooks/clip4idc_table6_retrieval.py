@@ -44,7 +44,7 @@ from idckit.plots import retrieval_bars
 from idckit.report import paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
-report_dir = report_dir or paths.reports_dir()
+report_dir = report_dir or paths.reports_dir(profile)
 setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained)
 adapted = [clip4idc.adapt(setup, None, seed) for seed in seeds]
 print(setup.data.description, "|", adapted[0]["clip"])

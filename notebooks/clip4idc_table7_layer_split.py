@@ -51,7 +51,7 @@ from idckit.plots import show_pairs
 from idckit.report import paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
-report_dir = report_dir or paths.reports_dir()
+report_dir = report_dir or paths.reports_dir(profile)
 setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained)
 seed = seeds[0]
 splits = clip4idc.layer_splits(setup)

@@ -42,7 +42,7 @@ from idckit.plots import show_pairs, val_curve
 from idckit.report import paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
-report_dir = report_dir or paths.reports_dir()
+report_dir = report_dir or paths.reports_dir(profile)
 setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone)
 results = pcl.runs(setup, ["full"], seeds)
 # the same model on the faithful CLEVR-Change jitter, which the cpu budget does not learn (synthetic data only)

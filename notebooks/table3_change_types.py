@@ -39,7 +39,7 @@ from idckit.plots import per_type_bars, show_pairs
 from idckit.report import paper_table, report_summary, write_report
 
 t0 = time.time()
-report_dir = report_dir or paths.reports_dir()
+report_dir = report_dir or paths.reports_dir(profile)
 setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone)
 results = pcl.runs(setup, ["full"], seeds)
 hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)   # the faithful jitter (synthetic data only)

@@ -41,7 +41,7 @@ from idckit.plots import show_pairs, side_by_side_bars
 from idckit.report import ordering_notes, paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
-report_dir = report_dir or paths.reports_dir()
+report_dir = report_dir or paths.reports_dir(profile)
 setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone)
 results = pcl.runs(setup, list(pcl.VARIANTS), seeds)
 

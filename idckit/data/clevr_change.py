@@ -140,6 +140,13 @@ class ClevrChange:
         ):
             raise DatasetError(f'{name} must map "CLEVR_default_NNNNNN.png" to a list of strings',
                                path=self.root / name, fix=LAYOUT_HELP)
+        # An empty reference cannot be scored (pycocoevalcap's BLEU rejects it) and teaches nothing.
+        blank = next(((k, i) for k, v in raw.items() for i, c in enumerate(v) if not c.strip()), None)
+        if blank is not None:
+            n = sum(1 for v in raw.values() for c in v if not c.strip())
+            raise DatasetError(f"{name}[{blank[0]!r}][{blank[1]}] is an empty caption ({n} empty in the file)",
+                               path=self.root / name,
+                               fix=f"remove the empty strings from {name} (every caption must hold words)")
         return raw
 
     @cached_property
@@ -171,7 +178,7 @@ class ClevrChange:
     def indices(self, split: str) -> list[int]:
         if split not in SPLITS:
             raise DatasetError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}",
-                               path=self.root / "splits.json")
+                               path=self.root / "splits.json", fix=f"use one of {', '.join(SPLITS)}")
         return self.splits[split]
 
     def pairs(self, split: str, *, check_images: bool = True) -> list[Pair]:

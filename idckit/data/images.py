@@ -76,11 +76,15 @@ class ImageCache:
             cache_dir = Path(cache_dir)
             meta_path = cache_dir / "meta.json"
             if meta_path.is_file():
-                meta = json.loads(meta_path.read_text())
-                if meta.get("complete") and meta.get("digest") == digest:
-                    index = json.loads((cache_dir / "index.json").read_text())
-                    pixels = torch.from_numpy(np.load(cache_dir / "images.npy"))
-                    return cls(pixels, index)
+                try:
+                    meta = json.loads(meta_path.read_text())
+                    if meta.get("complete") and meta.get("digest") == digest:
+                        index = json.loads((cache_dir / "index.json").read_text())
+                        pixels = torch.from_numpy(np.load(cache_dir / "images.npy"))
+                        if tuple(pixels.shape) == (len(paths), 3, size, size):
+                            return cls(pixels, index)
+                except (OSError, ValueError, AttributeError):
+                    pass  # a damaged cache (JSON or .npy) is only derived data: decode again below
         pixels = np.empty((len(paths), 3, size, size), dtype=np.uint8)
         for i, rel in enumerate(tqdm(paths, desc=f"images {size}px", disable=not progress, leave=False)):
             pixels[i] = resize_uint8(root / rel, size)

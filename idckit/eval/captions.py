@@ -388,8 +388,10 @@ def evaluate_cli(args) -> int:
     CIDEr-D unscaled), the scale every other idckit metrics file uses.
     """
     from idckit.data.clevr_change import ClevrChange
-    from idckit.fileio import write_json
+    from idckit.fileio import check_output_file, write_json
 
+    if args.json is not None:
+        check_output_file(args.json, "--json", "scores.json")  # before minutes of scoring, not after
     tokenize, meteor = not args.no_tokenize, not args.no_meteor
     breakdown = evaluate_results(args.results, args.data, args.split, tokenize=tokenize, meteor=meteor)
     types = ClevrChange(args.data).types(args.split)

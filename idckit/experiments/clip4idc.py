@@ -37,10 +37,11 @@ from typing import Any, Sequence
 import torch
 
 from idckit import paths
-from idckit.errors import ConfigError
-from idckit.experiments.config import load_config
-from idckit.experiments.data import DataChoice, clevr_change
+from idckit.errors import ConfigError, WeightsUnavailableError
+from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config
+from idckit.experiments.data import DataChoice, clevr_change, content_identity
 from idckit.experiments.runs import Run, caption_counts, open_run
+from idckit.fileio import check_output_dir, check_output_file
 
 #: table 5's rows (CLEVR columns): label, captioner switches, does it start from the adapted encoder
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -69,8 +70,8 @@ class Setup:
 
     @property
     def identity(self) -> dict[str, Any]:
-        """What every run key depends on besides its own settings: which data."""
-        return {"data": str(self.data.root), "data_version": self.data.version}
+        """What every run key depends on besides its own settings: which data (its content, not its path)."""
+        return {"data": self.data.identity, "data_version": self.data.version}
 
     def _vision(self) -> dict:
         import open_clip
@@ -108,10 +109,15 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     ``clip_model`` / ``pretrained`` override the profile's CLIP (e.g. ``"ViT-B-32"``, ``"openai"`` for the paper's);
     ``pretrained=None`` with no override means the profile's choice (the stand-in at smoke and cpu).
     ``overrides`` = ``{"standin": {...}, "adapt": {...}, "caption": {...}}`` deep-merged into the configs."""
+    check_profile(profile)
     overrides = overrides or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"overrides must be a dict, got {overrides!r}",
+                          fix="pass e.g. overrides={'caption': {'train': {'max_steps': 100}}}")
     unknown = set(overrides) - {"standin", "adapt", "caption"}
     if unknown:
-        raise ConfigError(f"unknown override sections {sorted(unknown)}; known: standin, adapt, caption")
+        raise ConfigError(f"unknown override sections {sorted(unknown)}; known: standin, adapt, caption",
+                          fix="put each setting under the section of its config file: standin, adapt or caption")
     cfg = {"standin": load_config("clip_standin", profile, overrides.get("standin")),
            "adapt": load_config("clip4idc_adapt", profile, overrides.get("adapt")),
            "caption": load_config("clip4idc_caption", profile, overrides.get("caption"))}
@@ -121,10 +127,29 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     elif pretrained is not None:
         clip["pretrained"] = pretrained
     cfg["clip"] = clip
-    runs = Path(runs_dir) if runs_dir else paths.runs_dir()
+    runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
     s = Setup(profile, cfg, clevr_change(profile, data_root, progress=progress), runs, progress)
     s.image_size  # noqa: B018  (fails now, with the fix, on an unknown architecture)
+    _check_pretrained(clip["model"], clip["pretrained"])
     return s
+
+
+def _check_pretrained(model: str, pretrained: object) -> None:
+    """Weights that are neither a file nor a tag open_clip knows fail here, not after caches and a run are written."""
+    import open_clip
+
+    if pretrained is None:
+        return
+    if not isinstance(pretrained, (str, os.PathLike)):
+        raise WeightsUnavailableError(f"pretrained must be a file path or an open_clip tag, got {pretrained!r}",
+                                      fix="pass e.g. pretrained='openai' or pretrained='/path/to/clip.pt'")
+    if os.path.isfile(pretrained) or open_clip.is_pretrained_cfg(model, str(pretrained)):
+        return
+    tags = open_clip.list_pretrained_tags_by_model(model)
+    raise WeightsUnavailableError(f"CLIP weights {str(pretrained)!r} are neither a file nor an open_clip tag of "
+                                  f"{model} ({', '.join(tags[:4]) or 'it has none'})", path=pretrained,
+                                  fix="check the path, or run `idckit pretrain-clip` for the offline stand-in and "
+                                      "pass the checkpoint it prints; pretrained=None uses the profile's choice")
 
 
 # -- shared in-memory data and caches -------------------------------------------------------------------------
@@ -133,8 +158,8 @@ _INTRA: dict[tuple, Any] = {}
 
 
 def _image_cache_dir(s: Setup, root: Path) -> Path:
-    tag = hashlib.sha256(str(root).encode()).hexdigest()[:8]
-    return s.runs_dir / "images" / f"{root.name}-{tag}-{s.image_size}px"
+    tag = content_identity(root).replace(":", "-")  # the data's content: a moved or renamed dataset keeps its cache
+    return s.runs_dir / "images" / f"{tag}-{s.image_size}px"
 
 
 def _data(s: Setup):
@@ -195,6 +220,9 @@ def _file_identity(path: str) -> str:
 def _description_root(s: Setup) -> Path:
     """Where the stand-in learns: this data if it has scene descriptions, else the profile's synthetic default."""
     if (s.data.root / "scene_descriptions.json").is_file():
+        from idckit.tasks.clip_pretrain import read_descriptions
+
+        read_descriptions(s.data.root / "scene_descriptions.json")  # a damaged file is named before a run starts
         return s.data.root
     return clevr_change(s.profile, None, progress=s.progress).root
 
@@ -222,7 +250,7 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
     root = _description_root(s)
     from idckit.data.synth.vocab import GENERATOR_VERSION
 
-    run = open_run(s.runs_dir, "clip-standin", {"kind": "clip-standin", "data": str(root),
+    run = open_run(s.runs_dir, "clip-standin", {"kind": "clip-standin", "data": content_identity(root),
                                                 "data_version": GENERATOR_VERSION, "standin": c, "seed": 0})
     path = run.dir / "clip.pt"
     if not run.is_complete():
@@ -236,7 +264,8 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
         save_clip_checkpoint(res.model, path, name)
         run.complete({"val": res.best_metrics, "best_step": res.best_step, "steps": res.steps,
                       "history": res.history, "train_seconds": res.wall_seconds,
-                      "wall_seconds": round(time.perf_counter() - t0, 1), "checkpoint": str(path)})
+                      "wall_seconds": round(time.perf_counter() - t0, 1), "checkpoint": str(path)},
+                     profile=s.profile, data_identity=content_identity(root))
     m = run.metrics()
     return {"name": name, "weights": str(path), "key": f"standin:{run.key}", "run": run.dir.name, "val": m["val"],
             "wall_seconds": m["wall_seconds"], "steps": m["steps"],
@@ -269,8 +298,9 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
     from idckit.train.loop import fit
 
     progress = s.progress if progress is None else progress
+    check_seeds([seed])
+    n_intra = s.default_n_intra if n_intra is None else _check_n_intra(s, n_intra)
     clip = clip_weights(s, progress=progress)
-    n_intra = s.default_n_intra if n_intra is None else n_intra
     c = s.config["adapt"]
     run = open_run(s.runs_dir, "clip4idc-adapt", {"kind": "clip4idc-adapt", **s.identity, "clip": clip["key"],
                                                   "clip_model": clip["name"], "n_intra": n_intra,
@@ -288,9 +318,17 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
         run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
                       "stopped": res.stopped, "test": task.evaluate(res.model, "test"), "test_unadapted": before,
                       "test_plain_clip": plain, "train_seconds": res.wall_seconds,
-                      "wall_seconds": round(time.perf_counter() - t0, 1)})
+                      "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
     return {"run": run.dir.name, "n_intra": n_intra, "n_inter": s.depth - n_intra, "seed": seed,
             "clip": clip["description"], **run.metrics(), "_best": str(run.dir / "best.pt")}
+
+
+def _check_n_intra(s: Setup, n_intra: object) -> int:
+    if isinstance(n_intra, bool) or not isinstance(n_intra, int) or not 0 <= n_intra <= s.depth:
+        raise ConfigError(f"n_intra={n_intra!r} must be an integer in [0, {s.depth}] for {s.clip_model}'s "
+                          f"{s.depth}-layer ViT", fix=f"pass n_intra=None for the default ({s.default_n_intra}), or "
+                                                     "one of layer_splits(s)")
+    return n_intra
 
 
 def _evaluate_plain(task, model) -> dict[str, float]:
@@ -333,12 +371,12 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
     freezes the pair encoder (paper table 7). Returns ``{"variant", "label", "seed", "n_intra", "run", "clip",
     "adapt", "val", "test": {subset: {metric}}, "history", "wall_seconds", ...}`` with metrics on pycocoevalcap's
     raw scale (CIDEr-D 1.0 = 100 in the papers)."""
-    if variant not in VARIANTS:
-        raise ConfigError(f"unknown CLIP4IDC variant {variant!r}; known: {', '.join(VARIANTS)}")
+    check_variants([variant], VARIANTS, "CLIP4IDC")
+    check_seeds([seed])
     progress = s.progress if progress is None else progress
     v = VARIANTS[variant]
+    n_intra = s.default_n_intra if n_intra is None else _check_n_intra(s, n_intra)
     clip = clip_weights(s, progress=progress)
-    n_intra = s.default_n_intra if n_intra is None else n_intra
     ad = adapt(s, n_intra, 0, progress=progress) if v["adapt"] else None
     c = copy.deepcopy(s.config["caption"])
     frozen = c["visual_lr_scale"] == 0 if freeze_visual is None else bool(freeze_visual)
@@ -391,12 +429,18 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
                   "adapt_seconds": ad["wall_seconds"] if ad else 0.0,
                   "clip_pretrain_seconds": clip.get("wall_seconds", 0.0),
                   "test_decode_seconds": round(decode_seconds, 1),
-                  "wall_seconds": round(time.perf_counter() - t0, 1)})
+                  "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
+
+
+def _about(s: Setup) -> dict[str, Any]:
+    """What a run's record.json says beside the commit."""
+    return {"profile": s.profile, "data": s.data.description, "data_identity": s.data.identity}
 
 
 def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,
          progress: bool | None = None) -> list[dict[str, Any]]:
     """Every requested variant for every seed on one setup (one CLIP; each run trained once, then cached)."""
+    variants, seeds = check_variants(variants, VARIANTS, "CLIP4IDC"), check_seeds(seeds)
     return [run_variant(s, v, seed, progress=progress) for v in variants for seed in seeds]
 
 
@@ -548,6 +592,8 @@ def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, 
     ``idckit features --backbone clip:idckit-standin-ViT-T-16``)."""
     import shutil
 
+    if out is not None:  # before minutes of training, not after
+        check_output_file(out, "--out", "clip.pt")
     s = setup(profile, data_root, runs_dir=runs_dir, clip_model=load_config("clip_standin", profile)["model"],
               pretrained=None, progress=progress)
     info = clip_weights(s, progress=progress)

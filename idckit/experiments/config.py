@@ -12,9 +12,56 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from idckit.errors import ConfigError
+from idckit.paths import DEFAULT_PROFILE
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 PROFILES = ("smoke", "cpu", "paper")
+
+
+def check_profile(profile: object) -> str:
+    """``profile`` if it names one of :data:`PROFILES`, else the kit's error (before any data or run is touched)."""
+    if not isinstance(profile, str) or profile not in PROFILES:
+        raise ConfigError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}",
+                          fix=f"pass profile={DEFAULT_PROFILE!r} (the default), 'smoke' (minutes) or 'paper' "
+                              "(a GPU's days)")
+    return profile
+
+
+def check_seeds(seeds: object) -> list[int]:
+    """A notebook's ``seeds`` parameter: a non-empty list of distinct non-negative integers."""
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)) or not seeds:
+        raise ConfigError(f"seeds must be a non-empty list of integers, got {seeds!r}",
+                          fix="pass e.g. seeds=[0] or seeds=[0, 1, 2]")
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+    if bad:
+        raise ConfigError(f"seeds must be integers >= 0; bad: {bad!r}", fix="pass e.g. seeds=[0, 1, 2]")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds repeat a value: {list(seeds)!r} (a repeated seed is the same cached run, and "
+                          "would count twice in the mean)", fix="list each seed once")
+    return list(seeds)
+
+
+def check_variants(variants: object, known: Mapping[str, Any], model: str) -> list[str]:
+    """A notebook's ``variants``: a non-empty list of names of ``known``, all checked before the first run trains."""
+    if isinstance(variants, (str, bytes)) or not isinstance(variants, (list, tuple)) or not variants:
+        raise ConfigError(f"variants must be a non-empty list of {model} variant names, got {variants!r}",
+                          fix=f"pass a list drawn from: {', '.join(known)}")
+    bad = [v for v in variants if v not in known]
+    if bad:
+        raise ConfigError(f"unknown {model} variant {bad[0]!r}; known: {', '.join(known)}",
+                          fix=f"pass a list drawn from: {', '.join(known)}")
+    return list(variants)
+
+
+def _unknown_keys(base: Mapping[str, Any], update: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key, value in update.items():
+        if key not in base:
+            out.append(prefix + str(key))
+        # a "train" block is the loop's TrainConfig, which checks its own keys (and has optional ones)
+        elif isinstance(value, Mapping) and isinstance(base[key], Mapping) and key != "train":
+            out += _unknown_keys(base[key], value, f"{prefix}{key}.")
+    return out
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -44,7 +91,16 @@ def read_config_file(name: str) -> dict[str, Any]:
 def load_config(name: str, profile: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The resolved config of kind ``name`` at ``profile`` (smoke, cpu or paper) with ``overrides`` on top."""
     raw = read_config_file(name)
+    check_profile(profile)
     if profile not in raw["profiles"]:
         raise ConfigError(f"unknown profile {profile!r} for config {name!r}; known: {', '.join(raw['profiles'])}",
                           path=CONFIG_DIR / f"{name}.json", fix=f"use one of {', '.join(PROFILES)}")
-    return deep_merge(deep_merge(raw["base"], raw["profiles"][profile]), overrides or {})
+    resolved = deep_merge(raw["base"], raw["profiles"][profile])
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ConfigError(f"overrides must be a dict of settings, got {overrides!r}", path=CONFIG_DIR / f"{name}.json",
+                          fix="pass e.g. overrides={'finetune': {'train': {'max_steps': 100}}}")
+    unknown = _unknown_keys(resolved, overrides or {})
+    if unknown:  # a typo would otherwise train (and cache) a run with the setting silently ignored
+        raise ConfigError(f"unknown settings in overrides for {name!r}: {', '.join(unknown)}",
+                          path=CONFIG_DIR / f"{name}.json", fix="use the setting names of this config file")
+    return deep_merge(resolved, overrides or {})

@@ -4,15 +4,18 @@ The synthetic default's size per profile is data (``configs/synth_clevr_change.j
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from idckit import paths
 from idckit.data.clevr_change import ClevrChange
-from idckit.errors import ConfigError
-from idckit.experiments.config import load_config
+from idckit.errors import ConfigError, DatasetError
+from idckit.experiments.config import check_profile, load_config
 
+#: the files that say what a CLEVR-Change root holds (pairs, captions, splits, types); the images follow from them
+INDEX_FILES = ("change_captions.json", "no_change_captions.json", "splits.json", "type_mapping.json")
 
 
 def synth_settings(profile: str, hard: bool = False) -> dict:
@@ -22,12 +25,44 @@ def synth_settings(profile: str, hard: bool = False) -> dict:
     return {**s, **hard_settings} if hard else s
 
 
+def content_identity(root: str | Path) -> str:
+    """What a dataset is, independent of where it lies: run keys and caches hold this, never the path, so moving
+    or copying the data keeps every cached run.
+
+    A SynthCLEVR-Change set is what its ``synth_info.json`` says (generator version, arguments, counts: the
+    generator is deterministic in them); any other root is the SHA-256 of its index files."""
+    root = Path(root)
+    info = root / "synth_info.json"
+    if info.is_file():
+        try:
+            meta = json.loads(info.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DatasetError(f"malformed synth_info.json ({e})", path=info,
+                               fix="re-generate the dataset with `idckit generate clevr-change --overwrite`") from e
+        text = json.dumps(meta, sort_keys=True, separators=(",", ":"))
+        return "synth:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    h = hashlib.sha256()
+    for name in INDEX_FILES:
+        path = root / name
+        if not path.is_file():
+            raise DatasetError(f"missing file {name}", path=path, fix="see idckit/data/clevr_change.py for the layout")
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return "index:" + h.hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class DataChoice:
     root: Path
     synthetic: bool
     description: str  # for report provenance
     version: str
+    identity: str     # content_identity(root): what run keys and caches hold
+
+    @property
+    def tag(self) -> str:
+        """The folder name of caches derived from this data: its identity alone, so moving or renaming the data
+        keeps them."""
+        return self.identity.replace(":", "-")
 
     def dataset(self) -> ClevrChange:
         return ClevrChange(self.root)
@@ -40,29 +75,42 @@ def clevr_change(profile: str, data_root: str | Path | None = None, *, hard: boo
     ``hard=True`` is the synthetic set at CLEVR-Change's own jitter, the setting the cpu budget does not learn
     (kept beside the learnable default so reports show what difficulty changes); it has no meaning for real data.
     """
+    check_profile(profile)
     if data_root and hard:
         raise ConfigError("hard=True picks the faithful synthetic set; it cannot be combined with data_root",
                           fix="drop hard=True for real data (the real CLEVR-Change is the faithful setting)")
     if data_root:
+        if not isinstance(data_root, (str, Path)):
+            raise DatasetError(f"data_root must be a path (or None for the synthetic default), got {data_root!r}",
+                               fix="pass the CLEVR-Change root directory as a string")
         root = Path(data_root).expanduser().resolve()
         ClevrChange(root)  # validates the layout now, with a helpful error
         info = root / "synth_info.json"
         if info.is_file():
+            identity = content_identity(root)
             meta = json.loads(info.read_text())
             return DataChoice(root, True, f"synthetic: SynthCLEVR-Change at {root} ({meta.get('pairs')} pairs, "
-                              f"{jitter_words(meta)})", meta.get("generator", "unknown"))
-        return DataChoice(root, False, f"real: CLEVR-Change at {root}", "official release")
+                              f"{jitter_words(meta)})", meta.get("generator", "unknown"), identity)
+        return DataChoice(root, False, f"real: CLEVR-Change at {root}", "official release", content_identity(root))
     s = synth_settings(profile, hard)
     w, h = s["size"]
     cam, lamp = float(s["camera_jitter"]), float(s["lamp_jitter"])
-    root = paths.data_dir() / f"synth-clevr-change-n{s['pairs']}-s{s['seed']}-{w}x{h}-cam{cam:g}-lamp{lamp:g}"
+    root = synth_root(profile, hard)
     from idckit.data.synth.clevr_change import generate  # renders only if not already there
     from idckit.data.synth.vocab import GENERATOR_VERSION
 
     generate(root, n_pairs=s["pairs"], seed=s["seed"], size=(w, h), camera_jitter=cam, lamp_jitter=lamp,
              workers=s["workers"])
     return DataChoice(root, True, f"synthetic: SynthCLEVR-Change ({s['pairs']} before-images, seed {s['seed']}, "
-                      f"{w}x{h}, {jitter_words(s)})", GENERATOR_VERSION)
+                      f"{w}x{h}, {jitter_words(s)})", GENERATOR_VERSION, content_identity(root))
+
+
+def synth_root(profile: str, hard: bool = False) -> Path:
+    """Where the profile's synthetic default (or its hard twin) lives (generated there on first use)."""
+    s = synth_settings(profile, hard)
+    w, h = s["size"]
+    cam, lamp = float(s["camera_jitter"]), float(s["lamp_jitter"])
+    return paths.data_dir() / f"synth-clevr-change-n{s['pairs']}-s{s['seed']}-{w}x{h}-cam{cam:g}-lamp{lamp:g}"
 
 
 def jitter_words(info: dict) -> str:

@@ -8,7 +8,6 @@ Variants are the rows of table 4; table 2 and table 3 read the ``full`` row, so 
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -18,9 +17,10 @@ from typing import Any, Sequence
 from idckit import paths
 from idckit.data.features import FeatureStore, extract_features
 from idckit.errors import ConfigError, DatasetError
-from idckit.experiments.config import load_config
+from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config
 from idckit.experiments.data import DataChoice, clevr_change
 from idckit.experiments.runs import Run, caption_counts, open_run
+from idckit.fileio import check_output_dir
 
 #: table 4's rows: (label in the paper, pre-training tasks, model switches, fine-tuning switches)
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -45,8 +45,9 @@ class Setup:
 
     @property
     def identity(self) -> dict[str, Any]:
-        """What a run key must depend on besides the training settings: which data, which features."""
-        ident = {"data": str(self.data.root), "data_version": self.data.version,
+        """What a run key must depend on besides the training settings: which data (its content, not its path),
+        which features."""
+        ident = {"data": self.data.identity, "data_version": self.data.version,
                  "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
         if self.train_fraction != 1:   # only then, so every run trained on the whole split keeps its key
             ident["train_fraction"] = self.train_fraction
@@ -63,13 +64,13 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     """Data (generated on first use when synthetic) and its grid features (extracted once, cached).
 
     ``hard=True``: the synthetic set at CLEVR-Change's own jitter instead of the profile's learnable default."""
+    check_profile(profile)
     cfg = load_config("pcl", profile, overrides)
     if backbone:
         cfg["backbone"] = backbone
-    runs = Path(runs_dir) if runs_dir else paths.runs_dir()
+    runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
     data = clevr_change(profile, data_root, hard=hard, progress=progress)
-    tag = hashlib.sha256(str(data.root).encode()).hexdigest()[:8]
-    out = runs / "features" / f"{data.root.name}-{tag}" / cfg["backbone"].replace(":", "_").replace("/", "_")
+    out = runs / "features" / data.tag / cfg["backbone"].replace(":", "_").replace("/", "_")
     store = extract_features(data.root, cfg["backbone"], out_dir=out, progress=progress)
     return Setup(profile, cfg, data, store, runs)
 
@@ -120,7 +121,7 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
                         mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
                         tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
     res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress)
-    run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
+    run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds}, **_about(s))
 
 
 def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Path | None = None, *,
@@ -132,8 +133,8 @@ def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Pa
     "judge_accuracy", "distinct_test_captions", "test_pairs"}`` with metrics on pycocoevalcap's raw scale (CIDEr-D
     1.0 = 100 in the papers).
     """
-    if variant not in VARIANTS:
-        raise ConfigError(f"unknown IDC-PCL variant {variant!r}; known: {', '.join(VARIANTS)}")
+    check_variants([variant], VARIANTS, "IDC-PCL")
+    check_seeds([seed])
     s = setup_ or setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, overrides=overrides,
                         progress=progress)
     v = VARIANTS[variant]
@@ -178,7 +179,13 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                   "stopped": res.stopped, "test": test, "judge_accuracy": preds["judge_accuracy"],
                   "finetune_seconds": res.wall_seconds, "pretrain_seconds": pre_seconds,
                   "wall_seconds": round(time.perf_counter() - t0 + pre_seconds, 1),
-                  "negatives": getattr(data, "negative_stats", None)})
+                  "negatives": getattr(data, "negative_stats", None)}, **_about(s))
+
+
+def _about(s: Setup) -> dict[str, Any]:
+    """What a run's record.json says beside the commit: the profile and the data in words (`idckit caption` picks
+    among runs of one profile and one dataset)."""
+    return {"profile": s.profile, "data": s.data.description, "data_identity": s.data.identity}
 
 
 def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
@@ -206,7 +213,11 @@ def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
         raise DatasetError("this run was trained on another vocabulary than this data's", path=run_dir,
                            fix="set up with the run's data root and train_fraction (see its config.json)")
     model = PCL(model_config(data, json.loads(cfg_path.read_text())["model"]), data.vocab)
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncated or foreign files all mean "not this run's weights"
+        raise DatasetError(f"{files[checkpoint]} is not a PyTorch checkpoint ({type(e).__name__})", path=path,
+                           fix="train the run again (delete its directory), or load the other checkpoint") from e
     if checkpoint == "last":
         model.load_state_dict(state["model"])
         step = state["loop"]["step"]
@@ -234,6 +245,7 @@ def hard_runs(s: Setup, variants: Sequence[str] = ("full",), seeds: Sequence[int
 def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,
          progress: bool = True) -> list[dict[str, Any]]:
     """Every requested variant for every seed on one setup (shared data; each run trained once, then cached)."""
+    variants, seeds = check_variants(variants, VARIANTS, "IDC-PCL"), check_seeds(seeds)
     return [run_variant(v, s.profile, seed=seed, setup_=s, progress=progress) for v in variants for seed in seeds]
 
 

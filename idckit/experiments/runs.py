@@ -1,22 +1,62 @@
 """The run cache: a run is keyed by a hash of its full resolved config.
 
 ``runs/<kind>-<key>/`` holds ``config.json`` (written first), whatever the run produces (checkpoints,
-predictions in the RCC format, logs) and ``metrics.json`` (written last, atomically). A run is complete exactly
-when ``metrics.json`` exists, so a killed run is never mistaken for a finished one and simply resumes.
-Tables that need the same run (tables 2, 3 and row 4 of table 4) compute the same key and train it once.
+predictions in the RCC format, logs), ``record.json`` (who finished it: commit, code version, profile, data) and
+``metrics.json`` (written last, atomically). A run is complete exactly when ``metrics.json`` exists, so a killed
+run is never mistaken for a finished one and simply resumes. Tables that need the same run (tables 2, 3 and row 4
+of table 4) compute the same key and train it once.
+
+A key holds what the run is, never where things lie: the data's content identity
+(:func:`idckit.experiments.data.content_identity`, so moved data keeps its runs) and :data:`TRAINING_CODE_VERSION`
+(so changed training code retrains).
+
+Why a version string and not a hash of the source: runs cost minutes to days, and a hash would throw them all away
+for a docstring, a rename or device plumbing that cannot change what a run learns. A version alone could be
+forgotten, so ``tests/test_runs.py`` compares :func:`training_fingerprint` (the training modules' code, docstrings
+and comments ignored) with :data:`TRAINING_CODE_FINGERPRINT`: any change to that code fails the test until someone
+decides: bump the version if the change alters what a run learns, and record the new fingerprint either way.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from idckit import paths
 from idckit.errors import ConfigError
-from idckit.fileio import write_json
+from idckit.fileio import check_output_dir, write_json
+
+#: bump when a change to the training code alters what a run learns (every cached run then retrains)
+TRAINING_CODE_VERSION = "2"  # 2: grouped IDC-PCL fine-tuning batches, judge_loss
+#: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
+TRAINING_CODE_FINGERPRINT = "bd3d4026b0bad20b"
+#: the code a run's result depends on beyond its config: the loop, models, tasks, losses, text and features
+TRAINING_MODULES = ("train/*.py", "models/*.py", "models/clip_configs/*.json", "tasks/*.py", "losses.py",
+                    "text/*.py", "data/features.py", "data/images.py")
+
+
+def training_fingerprint(package: Path | None = None) -> str:
+    """SHA-256 (16 hex) over the training modules' syntax trees with docstrings dropped (comments and layout never
+    enter a tree), so only code changes move it. ``package``: the ``idckit`` directory (default: this one)."""
+    package = package or Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted({p for pattern in TRAINING_MODULES for p in package.glob(pattern)}):
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".py":
+            tree = ast.parse(text)
+            for node in ast.walk(tree):
+                body = getattr(node, "body", None)
+                if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                        isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+            text = ast.dump(tree)
+        h.update(path.relative_to(package).as_posix().encode() + b"\0" + text.encode() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def canonical_json(config: Mapping[str, Any]) -> str:
@@ -47,16 +87,45 @@ class Run:
         if not self.is_complete():
             raise ConfigError("this run has not finished (no metrics.json)", path=self.dir,
                               fix="run the notebook or experiment again; it resumes the run")
-        return json.loads(self.metrics_path.read_text())
+        try:
+            metrics = json.loads(self.metrics_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"this run's metrics.json is unreadable ({e})", path=self.metrics_path,
+                              fix="delete metrics.json and run again: the run resumes from its last checkpoint "
+                                  "and writes it anew") from e
+        if not isinstance(metrics, dict):
+            raise ConfigError("this run's metrics.json must hold a JSON object", path=self.metrics_path,
+                              fix="delete metrics.json and run again; the run resumes and writes it anew")
+        return metrics
 
-    def complete(self, metrics: Mapping[str, Any]) -> None:
+    @property
+    def record_path(self) -> Path:
+        return self.dir / "record.json"
+
+    def record(self) -> dict[str, Any]:
+        """Who finished the run (``{}`` for runs finished before records existed)."""
+        try:
+            rec = json.loads(self.record_path.read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return {}
+        return rec if isinstance(rec, dict) else {}
+
+    def complete(self, metrics: Mapping[str, Any], **about: Any) -> None:
+        """Write the record (commit, code version, time, and ``about``: profile, data, ...), then the metrics
+        (last: they mark the run finished)."""
+        from idckit.report import git_commit
+
+        write_json(self.record_path, {"commit": git_commit(), "training_code": TRAINING_CODE_VERSION,
+                                      "finished": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                                      **about}, indent=1)
         write_json(self.metrics_path, dict(metrics), indent=1)
 
 
 def open_run(runs_dir: str | Path | None, kind: str, config: Mapping[str, Any]) -> Run:
-    """The run directory for ``config`` (created with its config.json if new)."""
+    """The run directory for ``config`` plus the training code's version (created with its config.json if new)."""
+    config = {**config, "training_code": TRAINING_CODE_VERSION}
     key = run_key(config)
-    root = Path(runs_dir) if runs_dir else paths.runs_dir()
+    root = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
     run = Run(dir=root / f"{kind}-{key}", key=key, config=json.loads(canonical_json(config)))
     cfg_path = run.dir / "config.json"
     if not cfg_path.is_file():

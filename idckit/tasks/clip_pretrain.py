@@ -85,6 +85,19 @@ class DescriptionData:
         return join_objects([objs[i] for i in sorted(keep)])
 
 
+def read_descriptions(path: Path) -> dict[str, str]:
+    """``scene_descriptions.json`` (image file -> description), or the kit's error naming it."""
+    try:
+        descriptions = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DatasetError(f"malformed scene_descriptions.json ({e})", path=path,
+                           fix="re-generate the synthetic dataset (`idckit generate clevr-change --overwrite`)") from e
+    if not isinstance(descriptions, dict) or not all(isinstance(v, str) for v in descriptions.values()):
+        raise DatasetError("scene_descriptions.json must map image file names to description strings", path=path,
+                           fix="re-generate the synthetic dataset (`idckit generate clevr-change --overwrite`)")
+    return descriptions
+
+
 def load_description_data(root: str | Path, size: int, *, context_length: int = 32,
                           cache_dir: str | Path | None = None, progress: bool = False) -> DescriptionData:
     """Train-scene images and val default images of a CLEVR-Change root that has ``scene_descriptions.json``."""
@@ -98,7 +111,7 @@ def load_description_data(root: str | Path, size: int, *, context_length: int = 
             "single-image scene descriptions", path=path,
             fix="pre-train on the synthetic default (leave data_root unset, or `idckit generate clevr-change`), or "
                 "use real CLIP weights (clip_model='ViT-B-32', pretrained='openai')")
-    descriptions = json.loads(path.read_text(encoding="utf-8"))
+    descriptions = read_descriptions(path)
     ds = ClevrChange(root)
     train = [(f"images/{default_name(i)}", f"sc_images/{semantic_name(i)}", f"nsc_images/{nonsemantic_name(i)}")
              for i in ds.indices("train")]

@@ -1,0 +1,104 @@
+"""Nothing lost: feature stores are not overwritten by another backbone's, smoke runs stay out of the committed
+reports and the README, and files the kit writes are readable like any other file."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from idckit import fileio, paths
+from idckit.errors import ConfigError, DatasetError
+from idckit.reproduce import Outcome
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_written_files_follow_the_umask_not_mkstemps_0600(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        fileio.write_json(tmp_path / "a.json", {"x": 1})
+        fileio.write_text(tmp_path / "README.md", "text")
+    finally:
+        os.umask(old)
+    for name in ("a.json", "README.md"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode
+    assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "a.json"]   # no temp file left
+
+
+def test_features_out_refuses_another_backbones_store_and_keeps_it(tiny_clevr, tmp_path):
+    from idckit.data.features import extract_features
+
+    out = tmp_path / "store"
+    two = ["images/CLEVR_default_000000.png", "sc_images/CLEVR_semantic_000000.png"]
+    first = extract_features(tiny_clevr, "resnet101", weights="random", images=two, out_dir=out, progress=False)
+    digest = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(DatasetError, match="'resnet101', not 'efficientnet_lite0'") as err:
+        extract_features(tiny_clevr, "efficientnet_lite0", weights="random", images=two, out_dir=out, progress=False)
+    assert str(out) in str(err.value) and err.value.fix
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == digest
+    # the same backbone with the same weights is reused, not re-extracted
+    again = extract_features(tiny_clevr, "resnet101", weights="random", images=two, out_dir=out, progress=False)
+    assert again.meta == first.meta and {p.name: p.read_bytes() for p in out.iterdir()} == digest
+
+
+def test_non_default_profiles_report_into_their_own_directory(tmp_path, monkeypatch):
+    from idckit import reproduce as rp
+
+    monkeypatch.setenv("IDCKIT_REPORTS_DIR", str(tmp_path / "reports"))
+    assert paths.reports_dir() == paths.reports_dir("cpu") == tmp_path / "reports"
+    assert paths.reports_dir("smoke") == tmp_path / "reports" / "smoke"
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    (nbs / "t.ipynb").write_text("{}")
+    seen = []
+    monkeypatch.setattr(rp, "run_one", lambda nb, **kw: seen.append(kw["report_dir"]) or Outcome(nb.stem, True, 1.0))
+    monkeypatch.setattr(rp, "write_index", lambda d: None)
+    rp.reproduce(profile="smoke", runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    assert seen == [tmp_path / "reports" / "smoke"]
+    assert json.loads((tmp_path / "reports" / "smoke" / "status.json").read_text())["t"]["profile"] == "smoke"
+    assert not (tmp_path / "reports" / "status.json").exists()
+
+
+@pytest.mark.parametrize("profile, report_dir, touches", [("cpu", None, True), ("smoke", None, False),
+                                                          ("paper", None, False), ("cpu", "elsewhere", False)])
+def test_only_the_default_profile_into_reports_touches_the_readme(tmp_path, monkeypatch, profile, report_dir,
+                                                                    touches):
+    from idckit import cli, readme, reproduce as rp
+
+    monkeypatch.setattr(rp, "reproduce", lambda *a, **kw: [Outcome("t", True, 1.0)])
+    calls = []
+    monkeypatch.setattr(readme, "update_readme", lambda *a, **kw: calls.append(1))
+    argv = ["reproduce", "--profile", profile] + (["--report-dir", str(tmp_path / report_dir)] if report_dir else [])
+    assert cli.main(argv) == 0
+    assert bool(calls) == touches
+
+
+def test_readme_command_refuses_a_smoke_report_and_leaves_the_readme(tmp_path):
+    from idckit.readme import END, START, update_readme
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    doc = {"notebook": "t", "headline": {"label": "CIDEr-D", "kit": 97.25}, "provenance": {"profile": "smoke"}}
+    (reports / "t.json").write_text(json.dumps(doc))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{START}\nthe cpu table\n{END}\n")
+    with pytest.raises(ConfigError, match="t.json ran at another profile"):
+        update_readme(readme, reports)
+    assert readme.read_text() == f"{START}\nthe cpu table\n{END}\n"
+    doc["provenance"]["profile"] = "cpu"
+    (reports / "t.json").write_text(json.dumps(doc))
+    assert update_readme(readme, reports) is True and "97.2" in readme.read_text()
+
+
+def test_a_damaged_image_cache_is_decoded_again_not_a_traceback(tiny_clevr, tmp_path):
+    from idckit.data.images import ImageCache
+
+    rel = ["images/CLEVR_default_000000.png", "sc_images/CLEVR_semantic_000001.png"]
+    first = ImageCache.build(tiny_clevr, rel, 16, cache_dir=tmp_path / "cache")
+    for damage in ({"images.npy": b"junk"}, {"meta.json": b"{"}, {"index.json": b"["}):
+        for name, data in damage.items():
+            (tmp_path / "cache" / name).write_bytes(data)
+        again = ImageCache.build(tiny_clevr, rel, 16, cache_dir=tmp_path / "cache")
+        assert again.index == first.index and bool((again.pixels == first.pixels).all())
