@@ -129,6 +129,31 @@ def test_notebook_runs_at_smoke_profile(nb, smoke_env):
     html = (reports / f"{nb.stem}.html").read_text()
     assert len(html) > 10_000  # tables and plots were rendered
     _tells_the_truth(doc, html)
+    _pinned_headline(doc)
+
+
+#: every smoke notebook's headline number, pinned: the smoke runs are deterministic, so a change that moves a
+#: number (halves every score, breaks selection) fails here. Update deliberately when a change is meant to move
+#: them: `IDCKIT_UPDATE_EXPECTED=1 .venv/bin/python -m pytest tests/test_notebooks.py -k smoke_profile`.
+EXPECTED_VALUES = ROOT / "tests" / "expected_smoke.json"
+TOLERANCE = 0.5   # on the x100 scale: float summation order may differ between BLAS builds, not more
+
+
+def _pinned_headline(doc):
+    import json as _json
+    pinned = _json.loads(EXPECTED_VALUES.read_text()) if EXPECTED_VALUES.is_file() else {}
+    got = doc["headline"]["kit"]
+    if os.environ.get("IDCKIT_UPDATE_EXPECTED"):
+        pinned[doc["notebook"]] = {"label": doc["headline"]["label"], "kit": got}
+        EXPECTED_VALUES.write_text(_json.dumps(dict(sorted(pinned.items())), indent=1) + "\n")
+        return
+    assert doc["notebook"] in pinned, f"{doc['notebook']} has no pinned headline in {EXPECTED_VALUES.name}"
+    want = pinned[doc["notebook"]]
+    assert want["label"] == doc["headline"]["label"], (want["label"], doc["headline"]["label"])
+    if want["kit"] is None or got is None:
+        assert want["kit"] == got, (doc["notebook"], want["kit"], got)
+    else:
+        assert abs(got - want["kit"]) <= TOLERANCE, (doc["notebook"], "pinned", want["kit"], "got", got)
 
 
 @pytest.mark.slow
