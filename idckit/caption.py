@@ -58,8 +58,11 @@ def resolve_model(model: str | Path | None, runs_dir: str | Path | None = None) 
 
 
 def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | None = None,
-                 runs_dir: str | Path | None = None, beam: int = 1) -> Captioned:
+                 runs_dir: str | Path | None = None, beam: int = 1, device: str | None = None) -> Captioned:
+    """Caption one pair on ``device`` (None: auto)."""
     import torch
+
+    from idckit.device import resolve
 
     from idckit.data.clevr_change import load_image
     from idckit.data.features import build_backbone, preprocess
@@ -74,33 +77,35 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
     run = resolve_model(model, runs_dir)
     cfg = json.loads((run / "config.json").read_text())
     vocab = Vocab.load(run / "vocab.json")
+    dev = resolve(device)
     net, forward, label = build_backbone(cfg["features"], None)
+    net.to(dev)
     if label != cfg.get("weights"):
         raise DatasetError(f"this run was trained on {cfg['features']} features with weights {cfg.get('weights')!r}, "
                            f"but only {label!r} can be loaded here", path=run,
                            fix="caption with a run trained on features this machine can compute")
     with torch.inference_mode():
-        grid = forward(preprocess([Path(before), Path(after)]))           # [2, C, h, w]
+        grid = forward(preprocess([Path(before), Path(after)]).to(dev))   # [2, C, h, w]
         grid = grid.flatten(2).transpose(1, 2).half().float()              # as stored: float16, row-major
         f1, f2 = grid[0:1], grid[1:2]
         state = torch.load(run / "best.pt", map_location="cpu", weights_only=True)
         pcl = PCL(PCLConfig(vocab_size=len(vocab), feat_dim=grid.shape[2], n_regions=grid.shape[1],
                             max_text_len=cfg["max_len"], **cfg["model"]), vocab)
         pcl.load_state_dict(state)
-        pcl.eval()
+        pcl.to(dev).eval()
         decode = (lambda v: beam_search(pcl, v, cfg["max_len"] - 1, beam)) if beam > 1 else \
             (lambda v: greedy_decode(pcl, v, cfg["max_len"] - 1))
         text = vocab.decode(decode((f1, f2))[0].tolist())
         changed = p = None
         if pcl.cfg.distractor_head:
-            out = pcl(f1, f2, torch.full((1, 1), vocab.bos_id), mode="finetune")
+            out = pcl(f1, f2, torch.full((1, 1), vocab.bos_id, device=dev), mode="finetune")
             p = float(pcl.distractor_logits(out).softmax(-1)[0, 1])
             changed = p >= 0.5
     return Captioned(caption=text, changed=changed, p_changed=p, run=run)
 
 
-def main(before: str, after: str, model: str | None, runs_dir: str | None, beam: int) -> int:
-    res = caption_pair(before, after, model=model, runs_dir=runs_dir, beam=beam)
+def main(before: str, after: str, model: str | None, runs_dir: str | None, beam: int, device: str | None = None) -> int:
+    res = caption_pair(before, after, model=model, runs_dir=runs_dir, beam=beam, device=device)
     print(res.caption)
     if res.changed is not None:
         verdict = "a real change" if res.changed else "no real change (distractor: viewpoint/lighting only)"

@@ -40,7 +40,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     from idckit.data.features import extract_features
 
     store = extract_features(args.data_root, args.backbone, weights=args.weights, batch_size=args.batch_size,
-                             out_dir=args.out)
+                             out_dir=args.out, device=args.device)
     print(f"{store.directory}: {store.array.shape[0]} images x {store.n_regions} regions x {store.dim} "
           f"(float16), weights: {store.meta['weights']}")
     return 0
@@ -50,7 +50,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from idckit.reproduce import reproduce
 
     outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
-                         report_dir=args.report_dir, runs_dir=args.runs_dir)
+                         report_dir=args.report_dir, runs_dir=args.runs_dir,
+                         extra_parameters={"device": args.device} if args.device else None)
     failed = [o.notebook for o in outcomes if not o.ok]
     if args.report_dir is None:  # the README's results table follows the default reports/
         from idckit.readme import update_readme
@@ -76,16 +77,21 @@ def cmd_readme(args: argparse.Namespace) -> int:
 def cmd_caption(args: argparse.Namespace) -> int:
     from idckit.caption import main as caption_main
 
-    return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam)
+    return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam, args.device)
 
 
 def cmd_pretrain_clip(args: argparse.Namespace) -> int:
     from idckit.experiments.clip4idc import pretrain_clip
 
-    info = pretrain_clip(args.profile, args.data_root, runs_dir=args.runs_dir, out=args.out)
+    info = pretrain_clip(args.profile, args.data_root, runs_dir=args.runs_dir, out=args.out, device=args.device)
     print(info["description"])
     print(info["weights"])
     return 0
+
+
+def _device_option(parser: argparse.ArgumentParser, default_help: str = "default: auto") -> None:
+    parser.add_argument("--device", default=None,
+                        help=f"auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps; {default_help}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--weights", default=None, help="a local state-dict file ('random' for tests only)")
     f.add_argument("--batch-size", type=int, default=16)
     f.add_argument("--out", type=Path, default=None, help="default: DATA_ROOT/features/BACKBONE")
+    _device_option(f)
     f.set_defaults(func=cmd_features)
 
     r = sub.add_parser("reproduce", help="run notebooks with papermill into HTML reports + reports/index.html")
@@ -129,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
     r.add_argument("--report-dir", type=Path, default=None)
     r.add_argument("--runs-dir", type=Path, default=None)
+    _device_option(r, "passed to every notebook as its device parameter (default: each config's device)")
     r.set_defaults(func=cmd_reproduce)
 
     c = sub.add_parser("caption", help="say what changed between two images (any size) with a trained model")
@@ -138,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a run directory or its name in the run cache (default: the best finished run on val)")
     c.add_argument("--runs-dir", type=Path, default=None)
     c.add_argument("--beam", type=int, default=1, help="beam width (1 = greedy, the papers' decoding)")
+    _device_option(c)
     c.set_defaults(func=cmd_caption)
 
     pc = sub.add_parser("pretrain-clip", help="train the offline stand-in CLIP (open_clip checkpoint; cached) and "
@@ -147,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a CLEVR-Change root with scene_descriptions.json (default: the profile's synthetic data)")
     pc.add_argument("--runs-dir", type=Path, default=None, help="run cache (default runs/)")
     pc.add_argument("--out", type=Path, default=None, help="also copy the checkpoint here")
+    _device_option(pc, "default: the config's device")
     pc.set_defaults(func=cmd_pretrain_clip)
 
     rd = sub.add_parser("readme", help="regenerate the README's results table from reports/*.json")

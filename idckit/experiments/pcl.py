@@ -21,6 +21,7 @@ from idckit.errors import ConfigError, DatasetError
 from idckit.experiments.config import load_config
 from idckit.experiments.data import DataChoice, clevr_change
 from idckit.experiments.runs import Run, open_run
+from idckit.train import distributed
 
 #: table 4's rows: (label in the paper, pre-training tasks, model switches, fine-tuning switches)
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -42,6 +43,7 @@ class Setup:
     data: DataChoice
     store: FeatureStore
     runs_dir: Path
+    device: str = "auto"        # where training, decoding and feature extraction run (not part of any run key)
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -58,17 +60,23 @@ class Setup:
 
 
 def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          backbone: str | None = None, overrides: dict | None = None, progress: bool = True) -> Setup:
-    """Data (generated on first use when synthetic) and its grid features (extracted once, cached)."""
+          backbone: str | None = None, overrides: dict | None = None, progress: bool = True,
+          device: str | None = None) -> Setup:
+    """Data (generated on first use when synthetic) and its grid features (extracted once, cached).
+
+    ``device`` (``auto``, ``cpu``, ``cuda:1``, ...) overrides the config's; a run's result does not depend on it
+    beyond float rounding, so it is not part of the run keys."""
     cfg = load_config("pcl", profile, overrides)
+    configured = cfg.pop("device")
+    device = device or configured
     if backbone:
         cfg["backbone"] = backbone
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
     data = clevr_change(profile, data_root, progress=progress)
     tag = hashlib.sha256(str(data.root).encode()).hexdigest()[:8]
     out = runs / "features" / f"{data.root.name}-{tag}" / cfg["backbone"].replace(":", "_").replace("/", "_")
-    store = extract_features(data.root, cfg["backbone"], out_dir=out, progress=progress)
-    return Setup(profile, cfg, data, store, runs)
+    store = extract_features(data.root, cfg["backbone"], out_dir=out, progress=progress, device=device)
+    return Setup(profile, cfg, data, store, runs, device)
 
 
 _DATA_CACHE: dict[tuple, Any] = {}
@@ -116,8 +124,11 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
     task = PretrainTask(_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
                         mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
                         tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
-    res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress)
-    run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
+    res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress,
+              device=s.device)
+    if distributed.is_main():
+        run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
+    distributed.barrier()
 
 
 def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Path | None = None, *,
@@ -161,9 +172,12 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                             eval_batch_size=c["eval_batch_size"],
                             init_from=None if pre is None else pre.dir / "best.pt", scorer=quick)
         res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir,
-                  progress=progress)
-    data.vocab.save(run.dir / "vocab.json")
+                  progress=progress, device=s.device)
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
+    if not distributed.is_main():      # rank 0 scores and writes; the others wait for the finished run
+        distributed.barrier()
+        return
+    data.vocab.save(run.dir / "vocab.json")
     write_results(run.dir / "test", preds["captions"])
     split = data.splits["test"]
     test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)))
@@ -173,10 +187,12 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                   "finetune_seconds": res.wall_seconds, "pretrain_seconds": pre_seconds,
                   "wall_seconds": round(time.perf_counter() - t0 + pre_seconds, 1),
                   "negatives": getattr(data, "negative_stats", None)})
+    distributed.barrier()
 
 
 def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
-    """(model, step): a fine-tuning run's weights in a model for ``s``'s data, eval mode, and their training step.
+    """(model, step): a fine-tuning run's weights in a model for ``s``'s data on ``s.device``, eval mode, and their
+    training step.
 
     ``checkpoint``: ``best`` (the val-selected step, what the tables report) or ``last`` (the final step; the loop
     keeps it for resuming). The run must have been trained on this data's vocabulary.
@@ -208,7 +224,9 @@ def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
         model.load_state_dict(state)
         metrics = run_dir / "metrics.json"
         step = json.loads(metrics.read_text()).get("best_step") if metrics.is_file() else None
-    return model.eval(), step
+    from idckit.device import resolve
+
+    return model.to(resolve(s.device)).eval(), step
 
 
 def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,

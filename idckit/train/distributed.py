@@ -64,11 +64,11 @@ def global_mean(local_sum: torch.Tensor, local_count: int | torch.Tensor) -> tor
     """``local_sum / global count * world``: under DDP's gradient averaging, the gradient of the one-process mean.
 
     Its value on one rank is that rank's share times ``world``; the mean over ranks (what the loop logs) is the
-    one-process mean."""
+    one-process mean. No item at all gives 0 (the sum is 0), not NaN."""
     if world() == 1:
-        return local_sum / local_count
+        return local_sum / max(int(local_count), 1)
     count = torch.as_tensor(local_count, dtype=torch.float64, device=local_sum.device)
-    return local_sum * world() / all_sum(count).to(local_sum.dtype)
+    return local_sum * world() / all_sum(count).clamp(min=1).to(local_sum.dtype)
 
 
 def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
