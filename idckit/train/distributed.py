@@ -75,9 +75,13 @@ def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     """The rows of ``x`` from every rank, concatenated in rank order; gradients flow back to each rank's rows."""
     if world() == 1:
         return x
+    import warnings
+
     from torch.distributed.nn.functional import all_gather
 
-    return torch.cat(all_gather(x.contiguous()), 0)
+    with warnings.catch_warnings():   # deprecated in favour of a private module; open_clip uses it the same way
+        warnings.simplefilter("ignore", FutureWarning)
+        return torch.cat(all_gather(x.contiguous()), 0)
 
 
 def broadcast(obj: Any) -> Any:
