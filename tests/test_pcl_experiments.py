@@ -21,6 +21,12 @@ def smoke(tmp_path_factory):
     return pcl.setup("smoke", root, runs_dir=base / "runs", progress=False)
 
 
+def test_device_comes_from_the_config_and_stays_out_of_run_keys(smoke, tmp_path):
+    assert smoke.device == "auto" and "device" not in smoke.config
+    other = pcl.setup("smoke", smoke.data.root, runs_dir=smoke.runs_dir, progress=False, device="cpu")
+    assert other.device == "cpu" and other.config == smoke.config and other.identity == smoke.identity
+
+
 def test_pretrain_pool_follows_the_ratios(smoke):
     from idckit.tasks.pcl import PretrainTask
 
