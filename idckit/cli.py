@@ -89,6 +89,24 @@ def cmd_pretrain_clip(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from idckit.experiments.train_runs import train
+    from idckit.train import distributed
+
+    results = train(args.kind, args.profile, args.data_root, variants=args.variants or None, seeds=args.seeds,
+                    runs_dir=args.runs_dir, device=args.device)
+    if distributed.is_main():
+        for r in results:
+            print(f"{r['label']} (seed {r['seed']}): {r['run']}  val CIDEr-D {100 * r['val']['CIDEr-D']:.1f}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from idckit.doctor import main as doctor_main
+
+    return doctor_main(profile=args.profile, data_root=args.data_root, runs_dir=args.runs_dir)
+
+
 def _device_option(parser: argparse.ArgumentParser, default_help: str = "default: auto") -> None:
     parser.add_argument("--device", default=None,
                         help=f"auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps; {default_help}")
@@ -158,6 +176,23 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--out", type=Path, default=None, help="also copy the checkpoint here")
     _device_option(pc, "default: the config's device")
     pc.set_defaults(func=cmd_pretrain_clip)
+
+    t = sub.add_parser("train", help="train the runs behind the notebooks into the run cache; under "
+                                     "`torchrun --nproc_per_node=N -m idckit.cli train ...` on N processes (DDP)")
+    t.add_argument("kind", choices=["pcl", "clip4idc"])
+    t.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"])
+    t.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
+    t.add_argument("--variants", nargs="*", default=None, help="default: every variant the notebooks show")
+    t.add_argument("--seeds", nargs="*", type=int, default=[0])
+    t.add_argument("--runs-dir", type=Path, default=None)
+    _device_option(t, "default: the configs' device")
+    t.set_defaults(func=cmd_train)
+
+    dr = sub.add_parser("doctor", help="what this machine offers: devices, bf16, Java, weights, datasets")
+    dr.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"])
+    dr.add_argument("--data-root", default=None, help="a real dataset root to check")
+    dr.add_argument("--runs-dir", type=Path, default=None)
+    dr.set_defaults(func=cmd_doctor)
 
     rd = sub.add_parser("readme", help="regenerate the README's results table from reports/*.json")
     rd.add_argument("--report-dir", type=Path, default=None)

@@ -68,7 +68,17 @@ class ImageCache:
     @classmethod
     def build(cls, root: str | Path, rel_paths: Sequence[str], size: int, *, cache_dir: str | Path | None = None,
               progress: bool = False) -> "ImageCache":
-        """Decode and resize ``rel_paths`` (relative to ``root``); reuse ``cache_dir`` if it holds the same set."""
+        """Decode and resize ``rel_paths`` (relative to ``root``); reuse ``cache_dir`` if it holds the same set.
+        Under torchrun rank 0 writes the cache and the other ranks read it."""
+        from idckit.train import distributed
+
+        if cache_dir is not None and distributed.world() > 1:
+            return distributed.main_first(lambda: cls._build(root, rel_paths, size, cache_dir=cache_dir,
+                                                             progress=progress and distributed.is_main()))
+        return cls._build(root, rel_paths, size, cache_dir=cache_dir, progress=progress)
+
+    @classmethod
+    def _build(cls, root, rel_paths, size, *, cache_dir, progress) -> "ImageCache":
         from tqdm.auto import tqdm
 
         root = Path(root)

@@ -75,7 +75,8 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     data = clevr_change(profile, data_root, progress=progress)
     tag = hashlib.sha256(str(data.root).encode()).hexdigest()[:8]
     out = runs / "features" / f"{data.root.name}-{tag}" / cfg["backbone"].replace(":", "_").replace("/", "_")
-    store = extract_features(data.root, cfg["backbone"], out_dir=out, progress=progress, device=device)
+    store = extract_features(data.root, cfg["backbone"], weights=cfg["backbone_weights"], out_dir=out,
+                             progress=progress, device=device)
     return Setup(profile, cfg, data, store, runs, device)
 
 

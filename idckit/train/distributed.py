@@ -19,10 +19,12 @@ How a step is split (the rules :func:`idckit.train.loop.fit` and the tasks follo
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 def world() -> int:
@@ -105,6 +107,19 @@ def gather(obj: Any) -> list[Any] | None:
 def barrier() -> None:
     if world() > 1:
         dist.barrier()
+
+
+def main_first(fn: Callable[[], T]) -> T:
+    """``fn()`` on rank 0, then on the other ranks: rank 0 writes a cache (images, features, a generated dataset)
+    that the others then only read. The plain call in a single process."""
+    if world() == 1:
+        return fn()
+    out = fn() if is_main() else None
+    barrier()
+    if not is_main():
+        out = fn()
+    barrier()
+    return out
 
 
 def split_evenly(items: Sequence[Any]) -> Sequence[Any]:
