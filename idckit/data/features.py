@@ -210,7 +210,7 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
                      max_batches: int | None = None, progress: bool = True,
                      device: str | None = None) -> FeatureStore | None:
     """Extract (or resume, or reuse) the store on ``device`` (None: auto); returns it when complete, None when
-    ``max_batches`` stopped it. Under torchrun only rank 0 extracts; the other ranks wait and open the store."""
+    ``max_batches`` stopped it. Under torchrun rank 0 extracts; the other ranks wait, then find the store complete."""
     import torch
     from tqdm.auto import tqdm
 
@@ -218,12 +218,9 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
     from idckit.train import distributed
 
     if distributed.world() > 1:
-        store = extract_features(root, backbone, weights=weights, images=images, batch_size=batch_size,
-                                 out_dir=out_dir, max_batches=max_batches, progress=progress,
-                                 device=device) if distributed.is_main() else None
-        distributed.barrier()
-        return store if distributed.is_main() else FeatureStore.open(
-            Path(out_dir) if out_dir else Path(root) / "features" / backbone)
+        return distributed.main_first(lambda: extract_features(
+            root, backbone, weights=weights, images=images, batch_size=batch_size, out_dir=out_dir,
+            max_batches=max_batches, progress=progress and distributed.is_main(), device=device))
 
     root = Path(root)
     images = list(images) if images is not None else clevr_change_images(root)

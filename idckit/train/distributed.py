@@ -27,12 +27,15 @@ import torch.distributed as dist
 T = TypeVar("T")
 
 
+_ALONE = False     # inside main_first: this process acts as a single one (no collectives)
+
+
 def world() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() and not _ALONE else 1
 
 
 def rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() and not _ALONE else 0
 
 
 def is_main() -> bool:
@@ -111,13 +114,24 @@ def barrier() -> None:
 
 def main_first(fn: Callable[[], T]) -> T:
     """``fn()`` on rank 0, then on the other ranks: rank 0 writes a cache (images, features, a generated dataset)
-    that the others then only read. The plain call in a single process."""
+    that the others then only read. The plain call in a single process. Inside, every rank acts as a single
+    process (``world()`` is 1), so ``fn`` must not train or evaluate."""
     if world() == 1:
         return fn()
-    out = fn() if is_main() else None
+    first = is_main()
+
+    def alone():
+        global _ALONE
+        _ALONE = True        # nested guards (features, image caches) must not wait for ranks that are not there
+        try:
+            return fn()
+        finally:
+            _ALONE = False
+
+    out = alone() if first else None
     barrier()
-    if not is_main():
-        out = fn()
+    if not first:
+        out = alone()        # the caches exist now: this only reads them
     barrier()
     return out
 

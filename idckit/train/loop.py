@@ -61,6 +61,7 @@ class TrainConfig:
     log_every: int = 10
     seed: int = 0
     amp: bool = False       # mixed precision: bf16 autocast, or fp16 + loss scaling where bf16 is absent
+    compile: bool = False   # torch.compile the model's forward (opt-in; see bench/bench_train_loop.py)
     max_minutes: float | None = None
 
     @classmethod
@@ -187,6 +188,8 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
 
     _seed(cfg.seed)
     model = task.build_model().to(dev)
+    if cfg.compile:
+        model.compile()     # in place: the state_dict keys stay those of the plain model
     if world > 1:
         _seed(rank_seed(cfg.seed, rank))
     optimizer = _optimizer(cfg, task.param_groups(model))
