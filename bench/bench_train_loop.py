@@ -82,10 +82,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--warmup", type=int, default=3, help="untimed first steps (compilation happens here)")
     ap.add_argument("--modes", nargs="*", default=["base", "amp", "compile", "ddp"])
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--world", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:                           # inside torchrun
-        torch.set_num_threads(max(1, args.threads // args.nproc))
+        torch.set_num_threads(max(1, args.threads // args.world))
         res = run(args.worker, args, args.out)
         if distributed.is_main():
             (args.out / "ddp.json").write_text(json.dumps(res))
@@ -99,15 +100,16 @@ def main(argv=None) -> dict:
                 if args.nproc < 2:
                     continue
                 cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
-                       __file__, "--worker", "ddp", "--out", str(out), "--device", args.device, "--nproc",
+                       __file__, "--worker", "ddp", "--out", str(out), "--device", args.device, "--world",
                        str(args.nproc), "--threads", str(args.threads), "--batch", str(args.batch), "--steps",
-                       str(args.steps), "--warmup", str(args.warmup)]
+                       str(args.steps), "--warmup", str(args.warmup)]   # torchrun would take --nproc as its own
                 subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": str(max(1, args.threads
                                                                                                // args.nproc))})
                 res = json.loads((out / "ddp.json").read_text())
             else:
                 res = run(mode, args, out)
             results.append(res)
+            print(f"  ({mode}: {res['samples_s']:.1f} samples/s)", flush=True)
     base = results[0]["samples_s"]
     print(f"IDC-PCL pre-training (MLM) through the training loop, cpu-profile model, global batch {args.batch}, "
           f"{args.steps - 1 - args.warmup} timed steps, device {args.device}, {args.threads} threads in all; "

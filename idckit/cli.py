@@ -98,6 +98,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if distributed.is_main():
         for r in results:
             print(f"{r['label']} (seed {r['seed']}): {r['run']}  val CIDEr-D {100 * r['val']['CIDEr-D']:.1f}")
+    if distributed.world() > 1:
+        import torch.distributed
+
+        torch.distributed.destroy_process_group()
     return 0
 
 

@@ -37,7 +37,8 @@ def _resnet101() -> str:
     if cached.is_file():
         return f"found ({cached})"
     if _offline():
-        return "missing, and downloads are off (fix: idckit features --backbone resnet101 --weights FILE)"
+        return ("missing, and downloads are off (fix: set backbone_weights in idckit/experiments/configs/pcl.json to a "
+                "torchvision resnet101 state-dict file, or go online once)")
     return f"not cached; torchvision downloads it on first use ({url})"
 
 

@@ -86,6 +86,16 @@ def test_runs_are_shared_and_cached(smoke):
         pcl.run_variant("bogus", setup_=smoke)
 
 
+def test_train_command_fills_the_run_cache_the_notebooks_read(smoke, capsys):
+    from idckit.cli import main
+
+    assert main(["train", "pcl", "--profile", "smoke", "--data-root", str(smoke.data.root), "--variants", "full",
+                 "--runs-dir", str(smoke.runs_dir), "--device", "cpu"]) == 0
+    full = pcl.run_variant("full", setup_=smoke, progress=False)           # what a notebook asks for: cached
+    assert full["run"] in capsys.readouterr().out
+    assert main(["train", "pcl", "--variants", "bogus", "--runs-dir", str(smoke.runs_dir)]) == 2
+
+
 def test_caption_cli_uses_the_best_run(smoke, capsys):
     from idckit.caption import caption_pair, finished_runs
     from idckit.cli import main
