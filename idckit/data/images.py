@@ -38,6 +38,16 @@ def resize_uint8(path: str | Path, size: int) -> np.ndarray:
     return np.asarray(img, dtype=np.uint8).transpose(2, 0, 1).copy()
 
 
+def _mapped(path: Path) -> torch.Tensor:
+    """The cache file as a read-only memory-mapped tensor: a batch reads its rows, and the page cache holds the file
+    once for every process of a machine (18 GB for CLEVR-Change at 224 px)."""
+    import warnings
+
+    with warnings.catch_warnings():   # read-only: nothing writes the pixels
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.load(path, mmap_mode="r"))
+
+
 class ImageCache:
     """uint8 images at one square size, addressed by relative path; :meth:`batch` gives normalised floats."""
 
@@ -91,8 +101,7 @@ class ImageCache:
                 meta = json.loads(meta_path.read_text())
                 if meta.get("complete") and meta.get("digest") == digest:
                     index = json.loads((cache_dir / "index.json").read_text())
-                    pixels = torch.from_numpy(np.load(cache_dir / "images.npy"))
-                    return cls(pixels, index)
+                    return cls(_mapped(cache_dir / "images.npy"), index)
         pixels = np.empty((len(paths), 3, size, size), dtype=np.uint8)
         for i, rel in enumerate(tqdm(paths, desc=f"images {size}px", disable=not progress, leave=False)):
             pixels[i] = resize_uint8(root / rel, size)
@@ -104,4 +113,5 @@ class ImageCache:
             fileio.write_json(cache_dir / "index.json", index)
             fileio.write_json(cache_dir / "meta.json", {"size": size, "count": len(paths), "digest": digest,
                                                          "root": str(root), "complete": True}, indent=1)
+            return cls(_mapped(cache_dir / "images.npy"), index)
         return cls(torch.from_numpy(pixels), index)
