@@ -1,7 +1,7 @@
 """What tests/test_distributed.py runs, alone (imported) or under ``torchrun --nproc_per_node=2`` (gloo, CPU).
 
-The runs use the kit's real IDC-PCL tasks (pre-training with MLM, MVCL and FDA; fine-tuning with the judge) and a
-toy contrastive task on the InfoNCE path the CLIP tasks share, on in-memory data small enough for seconds.
+The runs use the kit's real tasks (IDC-PCL pre-training with MLM, MVCL and FDA, fine-tuning with the judge;
+CLIP4IDC adaptation and captioning on the stand-in CLIP), on random in-memory data small enough for seconds.
 Dropout is 0 so the only random draws are the batch generator's, which every rank shares: one process and two
 processes then compute the same global gradients, and their runs must agree to float tolerance.
 
@@ -15,9 +15,7 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from idckit.losses import symmetric_infonce
 from idckit.tasks.pcl import FinetuneTask, PCLData, PretrainTask, SplitData, predict
 from idckit.text.vocab import Vocab
 from idckit.train import distributed
@@ -72,36 +70,58 @@ class JudgedFinetune(FinetuneTask):
         return {"score": preds["judge_accuracy"] + 0.01 * len(set(preds["captions"].values()))}
 
 
-class ToyContrastive:
-    """Two linear encoders under symmetric InfoNCE with all-gathered negatives (the CLIP tasks' path)."""
+def tiny_pair_data(scenes: int = 16, size: int = 112):
+    """Random uint8 images at the stand-in CLIP's size: per scene a semantic pair (default, sc) with one change
+    caption, then its distractor pair (default, nsc) with a no-change caption."""
+    from idckit.data.images import ImageCache
+    from idckit.models.clip4idc import tokenize_captions
+    from idckit.tasks.clip4idc import PairData, PairSplit
 
-    selection_metric = None
+    g = torch.Generator().manual_seed(0)
+    pixels = torch.randint(0, 256, (3 * scenes, 3, size, size), generator=g, dtype=torch.uint8)
+    images = ImageCache(pixels, {f"i{r}": r for r in range(3 * scenes)})
+    before = torch.arange(scenes).repeat_interleave(2) * 3
+    after = before + torch.tensor([1, 2]).repeat(scenes)
+    names = [f"p{i}" for i in range(2 * scenes)]
+    change = [" ".join(WORDS[int(j)] for j in torch.randint(len(WORDS), (6,), generator=g)) for _ in range(scenes)]
+    texts = [t for c in change for t in (c, "no change was made")]
+    split = PairSplit(pair_ids=names, types=["color", "distractor"] * scenes, before=before, after=after,
+                      is_change=torch.arange(2 * scenes) % 2 == 0,
+                      distractor_row=torch.where(torch.arange(2 * scenes) % 2 == 0, after + 1, -1),
+                      references={p: [t] for p, t in zip(names, texts)}, sample_pair=torch.arange(2 * scenes),
+                      sample_ids=tokenize_captions(texts, 16))
+    return PairData(images=images, splits={"train": split, "val": split}, max_len=16)
 
-    def __init__(self):
-        g = torch.Generator().manual_seed(1)
-        self.x, self.y = torch.randn(32, 6, generator=g), torch.randn(32, 5, generator=g)
 
-    def build_model(self):
-        return torch.nn.ModuleDict({"a": torch.nn.Linear(6, 4), "b": torch.nn.Linear(5, 4)})
+class JudgedCaption:
+    """CLIP4IDC captioning scored without a JVM: the number of distinct captions (sharded decoding, gathered)."""
 
-    def param_groups(self, model):
-        return [{"params": list(model.parameters())}]
-
-    def batches(self, epoch, generator):
-        order = torch.randperm(32, generator=generator)
-        for i in range(0, 32, 8):
-            yield order[i:i + 8]
-
-    def shard(self, rows):
-        return distributed.shard(rows)
-
-    def train_step(self, model, rows, step):
-        a = distributed.gather_with_grad(F.normalize(model["a"](self.x[rows]), dim=-1))
-        b = distributed.gather_with_grad(F.normalize(model["b"](self.y[rows]), dim=-1))
-        return symmetric_infonce(10 * a @ b.t()), {}
+    selection_metric = "score"
 
     def evaluate(self, model, split="val"):
-        return {}
+        preds = self.predict(model, split)
+        return {"score": float(len(set(preds.values())))} if distributed.is_main() else {}
+
+
+def adapt(out: Path):
+    """CLIP4IDC adaptation on the stand-in CLIP: InfoNCE over all-gathered pair and text vectors."""
+    from idckit.tasks.clip4idc import AdaptTask
+
+    task = AdaptTask(tiny_pair_data(), "idckit-standin-ViT-T-16", None, batch_size=8, swap_prob=0.5)
+    return fit(task, TrainConfig(max_steps=4, lr=1e-3, log_every=1, seed=5), out, progress=False)
+
+
+def caption(out: Path):
+    """CLIP4IDC captioning (frozen pair encoder, token loss over the global token count)."""
+    from idckit.tasks.clip4idc import CaptionTask
+
+    class Task(JudgedCaption, CaptionTask):
+        pass
+
+    captioner = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0}
+    task = Task(tiny_pair_data(), "idckit-standin-ViT-T-16", None, captioner, batch_size=4, visual_lr_scale=0.0,
+                eval_batch_size=6)
+    return fit(task, TrainConfig(max_steps=4, lr=1e-3, log_every=1, eval_every=2, seed=5), out, progress=False)
 
 
 def pretrain(out: Path):
@@ -113,10 +133,6 @@ def finetune(out: Path, crash_at=None):
     task = JudgedFinetune(tiny_pcl_data(), crash_at=crash_at)
     cfg = TrainConfig(max_steps=8, lr=3e-3, log_every=1, eval_every=3, checkpoint_every=2, seed=5)
     return fit(task, cfg, out, progress=False)
-
-
-def contrastive(out: Path):
-    return fit(ToyContrastive(), TrainConfig(max_steps=8, lr=0.05, log_every=1, seed=5), out, progress=False)
 
 
 def varied_model():
@@ -150,7 +166,8 @@ if __name__ == "__main__":
     what, out = sys.argv[1], Path(sys.argv[2])
     if what == "all":
         pretrain(out / "pretrain")
-        contrastive(out / "contrastive")
+        adapt(out / "adapt")
+        caption(out / "caption")
         finetune(out / "finetune")
         decode(out / "decoded.json")
     elif what == "finetune":

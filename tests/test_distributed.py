@@ -1,8 +1,8 @@
 """torchrun + DistributedDataParallel on the CPU: 2 gloo processes against 1 process at the same global batch.
 
 The 2-process runs are real ``torchrun --nproc_per_node=2`` launches of tests/ddp_worker.py (the kit's IDC-PCL
-pre-training and fine-tuning tasks, and the all-gathered InfoNCE path of the CLIP tasks); the 1-process runs call
-the same functions in this process.
+pre-training and fine-tuning tasks, CLIP4IDC adaptation with all-gathered InfoNCE negatives and captioning on the
+stand-in CLIP); the 1-process runs call the same functions in this process.
 """
 from __future__ import annotations
 
@@ -62,19 +62,21 @@ def runs(tmp_path_factory):
     torchrun("all", str(two))
     torch.set_num_threads(1)
     worker.pretrain(one / "pretrain")
-    worker.contrastive(one / "contrastive")
+    worker.adapt(one / "adapt")
+    worker.caption(one / "caption")
     worker.finetune(one / "finetune")
     return one, two
 
 
-@pytest.mark.parametrize("kind", ["pretrain", "contrastive", "finetune"])
+@pytest.mark.parametrize("kind", ["pretrain", "adapt", "caption", "finetune"])
 def test_two_processes_follow_the_one_process_loss_trajectory(runs, kind):
     one, two = runs
     a, b = losses(one / kind), losses(two / kind)
-    assert len(a) == len(b) == 8
+    assert len(a) == len(b) == (4 if kind in ("adapt", "caption") else 8)
     assert a != pytest.approx(a[0])          # the loss moves, so agreeing is not trivial
     assert b == pytest.approx(a, rel=1e-5, abs=1e-6)
     assert_close_weights(one / kind / "last.pt", two / kind / "last.pt")
+    assert evals(two / kind) == evals(one / kind)
 
 
 def test_two_process_evaluation_and_selection_equal_one_process(runs):
