@@ -47,7 +47,15 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    import os
+
+    from idckit.errors import ConfigError
     from idckit.reproduce import reproduce
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # every rank would render every notebook
+        raise ConfigError("reproduce runs in one process; under torchrun, train the runs instead",
+                          fix="torchrun --nproc_per_node=N -m idckit.cli train pcl|clip4idc ..., then "
+                              "`idckit reproduce` (or: make reproduce NPROC=N)")
 
     outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
                          report_dir=args.report_dir, runs_dir=args.runs_dir,

@@ -134,8 +134,10 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
 
 def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Path | None = None, *,
                 seed: int = 0, runs_dir: str | Path | None = None, backbone: str | None = None,
-                overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
+                overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None,
+                device: str | None = None) -> dict[str, Any]:
     """Pre-train (if the variant does), fine-tune, select on val, decode and score test; cached by config.
+    ``device`` as in :func:`setup` (ignored when ``setup_`` is given: the setup carries its device).
 
     Returns ``{"variant", "label", "run", "val": {...}, "test": {subset: {metric: value}}, "wall_seconds",
     "judge_accuracy"}`` with metrics on pycocoevalcap's raw scale (CIDEr-D 1.0 = 100 in the papers).
@@ -143,7 +145,7 @@ def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Pa
     if variant not in VARIANTS:
         raise ConfigError(f"unknown IDC-PCL variant {variant!r}; known: {', '.join(VARIANTS)}")
     s = setup_ or setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, overrides=overrides,
-                        progress=progress)
+                        progress=progress, device=device)
     v = VARIANTS[variant]
     pre = _pretrain_run(s, v, seed)
     model = {**s.config["model"], **v.get("model", {}), **v.get("finetune_model", {})}
