@@ -96,15 +96,12 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
-def to_device(obj: Any, device: torch.device) -> Any:
-    """Tensors inside dicts/lists/tuples moved to ``device`` (asynchronously from pinned memory); the rest as is."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=True)
-    if isinstance(obj, dict):
-        return {k: to_device(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(to_device(v, device) for v in obj)
-    return obj
+def copy_to(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A CPU batch on ``device``; to a GPU through page-locked memory, so the copy runs asynchronously."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
 
 
 def to_cpu(obj: Any) -> Any:

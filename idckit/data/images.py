@@ -72,7 +72,9 @@ class ImageCache:
         """Rows -> [B, 3, S, S] float32 on ``device``, scaled to [0, 1] and normalised with CLIP's mean/std.
 
         The uint8 pixels travel to the device (a quarter of the float32 bytes) and are converted there."""
-        x = self.pixels[rows.cpu()].to(device, non_blocking=True).float().div_(255.0)
+        from idckit.device import copy_to
+
+        x = copy_to(self.pixels[rows.cpu()], device).float().div_(255.0)
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
     @classmethod

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from idckit.data.clevr_change import ClevrChange
 from idckit.data.images import ImageCache
-from idckit.device import model_device
+from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError
 from idckit.losses import symmetric_infonce
 from idckit.models.clip4idc import (CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval, PairEncoder,
@@ -432,7 +432,7 @@ class CaptionTask:
             intra = _usable_intra(self.intra_cache, model.pair_encoder)
             self._tokens[split] = pair_tokens(model.pair_encoder, self.data.images, s.before, s.after, intra=intra,
                                               progress=self.progress)
-        return self._tokens[split][pairs.cpu()].to(dev, non_blocking=True)
+        return copy_to(self._tokens[split][pairs.cpu()], dev)
 
     def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
         scenes = self.scenes[torch.randperm(len(self.scenes), generator=generator)]

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from idckit.data.clevr_change import ClevrChange
 from idckit.data.features import FeatureStore
-from idckit.device import model_device
+from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError, DatasetError
 from idckit.losses import fda_nce, mlm_loss, mvcl_nce
 from idckit.models.decoding import beam_search, greedy_decode
@@ -75,8 +75,8 @@ class PCLData:
         """float32 features [len(idx), n, dim] of the pairs' before and after images, on ``device``."""
         s = self.splits[split]
         idx = idx.cpu()
-        return (self.features[s.before[idx]].to(device, non_blocking=True).float(),
-                self.features[s.after[idx]].to(device, non_blocking=True).float())
+        return (copy_to(self.features[s.before[idx]], device).float(),
+                copy_to(self.features[s.after[idx]], device).float())
 
 
 def subsample_by_before(pairs: Sequence, fraction: float, seed: int = 0) -> list:
