@@ -8,14 +8,20 @@ STAMP  := $(VENV)/.idckit-installed
 PROFILE ?= cpu
 DATA_ROOT ?=
 NOTEBOOKS ?=
-export HF_HUB_OFFLINE ?= 1
+# DEVICE: auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps; empty = each config's device (auto).
+DEVICE ?=
+# NPROC > 1: the runs are trained first by `idckit train` under torchrun (DistributedDataParallel, one process per
+# GPU), then the notebooks find them in the run cache and only render the reports.
+NPROC ?= 1
 export PYTHONHASHSEED = 0
 
-.PHONY: help setup reproduce test lab bench clean-reports check-java chromium screenshots
+.PHONY: help setup reproduce test lab bench doctor clean-reports check-java chromium screenshots
 
 help:
 	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$(PROFILE); smoke|cpu|paper;"
+	@echo "                 DEVICE=auto|cpu|cuda:N; NPROC=N trains on N GPUs with torchrun first;"
 	@echo "                 profiles other than cpu write to reports/<profile>/ and leave the README's table alone)"
+	@echo "make doctor      devices, bf16, Java, weights and datasets this machine has"
 	@echo "make test        set up .venv and run the test suite"
 	@echo "make lab         open JupyterLab with the idckit kernel"
 	@echo "make bench       run the benchmarks in bench/"
@@ -50,11 +56,21 @@ chromium:
 
 setup: check-java chromium $(STAMP)
 
-reproduce: setup
-	$(PY) -m idckit.cli reproduce --profile $(PROFILE) $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(NOTEBOOKS)
+TRAIN_ARGS = --profile $(PROFILE) $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(if $(DEVICE),--device $(DEVICE))
 
+reproduce: setup
+ifneq ($(NPROC),1)
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train pcl $(TRAIN_ARGS)
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train clip4idc $(TRAIN_ARGS)
+endif
+	$(PY) -m idckit.cli reproduce $(TRAIN_ARGS) $(NOTEBOOKS)
+
+# The tests never reach a model hub; reproduce may (PROFILE=paper fetches ResNet-101 and ViT-B/32 by name).
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider
+
+doctor: setup
+	$(PY) -m idckit.cli doctor --profile $(PROFILE) $(if $(DATA_ROOT),--data-root $(DATA_ROOT))
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

@@ -168,8 +168,11 @@ def _run_config(run: Path) -> dict:
 
 def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | None = None,
                  runs_dir: str | Path | None = None, beam: int = 1, profile: str | None = None,
-                 data_root: str | Path | None = None) -> Captioned:
+                 data_root: str | Path | None = None, device: str | None = None) -> Captioned:
+    """Caption one pair on ``device`` (None: auto)."""
     import torch
+
+    from idckit.device import resolve
 
     from idckit.data.clevr_change import load_image
     from idckit.data.features import build_backbone, preprocess
@@ -184,13 +187,15 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
     run, why = _resolve(model, runs_dir, profile=profile, data_root=data_root)
     cfg = _run_config(run)
     vocab = Vocab.load(run / "vocab.json")
+    dev = resolve(device)
     net, forward, label = build_backbone(cfg["features"], None)
+    net.to(dev)
     if label != cfg.get("weights"):
         raise DatasetError(f"this run was trained on {cfg['features']} features with weights {cfg.get('weights')!r}, "
                            f"but only {label!r} can be loaded here", path=run,
                            fix="caption with a run trained on features this machine can compute")
     with torch.inference_mode():
-        grid = forward(preprocess([Path(before), Path(after)]))           # [2, C, h, w]
+        grid = forward(preprocess([Path(before), Path(after)]).to(dev))   # [2, C, h, w]
         grid = grid.flatten(2).transpose(1, 2).half().float()              # as stored: float16, row-major
         f1, f2 = grid[0:1], grid[1:2]
         damaged = "pass another run with --model, or train this one again (delete its directory)"
@@ -206,22 +211,22 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
         except (RuntimeError, TypeError, AttributeError) as e:
             raise ConfigError(f"the run's best.pt does not fit its config.json and vocab.json ({str(e)[:200]})",
                               path=run / "best.pt", fix=damaged) from e
-        pcl.eval()
+        pcl.to(dev).eval()
         decode = (lambda v: beam_search(pcl, v, cfg["max_len"] - 1, beam)) if beam > 1 else \
             (lambda v: greedy_decode(pcl, v, cfg["max_len"] - 1))
         text = vocab.decode(decode((f1, f2))[0].tolist())
         changed = p = None
         if pcl.cfg.distractor_head:
-            out = pcl(f1, f2, torch.full((1, 1), vocab.bos_id), mode="finetune")
+            out = pcl(f1, f2, torch.full((1, 1), vocab.bos_id, device=dev), mode="finetune")
             p = float(pcl.distractor_logits(out).softmax(-1)[0, 1])
             changed = p >= 0.5
     return Captioned(caption=text, changed=changed, p_changed=p, run=run, why=why)
 
 
 def main(before: str, after: str, model: str | None, runs_dir: str | None, beam: int, profile: str | None = None,
-         data_root: str | None = None) -> int:
+         data_root: str | None = None, device: str | None = None) -> int:
     res = caption_pair(before, after, model=model, runs_dir=runs_dir, beam=beam, profile=profile,
-                       data_root=data_root)
+                       data_root=data_root, device=device)
     print(res.caption)
     if res.changed is not None:
         verdict = "a real change" if res.changed else "no real change (distractor: viewpoint/lighting only)"

@@ -55,17 +55,26 @@ def cmd_features(args: argparse.Namespace) -> int:
     from idckit.data.features import extract_features
 
     store = extract_features(args.data_root, args.backbone, weights=args.weights, batch_size=args.batch_size,
-                             out_dir=args.out)
+                             out_dir=args.out, device=args.device)
     print(f"{store.directory}: {store.array.shape[0]} images x {store.n_regions} regions x {store.dim} "
           f"(float16), weights: {store.meta['weights']}")
     return 0
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    import os
+
+    from idckit.errors import ConfigError
     from idckit.reproduce import reproduce, updates_readme
 
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # every rank would render every notebook
+        raise ConfigError("reproduce runs in one process; under torchrun, train the runs instead",
+                          fix="torchrun --nproc_per_node=N -m idckit.cli train pcl|clip4idc ..., then "
+                              "`idckit reproduce` (or: make reproduce NPROC=N)")
+
     outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
-                         report_dir=args.report_dir, runs_dir=args.runs_dir)
+                         report_dir=args.report_dir, runs_dir=args.runs_dir,
+                         extra_parameters={"device": args.device} if args.device else None)
     failed = [o.notebook for o in outcomes if not o.ok]
     if updates_readme(args.profile, args.report_dir) and len(failed) < len(outcomes):
         from idckit.readme import update_readme
@@ -93,16 +102,44 @@ def cmd_readme(args: argparse.Namespace) -> int:
 def cmd_caption(args: argparse.Namespace) -> int:
     from idckit.caption import main as caption_main
 
-    return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam, args.profile, args.data_root)
+    return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam, args.profile, args.data_root,
+                        args.device)
 
 
 def cmd_pretrain_clip(args: argparse.Namespace) -> int:
     from idckit.experiments.clip4idc import pretrain_clip
 
-    info = pretrain_clip(args.profile, args.data_root, runs_dir=args.runs_dir, out=args.out)
+    info = pretrain_clip(args.profile, args.data_root, runs_dir=args.runs_dir, out=args.out, device=args.device)
     print(info["description"])
     print(info["weights"])
     return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from idckit.experiments.train_runs import train
+    from idckit.train import distributed
+
+    results = train(args.kind, args.profile, args.data_root, variants=args.variants or None, seeds=args.seeds,
+                    runs_dir=args.runs_dir, device=args.device)
+    if distributed.is_main():
+        for r in results:
+            print(f"{r['label']} (seed {r['seed']}): {r['run']}  val CIDEr-D {100 * r['val']['CIDEr-D']:.1f}")
+    if distributed.world() > 1:
+        import torch.distributed
+
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from idckit.doctor import main as doctor_main
+
+    return doctor_main(profile=args.profile, data_root=args.data_root, runs_dir=args.runs_dir)
+
+
+def _device_option(parser: argparse.ArgumentParser, default_help: str = "default: auto") -> None:
+    parser.add_argument("--device", default=None,
+                        help=f"auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps; {default_help}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--weights", default=None, help="a local state-dict file ('random' for tests only)")
     f.add_argument("--batch-size", type=int, default=16)
     f.add_argument("--out", type=Path, default=None, help="default: DATA_ROOT/features/BACKBONE")
+    _device_option(f)
     f.set_defaults(func=cmd_features)
 
     r = sub.add_parser("reproduce", help="run notebooks with papermill into HTML reports + reports/index.html")
@@ -163,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
     r.add_argument("--report-dir", type=Path, default=None)
     r.add_argument("--runs-dir", type=Path, default=None)
+    _device_option(r, "passed to every notebook as its device parameter (default: each config's device)")
     r.set_defaults(func=cmd_reproduce)
 
     c = sub.add_parser("caption", help="say what changed between two images (any size) with a trained model")
@@ -176,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "else smoke's)")
     c.add_argument("--data-root", default=None, help="only runs trained on this dataset (default: the profile's "
                                                      "synthetic default)")
+    _device_option(c)
     c.set_defaults(func=cmd_caption)
 
     pc = sub.add_parser("pretrain-clip", help="train the offline stand-in CLIP (open_clip checkpoint; cached) and "
@@ -185,7 +225,25 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a CLEVR-Change root with scene_descriptions.json (default: the profile's synthetic data)")
     pc.add_argument("--runs-dir", type=Path, default=None, help="run cache (default runs/)")
     pc.add_argument("--out", type=Path, default=None, help="also copy the checkpoint here")
+    _device_option(pc, "default: the config's device")
     pc.set_defaults(func=cmd_pretrain_clip)
+
+    t = sub.add_parser("train", help="train the runs behind the notebooks into the run cache; under "
+                                     "`torchrun --nproc_per_node=N -m idckit.cli train ...` on N processes (DDP)")
+    t.add_argument("kind", choices=["pcl", "clip4idc"])
+    t.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"])
+    t.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
+    t.add_argument("--variants", nargs="*", default=None, help="default: every variant the notebooks show")
+    t.add_argument("--seeds", nargs="*", type=int, default=[0])
+    t.add_argument("--runs-dir", type=Path, default=None)
+    _device_option(t, "default: the configs' device")
+    t.set_defaults(func=cmd_train)
+
+    dr = sub.add_parser("doctor", help="what this machine offers: devices, bf16, Java, weights, datasets")
+    dr.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"])
+    dr.add_argument("--data-root", default=None, help="a real dataset root to check")
+    dr.add_argument("--runs-dir", type=Path, default=None)
+    dr.set_defaults(func=cmd_doctor)
 
     rd = sub.add_parser("readme", help="regenerate the README's results table from reports/*.json")
     rd.add_argument("--report-dir", type=Path, default=None)

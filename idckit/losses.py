@@ -26,8 +26,15 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean"
     return F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction=reduction)
 
 
-def mvcl_nce(pred: torch.Tensor, target: torch.Tensor, negatives: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
-    """IDC-PCL's masked visual contrastive loss (paper eq. 8), mean over the M masked regions:
+def _reduce(losses: torch.Tensor, reduction: str) -> torch.Tensor:
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    return losses.mean() if reduction == "mean" else losses.sum()
+
+
+def mvcl_nce(pred: torch.Tensor, target: torch.Tensor, negatives: torch.Tensor, tau: float = 1.0,
+             reduction: str = "mean") -> torch.Tensor:
+    """IDC-PCL's masked visual contrastive loss (paper eq. 8), mean (or sum) over the M masked regions:
 
         L = 1/M sum_i -log( exp(cos(p_i, t_i)/tau) / (exp(cos(p_i, t_i)/tau) + sum_n exp(cos(p_i, n)/tau)) )
 
@@ -43,11 +50,12 @@ def mvcl_nce(pred: torch.Tensor, target: torch.Tensor, negatives: torch.Tensor, 
     pos = (p * F.normalize(target.float(), dim=-1)).sum(-1, keepdim=True)       # [M, 1]
     neg = p @ F.normalize(negatives.float(), dim=-1).T                           # [M, N]
     logits = torch.cat([pos, neg], dim=1) / tau
-    return F.cross_entropy(logits, torch.zeros(len(p), dtype=torch.long, device=p.device))
+    return _reduce(F.cross_entropy(logits, torch.zeros(len(p), dtype=torch.long, device=p.device),
+                                   reduction="none"), reduction)
 
 
-def fda_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
-    """FDA's contrastive loss (paper eq. 9), mean over the B pairs:
+def fda_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float = 1.0, reduction: str = "mean") -> torch.Tensor:
+    """FDA's contrastive loss (paper eq. 9), mean (or sum) over the B pairs:
 
         L = 1/B sum_b -log( exp(pos_b/tau) / (exp(pos_b/tau) + sum_k exp(neg_bk/tau)) )
 
@@ -57,7 +65,8 @@ def fda_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float = 1.0) -> torch.Ten
     if pos.dim() != 1 or neg.dim() != 2 or neg.shape[0] != pos.shape[0]:
         raise ValueError(f"expected pos [B] and neg [B, K], got {tuple(pos.shape)} and {tuple(neg.shape)}")
     logits = torch.cat([pos[:, None], neg], dim=1).float() / tau
-    return F.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long, device=pos.device))
+    return _reduce(F.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long, device=pos.device),
+                                   reduction="none"), reduction)
 
 
 def symmetric_infonce(logits: torch.Tensor) -> torch.Tensor:
@@ -73,10 +82,10 @@ def symmetric_infonce(logits: torch.Tensor) -> torch.Tensor:
     return 0.5 * (F.cross_entropy(logits.float(), target) + F.cross_entropy(logits.float().T, target))
 
 
-def judge_loss(logits: torch.Tensor, is_change: torch.Tensor) -> torch.Tensor:
-    """IDC-PCL's distractor-judging loss, mean over the B pairs: -log softmax(logits[b])[is_change[b]], with
-    ``logits`` [B, 2] (class 1 = a real change, 0 = a distractor) and ``is_change`` [B] bool or 0/1."""
+def judge_loss(logits: torch.Tensor, is_change: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """IDC-PCL's distractor-judging loss, the mean (or sum) over the B pairs of -log softmax(logits[b])[is_change[b]],
+    with ``logits`` [B, 2] (class 1 = a real change, 0 = a distractor) and ``is_change`` [B] bool or 0/1."""
     if logits.dim() != 2 or logits.shape[1] != 2 or is_change.shape != logits.shape[:1]:
         raise ValueError(f"expected logits [B, 2] and is_change [B], got {tuple(logits.shape)} and "
                          f"{tuple(is_change.shape)}")
-    return F.cross_entropy(logits.float(), is_change.long())
+    return F.cross_entropy(logits.float(), is_change.long(), reduction=reduction)

@@ -21,6 +21,12 @@ def smoke(tmp_path_factory):
     return pcl.setup("smoke", root, runs_dir=base / "runs", progress=False)
 
 
+def test_device_comes_from_the_config_and_stays_out_of_run_keys(smoke, tmp_path):
+    assert smoke.device == "auto" and "device" not in smoke.config
+    other = pcl.setup("smoke", smoke.data.root, runs_dir=smoke.runs_dir, progress=False, device="cpu")
+    assert other.device == "cpu" and other.config == smoke.config and other.identity == smoke.identity
+
+
 def test_pretrain_pool_follows_the_ratios(smoke):
     from idckit.tasks.pcl import PretrainTask
 
@@ -105,6 +111,16 @@ def test_report_rows_record_diversity_judge_and_cider_subsets(smoke):
     mean = pcl.rows([full, other])[-1]
     assert mean["seed"] == "mean" and mean["n_seeds"] == 2 and mean["distinct_test_captions"] == 1
     assert mean["judge_accuracy"] == pytest.approx((full["judge_accuracy"] + 0.25) / 2)
+
+
+def test_train_command_fills_the_run_cache_the_notebooks_read(smoke, capsys):
+    from idckit.cli import main
+
+    assert main(["train", "pcl", "--profile", "smoke", "--data-root", str(smoke.data.root), "--variants", "full",
+                 "--runs-dir", str(smoke.runs_dir), "--device", "cpu"]) == 0
+    full = pcl.run_variant("full", setup_=smoke, progress=False)           # what a notebook asks for: cached
+    assert full["run"] in capsys.readouterr().out
+    assert main(["train", "pcl", "--variants", "bogus", "--runs-dir", str(smoke.runs_dir)]) == 2
 
 
 def test_caption_cli_uses_the_best_run(smoke, capsys):

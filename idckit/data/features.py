@@ -151,9 +151,10 @@ def _clip(name: str, weights: str | None):
 
     def forward(x):
         # the shared preprocessing is ImageNet's at 224 px: undo it, then CLIP's size and normalisation
-        x = x * imagenet_std + imagenet_mean
+        on = lambda t: t.to(x.device)  # noqa: E731
+        x = x * on(imagenet_std) + on(imagenet_mean)
         x = F.interpolate(x.contiguous(), size=(size, size), mode="bicubic", align_corners=False).clamp(0, 1)
-        _, tokens = visual((x - clip_mean) / clip_std)
+        _, tokens = visual((x - on(clip_mean)) / on(clip_std))
         side = int(round(tokens.shape[1] ** 0.5))
         return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], side, side)
 
@@ -287,10 +288,20 @@ def _check_out(out: Path, backbone: str) -> dict | None:
 
 def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, weights: str | None = None,
                      images: Sequence[str] | None = None, batch_size: int = 16, out_dir: str | Path | None = None,
-                     max_batches: int | None = None, progress: bool = True) -> FeatureStore | None:
-    """Extract (or resume, or reuse) the store; returns it when complete, None when ``max_batches`` stopped it."""
+                     max_batches: int | None = None, progress: bool = True,
+                     device: str | None = None) -> FeatureStore | None:
+    """Extract (or resume, or reuse) the store on ``device`` (None: auto); returns it when complete, None when
+    ``max_batches`` stopped it. Under torchrun rank 0 extracts; the other ranks wait, then find the store complete."""
     import torch
     from tqdm.auto import tqdm
+
+    from idckit.device import prepare, resolve
+    from idckit.train import distributed
+
+    if distributed.world() > 1:
+        return distributed.main_first(lambda: extract_features(
+            root, backbone, weights=weights, images=images, batch_size=batch_size, out_dir=out_dir,
+            max_batches=max_batches, progress=progress and distributed.is_main(), device=device))
 
     root = Path(root)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -308,13 +319,16 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
     out = Path(out_dir) if out_dir else root / "features" / backbone
     meta_path, npy = out / "meta.json", out / "features.npy"
     meta = _check_out(out, backbone)
+    dev = resolve(device)
+    prepare(dev)
     model, forward, label = build_backbone(backbone, weights)
+    model.to(dev)
     if meta is not None and meta.get("weights") != label:
         raise DatasetError(f"--out holds {meta.get('backbone')} features with weights {meta.get('weights')!r}; "
                            f"these would be {label!r} and would overwrite them", path=out,
                            fix="choose another --out for these weights (or delete that store yourself)")
     with torch.inference_mode():
-        probe = forward(preprocess([root / images[0]]))
+        probe = forward(preprocess([root / images[0]]).to(dev))
     shape = [len(images), probe.shape[2] * probe.shape[3], probe.shape[1]]
     want = {"backbone": backbone, "weights": label, "image_size": IMAGE_SIZE, "shape": shape, "dtype": "float16"}
     if meta and {k: meta.get(k) for k in want} == want and npy.is_file():
@@ -334,8 +348,8 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
             return None
         hi = min(lo + batch_size, len(images))
         with torch.inference_mode():
-            f = forward(preprocess([root / p for p in images[lo:hi]]))
-        arr[lo:hi] = f.flatten(2).transpose(1, 2).float().numpy().astype(np.float16)
+            f = forward(preprocess([root / p for p in images[lo:hi]]).to(dev, non_blocking=True))
+        arr[lo:hi] = f.flatten(2).transpose(1, 2).float().cpu().numpy().astype(np.float16)
         arr.flush()
         meta["rows_done"] = hi
         meta["complete"] = hi == len(images)

@@ -38,6 +38,16 @@ def resize_uint8(path: str | Path, size: int) -> np.ndarray:
     return np.asarray(img, dtype=np.uint8).transpose(2, 0, 1).copy()
 
 
+def _mapped(path: Path) -> torch.Tensor:
+    """The cache file as a read-only memory-mapped tensor: a batch reads its rows, and the page cache holds the file
+    once for every process of a machine (18 GB for CLEVR-Change at 224 px)."""
+    import warnings
+
+    with warnings.catch_warnings():   # read-only: nothing writes the pixels
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.load(path, mmap_mode="r"))
+
+
 class ImageCache:
     """uint8 images at one square size, addressed by relative path; :meth:`batch` gives normalised floats."""
 
@@ -58,15 +68,29 @@ class ImageCache:
     def rows(self, rel_paths: Sequence[str]) -> torch.Tensor:
         return torch.tensor([self.index[p] for p in rel_paths], dtype=torch.long)
 
-    def batch(self, rows: torch.Tensor) -> torch.Tensor:
-        """Rows -> [B, 3, S, S] float32, scaled to [0, 1] and normalised with CLIP's mean/std."""
-        x = self.pixels[rows].float().div_(255.0)
-        return (x - self.mean) / self.std
+    def batch(self, rows: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Rows -> [B, 3, S, S] float32 on ``device``, scaled to [0, 1] and normalised with CLIP's mean/std.
+
+        The uint8 pixels travel to the device (a quarter of the float32 bytes) and are converted there."""
+        from idckit.device import copy_to
+
+        x = copy_to(self.pixels[rows.cpu()], device).float().div_(255.0)
+        return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
     @classmethod
     def build(cls, root: str | Path, rel_paths: Sequence[str], size: int, *, cache_dir: str | Path | None = None,
               progress: bool = False) -> "ImageCache":
-        """Decode and resize ``rel_paths`` (relative to ``root``); reuse ``cache_dir`` if it holds the same set."""
+        """Decode and resize ``rel_paths`` (relative to ``root``); reuse ``cache_dir`` if it holds the same set.
+        Under torchrun rank 0 writes the cache and the other ranks read it."""
+        from idckit.train import distributed
+
+        if cache_dir is not None and distributed.world() > 1:
+            return distributed.main_first(lambda: cls._build(root, rel_paths, size, cache_dir=cache_dir,
+                                                             progress=progress and distributed.is_main()))
+        return cls._build(root, rel_paths, size, cache_dir=cache_dir, progress=progress)
+
+    @classmethod
+    def _build(cls, root, rel_paths, size, *, cache_dir, progress) -> "ImageCache":
         from tqdm.auto import tqdm
 
         root = Path(root)
@@ -80,7 +104,7 @@ class ImageCache:
                     meta = json.loads(meta_path.read_text())
                     if meta.get("complete") and meta.get("digest") == digest:
                         index = json.loads((cache_dir / "index.json").read_text())
-                        pixels = torch.from_numpy(np.load(cache_dir / "images.npy"))
+                        pixels = _mapped(cache_dir / "images.npy")
                         if tuple(pixels.shape) == (len(paths), 3, size, size):
                             return cls(pixels, index)
                 except (OSError, ValueError, AttributeError):
@@ -96,4 +120,5 @@ class ImageCache:
             fileio.write_json(cache_dir / "index.json", index)
             fileio.write_json(cache_dir / "meta.json", {"size": size, "count": len(paths), "digest": digest,
                                                          "root": str(root), "complete": True}, indent=1)
+            return cls(_mapped(cache_dir / "images.npy"), index)
         return cls(torch.from_numpy(pixels), index)

@@ -30,7 +30,7 @@ import hashlib
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -42,6 +42,7 @@ from idckit.experiments.config import check_profile, check_seeds, check_variants
 from idckit.experiments.data import DataChoice, clevr_change, content_identity
 from idckit.experiments.runs import Run, caption_counts, open_run
 from idckit.fileio import check_output_dir, check_output_file
+from idckit.train import distributed
 
 #: table 5's rows (CLEVR columns): label, captioner switches, does it start from the adapted encoder
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -63,6 +64,7 @@ class Setup:
     data: DataChoice
     runs_dir: Path
     progress: bool = True
+    device: dict[str, str] = field(default_factory=dict)   # per kind of run; not part of any run key
 
     @property
     def clip_model(self) -> str:
@@ -103,12 +105,13 @@ class Setup:
 
 def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
           clip_model: str | None = None, pretrained: str | None = None, overrides: dict | None = None,
-          progress: bool = True) -> Setup:
+          progress: bool = True, device: str | None = None) -> Setup:
     """The data (generated on first use when synthetic) and every setting of ``profile``.
 
     ``clip_model`` / ``pretrained`` override the profile's CLIP (e.g. ``"ViT-B-32"``, ``"openai"`` for the paper's);
     ``pretrained=None`` with no override means the profile's choice (the stand-in at smoke and cpu).
-    ``overrides`` = ``{"standin": {...}, "adapt": {...}, "caption": {...}}`` deep-merged into the configs."""
+    ``overrides`` = ``{"standin": {...}, "adapt": {...}, "caption": {...}}`` deep-merged into the configs.
+    ``device`` (``auto``, ``cpu``, ``cuda:1``, ...) overrides every config's device."""
     check_profile(profile)
     overrides = overrides or {}
     if not isinstance(overrides, dict):
@@ -127,8 +130,11 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     elif pretrained is not None:
         clip["pretrained"] = pretrained
     cfg["clip"] = clip
+    devices = {kind: device or cfg[kind].pop("device") for kind in ("standin", "adapt", "caption")}
+    for kind in devices:
+        cfg[kind].pop("device", None)
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
-    s = Setup(profile, cfg, clevr_change(profile, data_root, progress=progress), runs, progress)
+    s = Setup(profile, cfg, clevr_change(profile, data_root, progress=progress), runs, progress, devices)
     s.image_size  # noqa: B018  (fails now, with the fix, on an unknown architecture)
     _check_pretrained(clip["model"], clip["pretrained"])
     return s
@@ -188,6 +194,12 @@ def _intra_cache(s: Setup, clip: dict, encoder) -> Any:
                           for sp in data.splits.values()])
         _INTRA[key] = IntraCache.compute(encoder, data.images, rows, progress=s.progress)
     return _INTRA[key]
+
+
+def _device(s: Setup, kind: str):
+    from idckit.device import resolve
+
+    return resolve(s.device.get(kind))
 
 
 def _train_config(c: dict, seed: int, samples_per_epoch: int, batch_size: int):
@@ -260,12 +272,14 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
         task = StandinPretrainTask(data, name, batch_size=c["batch_size"], weight_decay=c["weight_decay"],
                                    eval_batch_size=c["eval_batch_size"])
         res = fit(task, _train_config(c["train"], 0, len(data.train_scenes), c["batch_size"]), run.dir,
-                  progress=progress)
-        save_clip_checkpoint(res.model, path, name)
-        run.complete({"val": res.best_metrics, "best_step": res.best_step, "steps": res.steps,
-                      "history": res.history, "train_seconds": res.wall_seconds,
-                      "wall_seconds": round(time.perf_counter() - t0, 1), "checkpoint": str(path)},
-                     profile=s.profile, data_identity=content_identity(root))
+                  progress=progress, device=s.device.get("standin"))
+        if distributed.is_main():
+            save_clip_checkpoint(res.model.cpu(), path, name)
+            run.complete({"val": res.best_metrics, "best_step": res.best_step, "steps": res.steps,
+                          "history": res.history, "train_seconds": res.wall_seconds,
+                          "wall_seconds": round(time.perf_counter() - t0, 1), "checkpoint": str(path)},
+                         profile=s.profile, data_identity=content_identity(root))
+        distributed.barrier()
     m = run.metrics()
     return {"name": name, "weights": str(path), "key": f"standin:{run.key}", "run": run.dir.name, "val": m["val"],
             "wall_seconds": m["wall_seconds"], "steps": m["steps"],
@@ -284,7 +298,7 @@ def _adapt_task(s: Setup, clip: dict, n_intra: int):
                      eval_batch_size=c["eval_batch_size"], progress=s.progress)
     if c["freeze_intra"]:
         torch.manual_seed(0)
-        task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder)
+        task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder.to(_device(s, "adapt")))
     return task
 
 
@@ -309,16 +323,21 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
     if not run.is_complete():
         t0 = time.perf_counter()
         task = _adapt_task(s, clip, n_intra)
+        dev = _device(s, "adapt")
         torch.manual_seed(seed)
-        before = task.evaluate(task.build_model(), "test")
+        before = task.evaluate(task.build_model().to(dev), "test")
         plain_model = CLIP4IDCRetrieval(load_clip(clip["name"], clip["weights"])[0], n_intra=s.depth, joint=False)
-        plain = _evaluate_plain(task, plain_model)
+        plain = _evaluate_plain(task, plain_model.to(dev))
         samples = len(task.samples)
-        res = fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress)
-        run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
-                      "stopped": res.stopped, "test": task.evaluate(res.model, "test"), "test_unadapted": before,
-                      "test_plain_clip": plain, "train_seconds": res.wall_seconds,
-                      "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
+        res = fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress,
+                  device=dev)
+        test = task.evaluate(res.model, "test")
+        if distributed.is_main():
+            run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
+                          "stopped": res.stopped, "test": test, "test_unadapted": before,
+                          "test_plain_clip": plain, "train_seconds": res.wall_seconds,
+                          "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
+        distributed.barrier()
     return {"run": run.dir.name, "n_intra": n_intra, "n_inter": s.depth - n_intra, "seed": seed,
             "clip": clip["description"], **run.metrics(), "_best": str(run.dir / "best.pt")}
 
@@ -413,13 +432,16 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
             # the intra blocks still hold CLIP's own weights, so the notebook's shared intra cache serves this run
             # (the task checks the weights' fingerprint before using it)
             torch.manual_seed(0)
-            task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder)
+            task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder.to(_device(s, "caption")))
         scenes = len(task.scenes)
         res = fit(task, _train_config(c["train"], run.config["seed"], scenes, c["batch_size"]), run.dir,
-                  progress=progress)
+                  progress=progress, device=s.device.get("caption"))
         t1 = time.perf_counter()
         preds = task.predict(res.model, "test")
         decode_seconds = time.perf_counter() - t1
+    if not distributed.is_main():      # rank 0 scores and writes; the others wait for the finished run
+        distributed.barrier()
+        return
     write_results(run.dir / "test", preds)
     split = data.splits["test"]
     test = evaluate_pairs(split.references, preds, dict(zip(split.pair_ids, split.types)),
@@ -430,6 +452,7 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
                   "clip_pretrain_seconds": clip.get("wall_seconds", 0.0),
                   "test_decode_seconds": round(decode_seconds, 1),
                   "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
+    distributed.barrier()
 
 
 def _about(s: Setup) -> dict[str, Any]:
@@ -585,7 +608,7 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
 
 # -- the `idckit pretrain-clip` command -------------------------------------------------------------------------
 def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-                  out: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+                  out: str | Path | None = None, progress: bool = True, device: str | None = None) -> dict[str, Any]:
     """Pre-train (or find in the run cache) the offline stand-in CLIP; ``out`` also copies the checkpoint there.
 
     Returns :func:`clip_weights`' dict; ``weights`` is the file to pass as ``pretrained=`` (or ``--weights`` of
@@ -595,7 +618,7 @@ def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, 
     if out is not None:  # before minutes of training, not after
         check_output_file(out, "--out", "clip.pt")
     s = setup(profile, data_root, runs_dir=runs_dir, clip_model=load_config("clip_standin", profile)["model"],
-              pretrained=None, progress=progress)
+              pretrained=None, progress=progress, device=device)
     info = clip_weights(s, progress=progress)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

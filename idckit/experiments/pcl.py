@@ -21,6 +21,7 @@ from idckit.experiments.config import check_profile, check_seeds, check_variants
 from idckit.experiments.data import DataChoice, clevr_change
 from idckit.experiments.runs import Run, caption_counts, open_run
 from idckit.fileio import check_output_dir
+from idckit.train import distributed
 
 #: table 4's rows: (label in the paper, pre-training tasks, model switches, fine-tuning switches)
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -42,6 +43,7 @@ class Setup:
     data: DataChoice
     store: FeatureStore
     runs_dir: Path
+    device: str = "auto"        # where training, decoding and feature extraction run (not part of any run key)
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -60,19 +62,24 @@ class Setup:
 
 def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
           backbone: str | None = None, overrides: dict | None = None, hard: bool = False,
-          progress: bool = True) -> Setup:
+          progress: bool = True, device: str | None = None) -> Setup:
     """Data (generated on first use when synthetic) and its grid features (extracted once, cached).
 
-    ``hard=True``: the synthetic set at CLEVR-Change's own jitter instead of the profile's learnable default."""
+    ``hard=True``: the synthetic set at CLEVR-Change's own jitter instead of the profile's learnable default.
+    ``device`` (``auto``, ``cpu``, ``cuda:1``, ...) overrides the config's; a run's result does not depend on it
+    beyond float rounding, so it is not part of the run keys."""
     check_profile(profile)
     cfg = load_config("pcl", profile, overrides)
+    configured = cfg.pop("device")
+    device = device or configured
     if backbone:
         cfg["backbone"] = backbone
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
     data = clevr_change(profile, data_root, hard=hard, progress=progress)
     out = runs / "features" / data.tag / cfg["backbone"].replace(":", "_").replace("/", "_")
-    store = extract_features(data.root, cfg["backbone"], out_dir=out, progress=progress)
-    return Setup(profile, cfg, data, store, runs)
+    store = extract_features(data.root, cfg["backbone"], weights=cfg["backbone_weights"], out_dir=out,
+                             progress=progress, device=device)
+    return Setup(profile, cfg, data, store, runs, device)
 
 
 _DATA_CACHE: dict[tuple, Any] = {}
@@ -120,14 +127,19 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
     task = PretrainTask(_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
                         mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
                         tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
-    res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress)
-    run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds}, **_about(s))
+    res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress,
+              device=s.device)
+    if distributed.is_main():
+        run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds}, **_about(s))
+    distributed.barrier()
 
 
 def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Path | None = None, *,
                 seed: int = 0, runs_dir: str | Path | None = None, backbone: str | None = None,
-                overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
+                overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None,
+                device: str | None = None) -> dict[str, Any]:
     """Pre-train (if the variant does), fine-tune, select on val, decode and score test; cached by config.
+    ``device`` as in :func:`setup` (ignored when ``setup_`` is given: the setup carries its device).
 
     Returns ``{"variant", "label", "run", "val": {...}, "test": {subset: {metric: value}}, "wall_seconds",
     "judge_accuracy", "distinct_test_captions", "test_pairs"}`` with metrics on pycocoevalcap's raw scale (CIDEr-D
@@ -136,7 +148,7 @@ def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Pa
     check_variants([variant], VARIANTS, "IDC-PCL")
     check_seeds([seed])
     s = setup_ or setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, overrides=overrides,
-                        progress=progress)
+                        progress=progress, device=device)
     v = VARIANTS[variant]
     pre = _pretrain_run(s, v, seed)
     model = {**s.config["model"], **v.get("model", {}), **v.get("finetune_model", {})}
@@ -168,9 +180,12 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                             captions_per_pair=c["captions_per_pair"],
                             init_from=None if pre is None else pre.dir / "best.pt", scorer=quick)
         res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir,
-                  progress=progress)
-    data.vocab.save(run.dir / "vocab.json")
+                  progress=progress, device=s.device)
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
+    if not distributed.is_main():      # rank 0 scores and writes; the others wait for the finished run
+        distributed.barrier()
+        return
+    data.vocab.save(run.dir / "vocab.json")
     write_results(run.dir / "test", preds["captions"])
     split = data.splits["test"]
     test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)))
@@ -180,6 +195,7 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                   "finetune_seconds": res.wall_seconds, "pretrain_seconds": pre_seconds,
                   "wall_seconds": round(time.perf_counter() - t0 + pre_seconds, 1),
                   "negatives": getattr(data, "negative_stats", None)}, **_about(s))
+    distributed.barrier()
 
 
 def _about(s: Setup) -> dict[str, Any]:
@@ -189,7 +205,8 @@ def _about(s: Setup) -> dict[str, Any]:
 
 
 def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
-    """(model, step): a fine-tuning run's weights in a model for ``s``'s data, eval mode, and their training step.
+    """(model, step): a fine-tuning run's weights in a model for ``s``'s data on ``s.device``, eval mode, and their
+    training step.
 
     ``checkpoint``: ``best`` (the val-selected step, what the tables report) or ``last`` (the final step; the loop
     keeps it for resuming). The run must have been trained on this data's vocabulary.
@@ -225,7 +242,9 @@ def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
         model.load_state_dict(state)
         metrics = run_dir / "metrics.json"
         step = json.loads(metrics.read_text()).get("best_step") if metrics.is_file() else None
-    return model.eval(), step
+    from idckit.device import resolve
+
+    return model.to(resolve(s.device)).eval(), step
 
 
 def hard_runs(s: Setup, variants: Sequence[str] = ("full",), seeds: Sequence[int] = (0,), *,

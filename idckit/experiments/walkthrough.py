@@ -41,7 +41,9 @@ class WalkthroughResult:
 
 
 def run(profile: str = "cpu", data_root: str | Path | None = None, *, split: str = "test",
-        meteor: bool = True) -> WalkthroughResult:
+        meteor: bool = True, device: str | None = None) -> WalkthroughResult:
+    """The text-only baselines on ``split``. ``device`` is accepted like every notebook entry point's, and unused:
+    the baselines run no model."""
     from idckit.eval.captions import evaluate_pairs
 
     t0 = time.time()

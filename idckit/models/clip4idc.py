@@ -529,12 +529,13 @@ class CLIP4IDCCaptioner(nn.Module):
             return self.encode_pair_tokens(visual)
         return self.encode(*visual)
 
-    def caption_loss(self, memories: list[torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
-        """Word-level cross-entropy of ``tokenize_captions`` output ids [B, max_len] (pad 0 ignored)."""
+    def caption_loss(self, memories: list[torch.Tensor], ids: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        """Word-level cross-entropy of ``tokenize_captions`` output ids [B, max_len] (pad 0 ignored), the mean or
+        the sum over the predicted (non-pad) tokens."""
         logits = self.decode(memories, ids[:, :-1])
         target = self.to_rows(ids[:, 1:])
-        pad_row = int(self.to_rows(torch.tensor([self.pad_id]))[0])
-        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=pad_row)
+        pad_row = int(self.to_rows(torch.tensor([self.pad_id], device=ids.device))[0])
+        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=pad_row, reduction=reduction)
 
     def loss(self, before: torch.Tensor, after: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Word-level cross-entropy of ``tokenize_captions`` output ids [B, max_len] (pad 0 ignored)."""

@@ -33,8 +33,14 @@ def _batch_size(visual: Any) -> int:
     return _batch_size(visual[0])
 
 
-def _finish(out: list[torch.Tensor], batch: int) -> torch.LongTensor:
-    return torch.stack(out, dim=1) if out else torch.empty(batch, 0, dtype=torch.long)
+def _device(visual: Any) -> torch.device:
+    if isinstance(visual, torch.Tensor):
+        return visual.device
+    return _device(visual[0])
+
+
+def _finish(out: list[torch.Tensor], batch: int, device: torch.device) -> torch.LongTensor:
+    return torch.stack(out, dim=1) if out else torch.empty(batch, 0, dtype=torch.long, device=device)
 
 
 @torch.inference_mode()
@@ -43,9 +49,9 @@ def greedy_decode(model, visual: Any, max_len: int) -> torch.LongTensor:
     was_training = model.training
     model.eval()
     state = model.start_decoding(visual)
-    b = _batch_size(visual)
-    tokens = torch.full((b,), model.bos_id, dtype=torch.long)
-    done = torch.zeros(b, dtype=torch.bool)
+    b, dev = _batch_size(visual), _device(visual)
+    tokens = torch.full((b,), model.bos_id, dtype=torch.long, device=dev)
+    done = torch.zeros(b, dtype=torch.bool, device=dev)
     out: list[torch.Tensor] = []
     for _ in range(max_len):
         nxt = model.decode_step(state, tokens).argmax(-1)
@@ -56,7 +62,7 @@ def greedy_decode(model, visual: Any, max_len: int) -> torch.LongTensor:
         if bool(done.all()):
             break
     model.train(was_training)
-    return _finish(out, b)
+    return _finish(out, b, dev)
 
 
 @torch.inference_mode()
@@ -64,9 +70,9 @@ def naive_greedy_decode(model, visual: Any, max_len: int) -> torch.LongTensor:
     """The same decision rule with no cache: the whole model re-runs on the full prefix every step."""
     was_training = model.training
     model.eval()
-    b = _batch_size(visual)
-    prefix = torch.full((b, 1), model.bos_id, dtype=torch.long)
-    done = torch.zeros(b, dtype=torch.bool)
+    b, dev = _batch_size(visual), _device(visual)
+    prefix = torch.full((b, 1), model.bos_id, dtype=torch.long, device=dev)
+    done = torch.zeros(b, dtype=torch.bool, device=dev)
     out: list[torch.Tensor] = []
     for _ in range(max_len):
         nxt = model.full_logits(visual, prefix)[:, -1].argmax(-1)
@@ -78,7 +84,7 @@ def naive_greedy_decode(model, visual: Any, max_len: int) -> torch.LongTensor:
         if bool(done.all()):
             break
     model.train(was_training)
-    return _finish(out, b)
+    return _finish(out, b, dev)
 
 
 @torch.inference_mode()
@@ -88,14 +94,14 @@ def beam_search(model, visual: Any, max_len: int, beam_size: int, length_penalty
         return greedy_decode(model, visual, max_len)
     was_training = model.training
     model.eval()
-    b, k = _batch_size(visual), beam_size
+    b, k, dev = _batch_size(visual), beam_size, _device(visual)
     state = model.start_decoding(visual)
-    state = model.reorder_state(state, torch.arange(b).repeat_interleave(k))
-    scores = torch.full((b, k), float("-inf"))
+    state = model.reorder_state(state, torch.arange(b, device=dev).repeat_interleave(k))
+    scores = torch.full((b, k), float("-inf"), device=dev)
     scores[:, 0] = 0.0  # all beams start identical: keep one so the first step does not pick duplicates
-    seqs = torch.empty(b * k, 0, dtype=torch.long)
-    tokens = torch.full((b * k,), model.bos_id, dtype=torch.long)
-    finished = torch.zeros(b * k, dtype=torch.bool)
+    seqs = torch.empty(b * k, 0, dtype=torch.long, device=dev)
+    tokens = torch.full((b * k,), model.bos_id, dtype=torch.long, device=dev)
+    finished = torch.zeros(b * k, dtype=torch.bool, device=dev)
     for step in range(max_len):
         logp = model.decode_step(state, tokens).float().log_softmax(-1)  # [b*k, V]
         v = logp.shape[-1]
@@ -107,7 +113,7 @@ def beam_search(model, visual: Any, max_len: int, beam_size: int, length_penalty
         top, idx = cand.topk(k, dim=-1)
         beam = idx // v
         word = idx % v
-        src = (torch.arange(b)[:, None] * k + beam).view(-1)
+        src = (torch.arange(b, device=dev)[:, None] * k + beam).view(-1)
         state = model.reorder_state(state, src)
         seqs = torch.cat([seqs[src], word.view(-1, 1)], dim=1)
         finished = finished[src] | (word.view(-1) == model.eos_id)
@@ -119,4 +125,4 @@ def beam_search(model, visual: Any, max_len: int, beam_size: int, length_penalty
     final = scores / lengths.pow(length_penalty) if length_penalty else scores
     best = final.argmax(-1)
     model.train(was_training)
-    return seqs.view(b, k, -1)[torch.arange(b), best]
+    return seqs.view(b, k, -1)[torch.arange(b, device=dev), best]

@@ -20,8 +20,14 @@ Frozen parts are computed once, not once per step (same numbers, less time; test
 * frozen pair encoder (captioning: table 7 always, the cpu profile by choice): the pair tokens of every pair are
   computed once and the caption model trains on them.
 
-All data lives in memory (:class:`PairData`): uint8 images at the CLIP size, caption BPE ids, per-pair rows. Every
-random draw of a batch comes from the generator the loop passes to ``batches``, so a resumed run replays it.
+All data lives in memory (:class:`PairData`): uint8 images at the CLIP size, caption BPE ids, per-pair rows, on
+the CPU; a batch's images (or cached tokens) are copied to the model's device. Every random draw of a batch comes
+from the generator the loop passes to ``batches``, so a resumed run replays it.
+
+Under torchrun each rank trains on its rank-strided rows of the global batch: adaptation's InfoNCE scores them
+against the ALL-GATHERED pair and text vectors of every rank (the paper's in-batch negatives over the global batch
+of 128), captioning divides its local token loss sum by the global token count; decoding for evaluation is split
+over the ranks and gathered.
 """
 from __future__ import annotations
 
@@ -37,10 +43,12 @@ import torch.nn.functional as F
 
 from idckit.data.clevr_change import ClevrChange
 from idckit.data.images import ImageCache
+from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError
 from idckit.losses import symmetric_infonce
 from idckit.models.clip4idc import (CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval, PairEncoder,
                                     clip_bpe_tokenizer, tokenize_captions)
+from idckit.train import distributed
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -132,7 +140,8 @@ def decode_ids(rows: Sequence[Sequence[int]]) -> list[str]:
 def fingerprint(params: Sequence[torch.Tensor]) -> float:
     """A checksum of frozen weights, to tell whether a cache was computed from these exact weights."""
     with torch.no_grad():
-        return float(sum((p.double() * (1 + torch.arange(p.numel(), dtype=torch.float64).view(p.shape) % 7)).sum()
+        return float(sum((p.detach().cpu().double()
+                          * (1 + torch.arange(p.numel(), dtype=torch.float64).view(p.shape) % 7)).sum()
                          for p in params))
 
 
@@ -194,7 +203,8 @@ class IntraCache:
         out = []
         for i in tqdm(range(0, len(rows), batch_size), desc=f"intra cache ({encoder.n_intra} blocks)",
                       disable=not progress, leave=False):
-            out.append(encoder.encode_intra(images.batch(rows[i:i + batch_size])).float())
+            batch = images.batch(rows[i:i + batch_size], model_device(encoder))
+            out.append(encoder.encode_intra(batch).float().cpu())
         encoder.train(was)
         return cls(rows=rows, values=torch.cat(out), n_intra=encoder.n_intra,
                    key=fingerprint(intra_frozen_params(encoder)))
@@ -211,16 +221,17 @@ def pair_tokens(encoder: PairEncoder, images: ImageCache, before: torch.Tensor, 
     out = []
     for i in tqdm(range(0, len(before), batch_size), desc="pair tokens", disable=not progress, leave=False):
         b, a = before[i:i + batch_size], after[i:i + batch_size]
-        out.append(_encode(encoder, images, b, a, intra)[0].float())
+        out.append(_encode(encoder, images, b, a, intra)[0].float().cpu())
     encoder.train(was)
     return torch.cat(out) if out else torch.empty(0)
 
 
 def _encode(encoder: PairEncoder, images: ImageCache, before: torch.Tensor, after: torch.Tensor,
             intra: IntraCache | None):
+    dev = model_device(encoder)
     if intra is not None:
-        return encoder.forward_from_intra(intra[before], intra[after])
-    return encoder(images.batch(before), images.batch(after))
+        return encoder.forward_from_intra(intra[before].to(dev), intra[after].to(dev))
+    return encoder(images.batch(before, dev), images.batch(after, dev))
 
 
 def _usable_intra(cache: IntraCache | None, encoder: PairEncoder) -> IntraCache | None:
@@ -313,17 +324,24 @@ class AdaptTask:
             raise ValueError("a swapped pair has no non-semantic image")
         return torch.where(swap, nsc, train.before[pairs])
 
+    def shard(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        rows = distributed.shard(torch.arange(len(batch["pairs"])))
+        return {k: v[rows] for k, v in batch.items()}
+
     def train_step(self, model: CLIP4IDCRetrieval, batch: dict[str, torch.Tensor], step: int):
         with torch.no_grad():
             model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
         train = self.data.splits["train"]
+        dev = model_device(model)
         before = self.swapped_before(batch["pairs"], batch["swap"])
         _, pair = _encode(model.pair_encoder, self.data.images, before, train.after[batch["pairs"]],
                           self._intra(model))
-        text = model.encode_text(batch["ids"])
-        logits = model.logit_scale.exp() * F.normalize(text, dim=-1) @ F.normalize(pair, dim=-1).t()
+        text = model.encode_text(batch["ids"].to(dev))
+        text = distributed.gather_with_grad(F.normalize(text, dim=-1))     # the global batch's negatives
+        pair = distributed.gather_with_grad(F.normalize(pair, dim=-1))
+        logits = model.logit_scale.exp() * text @ pair.t()
         loss = symmetric_infonce(logits)
-        acc = (logits.argmax(1) == torch.arange(len(logits))).float().mean()
+        acc = (logits.argmax(1) == torch.arange(len(logits), device=dev)).float().mean()
         return loss, {"t2p_acc": float(acc), "temperature": float(1 / model.logit_scale.detach().exp())}
 
     @torch.inference_mode()
@@ -336,10 +354,11 @@ class AdaptTask:
         column[pairs] = torch.arange(len(pairs))
         samples = torch.nonzero(column[s.sample_pair] >= 0).flatten()
         intra = self._intra(model)
+        dev = model_device(model)
         vecs = [F.normalize(_encode(model.pair_encoder, self.data.images, s.before[p], s.after[p], intra)[1], dim=-1)
                 for p in pairs.split(self.eval_batch_size)]
-        texts = [F.normalize(model.encode_text(s.sample_ids[x]), dim=-1) for x in samples.split(256)]
-        return torch.cat(texts) @ torch.cat(vecs).t(), column[s.sample_pair[samples]]
+        texts = [F.normalize(model.encode_text(s.sample_ids[x].to(dev)), dim=-1) for x in samples.split(256)]
+        return (torch.cat(texts) @ torch.cat(vecs).t()).cpu(), column[s.sample_pair[samples]]
 
     def evaluate(self, model: CLIP4IDCRetrieval, split: str = "val") -> dict[str, float]:
         """R@1/5/10, MdR, MnR in both directions (CLIP4IDC's protocol, idckit.eval.retrieval)."""
@@ -403,8 +422,9 @@ class CaptionTask:
     def _visual(self, model: CLIP4IDCCaptioner, split: str, pairs: torch.Tensor):
         """What the captioner reads for ``pairs``: cached pair tokens (frozen encoder) or the two images."""
         s = self.data.splits[split]
+        dev = model_device(model)
         if not self.frozen:
-            return self.data.images.batch(s.before[pairs]), self.data.images.batch(s.after[pairs])
+            return self.data.images.batch(s.before[pairs], dev), self.data.images.batch(s.after[pairs], dev)
         key = frozen_key(model.pair_encoder, "all", list(model.pair_encoder.parameters()))
         if self._tokens_key != key:
             self._tokens, self._tokens_key = {}, key
@@ -412,7 +432,7 @@ class CaptionTask:
             intra = _usable_intra(self.intra_cache, model.pair_encoder)
             self._tokens[split] = pair_tokens(model.pair_encoder, self.data.images, s.before, s.after, intra=intra,
                                               progress=self.progress)
-        return self._tokens[split][pairs]
+        return copy_to(self._tokens[split][pairs.cpu()], dev)
 
     def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
         scenes = self.scenes[torch.randperm(len(self.scenes), generator=generator)]
@@ -423,14 +443,21 @@ class CaptionTask:
             pick = self.offsets[pairs] + (torch.rand(len(pairs), generator=generator) * self.counts[pairs]).long()
             yield {"pairs": pairs, "ids": self.data.splits["train"].sample_ids[pick]}
 
+    def shard(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        rows = distributed.shard(torch.arange(len(batch["pairs"])))
+        return {k: v[rows] for k, v in batch.items()}
+
     def train_step(self, model: CLIP4IDCCaptioner, batch: dict[str, torch.Tensor], step: int):
         memories = model.memories(self._visual(model, "train", batch["pairs"]))
-        loss = model.caption_loss(memories, batch["ids"])
+        ids = batch["ids"].to(model_device(model))
+        words = int((ids[:, 1:] != model.pad_id).sum())
+        loss = distributed.global_mean(model.caption_loss(memories, ids, "sum"), words)
         return loss, {}
 
     @torch.inference_mode()
     def predict(self, model: CLIP4IDCCaptioner, split: str) -> dict[str, str]:
-        """Greedy captions (KV cache, at most max_len - 1 tokens after SOT) for every pair of ``split``."""
+        """Greedy captions (KV cache, at most max_len - 1 tokens after SOT) for every pair of ``split``; under
+        torchrun each rank decodes its rank-strided share and every rank gets the whole result."""
         from tqdm.auto import tqdm
 
         from idckit.models.decoding import greedy_decode
@@ -439,18 +466,24 @@ class CaptionTask:
         model.eval()
         s = self.data.splits[split]
         out: dict[str, str] = {}
-        for idx in tqdm(torch.arange(len(s)).split(self.eval_batch_size), desc=f"decode {split}",
+        mine = distributed.split_evenly(torch.arange(len(s)))
+        for idx in tqdm(mine.split(self.eval_batch_size), desc=f"decode {split}",
                         disable=not self.progress, leave=False):
             tokens = greedy_decode(model, self._visual(model, split, idx), self.data.max_len - 1)
             for j, text in zip(idx.tolist(), decode_ids(tokens.tolist())):
                 out[s.pair_ids[j]] = text
         model.train(was)
-        return out
+        if distributed.world() > 1:
+            parts = distributed.gather(out)
+            out = distributed.broadcast({k: v for part in parts for k, v in part.items()} if parts else None)
+        return {p: out[p] for p in s.pair_ids}
 
     def evaluate(self, model: CLIP4IDCCaptioner, split: str = "val") -> dict[str, float]:
         from idckit.eval.captions import evaluate_pairs
 
         preds = self.predict(model, split)
+        if not distributed.is_main():     # scored once, on rank 0
+            return {}
         s = self.data.splits[split]
         scores = evaluate_pairs(s.references, preds, dict(zip(s.pair_ids, s.types)), meteor=False,
                                 scorer=self.scorer)

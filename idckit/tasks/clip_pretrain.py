@@ -19,6 +19,9 @@ init 1/0.07, clamped at 100 as OpenAI's). Choices for this data:
   subset of its objects that fits (in their left-to-right order, so relative positions stay true). Evaluation keeps
   the first objects that fit, deterministically.
 * No image augmentation: flips would make the left-to-right descriptions false, and crops would cut objects out.
+
+Under torchrun each rank encodes its rank-strided rows of the global batch and the InfoNCE runs over the
+all-gathered features: the in-batch negatives are the whole global batch's, as in one process.
 """
 from __future__ import annotations
 
@@ -33,8 +36,10 @@ import torch.nn.functional as F
 
 from idckit.data.clevr_change import ClevrChange, default_name, nonsemantic_name, semantic_name
 from idckit.data.images import ImageCache
+from idckit.device import model_device
 from idckit.errors import DatasetError
 from idckit.losses import symmetric_infonce
+from idckit.train import distributed
 
 MAX_LOGIT_SCALE = math.log(100.0)   # OpenAI CLIP (and CLIP4IDC's code) clamp the inverse temperature at 100
 
@@ -141,9 +146,10 @@ def _tokenize(texts: list[str], context_length: int) -> torch.Tensor:
 
 
 def contrastive_logits(clip, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """[B_text, B_image] = exp(logit_scale) * cos(text, image), CLIP's training logits."""
-    img = F.normalize(clip.encode_image(images), dim=-1)
-    txt = F.normalize(clip.encode_text(tokens), dim=-1)
+    """[B_text, B_image] = exp(logit_scale) * cos(text, image), CLIP's training logits; under torchrun over the
+    rows of every rank (all-gathered with their gradients)."""
+    img = distributed.gather_with_grad(F.normalize(clip.encode_image(images), dim=-1))
+    txt = distributed.gather_with_grad(F.normalize(clip.encode_text(tokens), dim=-1))
     return clip.logit_scale.exp() * txt @ img.t()
 
 
@@ -188,12 +194,17 @@ class StandinPretrainTask:
             texts = [self.data.text(int(r), generator) for r in rows]
             yield {"rows": rows, "tokens": _tokenize(texts, self.data.context_length)}
 
+    def shard(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        rows = distributed.shard(torch.arange(len(batch["rows"])))
+        return {k: v[rows] for k, v in batch.items()}
+
     def train_step(self, model, batch: dict[str, torch.Tensor], step: int):
         with torch.no_grad():                      # the clamp after the previous step, as OpenAI and CLIP4IDC do
             model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
-        logits = contrastive_logits(model, self.data.images.batch(batch["rows"]), batch["tokens"])
+        dev = model_device(model)
+        logits = contrastive_logits(model, self.data.images.batch(batch["rows"], dev), batch["tokens"].to(dev))
         loss = symmetric_infonce(logits)
-        acc = (logits.argmax(1) == torch.arange(len(logits))).float().mean()
+        acc = (logits.argmax(1) == torch.arange(len(logits), device=dev)).float().mean()
         return loss, {"t2i_acc": float(acc), "logit_scale": float(model.logit_scale.detach().exp())}
 
     @torch.inference_mode()
@@ -204,14 +215,15 @@ class StandinPretrainTask:
         if split != "val":
             raise ValueError("the stand-in is evaluated on val images only (test images are never touched)")
         model.eval()
+        dev = model_device(model)
         rows = self.data.val_rows
         img, txt = [], []
         for i in range(0, len(rows), self.eval_batch_size):
             r = rows[i:i + self.eval_batch_size]
-            img.append(F.normalize(model.encode_image(self.data.images.batch(r)), dim=-1))
+            img.append(F.normalize(model.encode_image(self.data.images.batch(r, dev)), dim=-1))
             tokens = _tokenize([self.data.text(int(x)) for x in r], self.data.context_length)
-            txt.append(F.normalize(model.encode_text(tokens), dim=-1))
-        sim = torch.cat(txt) @ torch.cat(img).t()
+            txt.append(F.normalize(model.encode_text(tokens.to(dev)), dim=-1))
+        sim = (torch.cat(txt) @ torch.cat(img).t()).cpu()
         m = retrieval_metrics(sim, torch.arange(len(rows)), ks=(1, 5))
         out = {"t2i_R@1": m["t2p_R@1"], "i2t_R@1": m["p2t_R@1"], "t2i_R@5": m["t2p_R@5"], "i2t_R@5": m["p2t_R@5"]}
         out["R@1"] = (out["t2i_R@1"] + out["i2t_R@1"]) / 2

@@ -6,12 +6,21 @@
   the public code's ``dataset_finetune_clver``) plus the distractor-judging loss; val CIDEr-D selects the
   checkpoint.
 
-All data lives in memory as tensors (:class:`PCLData`): grid features in float16 (converted per batch), captions
-as padded id matrices. Every random draw of a batch (order, task, masks) comes from the generator the loop
+Data (:class:`PCLData`): the grid features are the feature store's float16 memmap seen as a tensor, never copied
+whole (24 GB at the paper's ResNet-101 on CLEVR-Change; the operating system's page cache holds it once for every
+process of a machine), and a batch's rows are read, copied to the model's device and converted there; captions are
+padded id matrices in memory. Every random draw of a batch (order, task, masks) comes from the generator the loop
 passes to ``batches``, so a resumed run replays the same batches.
+
+Under torchrun each rank trains on its rank-strided rows of the global batch (``shard``); every loss divides its
+local sum by the global count (:func:`idckit.train.distributed.global_mean`), MVCL's negatives are the unmasked
+regions of the whole global batch (raw features, so every rank has them without communication) and FDA is
+sharded by whole groups (a pair with its caption and its negatives). The N-process gradient is the one-process
+gradient at the same global batch. Decoding for evaluation is split over the ranks and gathered.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -20,11 +29,13 @@ import torch
 
 from idckit.data.clevr_change import ClevrChange
 from idckit.data.features import FeatureStore
+from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError, DatasetError
 from idckit.losses import fda_nce, judge_loss, mlm_loss, mvcl_nce
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
 from idckit.text.vocab import Vocab
+from idckit.train import distributed
 
 PRETRAIN_TASKS = ("mlm", "mvcl", "fda")
 
@@ -58,9 +69,13 @@ class PCLData:
     def feat_dim(self) -> int:
         return self.features.shape[2]
 
-    def pair_features(self, split: str, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def pair_features(self, split: str, idx: torch.Tensor,
+                      device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 features [len(idx), n, dim] of the pairs' before and after images, on ``device``."""
         s = self.splits[split]
-        return self.features[s.before[idx]].float(), self.features[s.after[idx]].float()
+        idx = idx.cpu()
+        return (copy_to(self.features[s.before[idx]], device).float(),
+                copy_to(self.features[s.after[idx]], device).float())
 
 
 def subsample_by_before(pairs: Sequence, fraction: float, seed: int = 0) -> list:
@@ -96,14 +111,12 @@ def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vo
         if "train" not in per_split:
             raise ConfigError("building a vocabulary needs the train split")
         vocab = Vocab.build(c for p in per_split["train"] for c in p.captions)
-    rows: dict[str, int] = {}
-
     def row(path: Path) -> int:
         rel = path.relative_to(dataset.root).as_posix()
         if rel not in store.index:
             raise DatasetError(f"the feature store has no features for {rel}", path=store.directory,
                                fix="re-extract features for this dataset (`idckit features DATA_ROOT`)")
-        return rows.setdefault(rel, len(rows))
+        return store.index[rel]
 
     out: dict[str, SplitData] = {}
     for split, pairs in per_split.items():
@@ -115,8 +128,9 @@ def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vo
             pair_ids=[p.pair_id for p in pairs], types=[p.change_type for p in pairs], before=before, after=after,
             is_change=torch.tensor([p.is_change for p in pairs]), references={p.pair_id: list(p.captions) for p in pairs},
             sample_pair=sample_pair, sample_ids=vocab.encode_batch(texts, max_len))
-    order = sorted(rows, key=rows.get)
-    features = torch.from_numpy(store.get_many(order).astype("float16", copy=False)).contiguous()
+    with warnings.catch_warnings():   # the memmap is read-only; nothing here writes features
+        warnings.simplefilter("ignore", UserWarning)
+        features = torch.from_numpy(store.array)
     return PCLData(vocab=vocab, features=features, splits=out, max_len=max_len)
 
 
@@ -210,25 +224,48 @@ class PretrainTask(_PCLTask):
                                                 p=self.region_prob)
             yield batch
 
+    def shard(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """This rank's rows of a global batch (whole FDA groups); MVCL keeps the global batch for its negatives."""
+        if batch["task"] == "fda":
+            g = batch["groups"]
+            groups = distributed.shard(torch.arange(len(batch["pairs"]) // g))
+            rows = (groups[:, None] * g + torch.arange(g)).flatten()
+        else:
+            rows = distributed.shard(torch.arange(len(batch["pairs"])))
+        out = {k: v[rows] if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        if batch["task"] == "mvcl":
+            out["negative_pairs"], out["negative_regions"] = batch["pairs"], batch["regions"]
+        return out
+
     def train_step(self, model: PCL, batch: dict[str, Any], step: int):
-        f1, f2 = self.data.pair_features("train", batch["pairs"])
+        dev = model_device(model)
+        f1, f2 = self.data.pair_features("train", batch["pairs"], dev)
         task = batch["task"]
         if task == "mlm":
-            out = model(f1, f2, batch["text"], mode="pretrain")
-            keep = batch["labels"] != -100
-            loss = mlm_loss(model.mlm_logits(out.text[keep]), batch["labels"][keep])
+            out = model(f1, f2, batch["text"].to(dev), mode="pretrain")
+            labels = batch["labels"].to(dev)
+            keep = labels != -100
+            loss = distributed.global_mean(mlm_loss(model.mlm_logits(out.text[keep]), labels[keep], "sum"),
+                                           int(keep.sum()))
         elif task == "mvcl":
-            regions = batch["regions"]
-            out = model(f1, f2, batch["text"], mode="pretrain", region_mask=regions)
+            regions = batch["regions"].to(dev)
+            out = model(f1, f2, batch["text"].to(dev), mode="pretrain", region_mask=regions)
             n = regions.shape[2]
             visual = torch.stack([out.visual[:, 1:1 + n], out.visual[:, 2 + n:2 + 2 * n]], dim=1)  # [B, 2, n, d]
             original = torch.stack([f1, f2], dim=1)                                                 # [B, 2, n, F]
             pred = model.mvcl_regress(visual[regions])
-            loss = mvcl_nce(pred, original[regions], original[~regions], tau=self.tau_mvcl)
+            if "negative_pairs" in batch:      # a rank's shard: the negatives are those of the whole batch
+                g1, g2 = self.data.pair_features("train", batch["negative_pairs"], dev)
+                negatives = torch.stack([g1, g2], dim=1)[~batch["negative_regions"].to(dev)]
+            else:
+                negatives = original[~regions]
+            loss = distributed.global_mean(
+                mvcl_nce(pred, original[regions], negatives, tau=self.tau_mvcl, reduction="sum"), int(regions.sum()))
         elif task == "fda":
-            out = model(f1, f2, batch["text"], mode="pretrain")
+            out = model(f1, f2, batch["text"].to(dev), mode="pretrain")
             sims = model.fda_similarity(out).view(-1, batch["groups"])
-            loss = fda_nce(sims[:, 0], sims[:, 1:], tau=self.tau_fda)
+            loss = distributed.global_mean(fda_nce(sims[:, 0], sims[:, 1:], tau=self.tau_fda, reduction="sum"),
+                                           len(sims))
         else:
             raise ConfigError(f"unknown pre-training task {task!r}")
         return loss, {task: float(loss.detach())}
@@ -301,27 +338,40 @@ class FinetuneTask(_PCLTask):
             yield {"pairs": pairs, "text": text.view(len(pairs), k, length),
                    "labels": labels.view(len(pairs), k, length)}
 
+    def shard(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """This rank's rows of a global batch: pairs (with all their captions when grouped)."""
+        rows = distributed.shard(torch.arange(len(batch["pairs"])))
+        return {k: v[rows] for k, v in batch.items()}
+
     def train_step(self, model: PCL, batch: dict[str, Any], step: int):
-        f1, f2 = self.data.pair_features("train", batch["pairs"])
-        if batch["text"].dim() == 3:
-            out = model.forward_grouped(f1, f2, batch["text"])
-            labels = batch["labels"].flatten(0, 1)
+        dev = model_device(model)
+        f1, f2 = self.data.pair_features("train", batch["pairs"], dev)
+        text, labels = batch["text"].to(dev), batch["labels"].to(dev)
+        if text.dim() == 3:
+            out = model.forward_grouped(f1, f2, text)
+            labels = labels.flatten(0, 1)
         else:
-            out = model(f1, f2, batch["text"], mode="finetune")
-            labels = batch["labels"]
+            out = model(f1, f2, text, mode="finetune")
         keep = labels != -100
-        loss = mlm_loss(model.mlm_logits(out.text[keep]), labels[keep])
+        loss = distributed.global_mean(mlm_loss(model.mlm_logits(out.text[keep]), labels[keep], "sum"),
+                                       int(keep.sum()))
         logs = {"mlm": float(loss.detach())}
         if model.cfg.distractor_head and self.distractor_weight:
-            judge = judge_loss(model.distractor_logits(out), self.data.splits["train"].is_change[batch["pairs"]])
+            target = self.data.splits["train"].is_change[batch["pairs"]].to(dev)
+            judge = distributed.global_mean(judge_loss(model.distractor_logits(out), target, reduction="sum"),
+                                            len(target))
             loss = loss + self.distractor_weight * judge
             logs["judge"] = float(judge.detach())
         return loss, logs
 
     def evaluate(self, model: PCL, split: str = "val") -> dict[str, float]:
+        """Val metrics, scored once on rank 0 (the other ranks of a torchrun group decode their share and
+        return {})."""
         from idckit.eval.captions import evaluate_pairs
 
         preds = predict(model, self.data, split, batch_size=self.eval_batch_size)
+        if not distributed.is_main():
+            return {}
         s = self.data.splits[split]
         scores = evaluate_pairs(s.references, preds["captions"], dict(zip(s.pair_ids, s.types)),
                                 meteor=False, scorer=self.scorer)
@@ -338,18 +388,21 @@ class FinetuneTask(_PCLTask):
 @torch.inference_mode()
 def predict(model: PCL, data: PCLData, split: str, *, batch_size: int = 100, beam: int = 1,
             progress: bool = False) -> dict[str, Any]:
-    """Greedy (or beam) captions for every pair of ``split``, and the distractor judgment's accuracy."""
+    """Greedy (or beam) captions for every pair of ``split``, and the distractor judgment's accuracy.
+
+    On the model's device. Under torchrun each rank decodes its rank-strided share of the pairs and every rank
+    gets the whole result (gathered in pair order)."""
     from tqdm.auto import tqdm
 
     was_training = model.training
     model.eval()
     s = data.splits[split]
+    dev = model_device(model)
     captions: dict[str, str] = {}
-    judged_change: list[bool] = []
-    steps = range(0, len(s), batch_size)
-    for i in tqdm(steps, desc=f"decode {split}", disable=not progress):
-        idx = torch.arange(i, min(i + batch_size, len(s)))
-        f1, f2 = data.pair_features(split, idx)
+    judged: dict[str, bool] = {}
+    mine = distributed.split_evenly(torch.arange(len(s)))
+    for idx in tqdm(mine.split(batch_size), desc=f"decode {split}", disable=not progress):
+        f1, f2 = data.pair_features(split, idx, dev)
         if beam > 1:
             tokens = beam_search(model, (f1, f2), data.max_len - 1, beam)
         else:
@@ -358,10 +411,19 @@ def predict(model: PCL, data: PCLData, split: str, *, batch_size: int = 100, bea
             captions[s.pair_ids[j]] = data.vocab.decode(row)
         if model.cfg.distractor_head:
             # visual tokens never attend to text in fine-tuning, so one [BOS] stands for any caption
-            bos = torch.full((len(idx), 1), data.vocab.bos_id, dtype=torch.long)
+            bos = torch.full((len(idx), 1), data.vocab.bos_id, dtype=torch.long, device=dev)
             out = model(f1, f2, bos, mode="finetune")
-            judged_change += model.distractor_logits(out).argmax(-1).bool().tolist()
+            judged.update(zip((s.pair_ids[j] for j in idx.tolist()),
+                              model.distractor_logits(out).argmax(-1).bool().tolist()))
     model.train(was_training)
+    if distributed.world() > 1:
+        parts = distributed.gather((captions, judged))
+        if parts is not None:
+            captions = {k: v for c, _ in parts for k, v in c.items()}
+            judged = {k: v for _, j in parts for k, v in j.items()}
+        captions, judged = distributed.broadcast((captions, judged))
+    captions = {p: captions[p] for p in s.pair_ids}
+    judged_change = [judged[p] for p in s.pair_ids] if judged else []
     accuracy = None
     if judged_change:
         accuracy = float((torch.tensor(judged_change) == s.is_change).float().mean())

@@ -3,14 +3,21 @@ CLIP, CLIP4IDC adaptation and captioning).
 
 What a run needs that is not specific to its task lives here: the optimiser and lr schedule, evaluation on
 val at a fixed cadence, keeping the val-best weights (never test), early stopping, a wall-clock budget,
-bf16 autocast, progress bars and logs, and checkpoints that make a killed run resume to exactly the result of
-an uninterrupted one. The last point rests on three rules:
+mixed precision and the device (:mod:`idckit.device`), data-parallel training under torchrun
+(:mod:`idckit.train.distributed`), progress bars and logs, and checkpoints that make a killed run resume to
+exactly the result of an uninterrupted one. The last point rests on three rules:
 
 - the data order of an epoch depends only on (seed, epoch): the task's ``batches`` draws from a generator
   the loop seeds, and a resumed run replays the epoch and skips the batches already consumed;
 - every other random draw (dropout, masking in ``train_step``) comes from torch's global RNG, whose state is
   saved with the checkpoint (with Python's and numpy's);
 - a checkpoint is written after the step's evaluation, so its RNG state is the one the next step sees.
+
+Under torchrun (``WORLD_SIZE`` > 1) the model is wrapped in DistributedDataParallel around the task's
+``train_step``; every rank draws the same global batch and trains on its ``task.shard`` of it, each rank's RNG
+(dropout, masking) is seeded from (run seed, rank) and saved per rank, val metrics are rank 0's (the task gathers
+its ranks' predictions there) and broadcast, so early stopping and the wall budget end every rank at the same
+step; only rank 0 writes files. Exact resume needs the same number of processes; the weights load anywhere.
 
 Files in ``run_dir``: ``last.pt`` (resumable state, written atomically), ``best.pt`` (the selected weights),
 ``log.jsonl`` (training logs and evaluations), ``fit.json`` (written last: the run is finished).
@@ -28,8 +35,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from idckit import device as devices
 from idckit.errors import ConfigError
 from idckit.fileio import atomic_path, write_json
+from idckit.train import distributed
 from idckit.train.schedules import lr_factor
 from idckit.train.task import Task
 
@@ -51,7 +60,8 @@ class TrainConfig:
     checkpoint_every: int = 0
     log_every: int = 10
     seed: int = 0
-    bf16: bool = False
+    amp: bool = False       # mixed precision: bf16 autocast, or fp16 + loss scaling where bf16 is absent
+    compile: bool = False   # torch.compile the model's forward (opt-in; see bench/bench_train_loop.py)
     max_minutes: float | None = None
 
     @classmethod
@@ -82,14 +92,19 @@ class FitResult:
         return d
 
 
-def _rng_state() -> dict[str, Any]:
+def _rng_state(device: torch.device) -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]}
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]}
+    if device.type == "cuda":     # dropout on a GPU draws from the GPU's generator
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]
@@ -115,32 +130,70 @@ def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
 
 
 def _load(path: Path) -> dict[str, Any]:
+    # checkpoints hold CPU tensors; map_location also reads files that other tools wrote from a GPU
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def load_best(task: Task, run_dir: str | Path) -> torch.nn.Module:
-    """The selected weights of a finished (or interrupted) run, in a freshly built model, eval mode."""
+def _seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of rank ``rank``'s random draws (dropout, masking) in a multi-process run of seed ``seed``."""
+    return seed * 1_000_003 + 7_919 * (rank + 1)
+
+
+def load_best(task: Task, run_dir: str | Path, device: str | torch.device | None = "cpu") -> torch.nn.Module:
+    """The selected weights of a finished (or interrupted) run, in a freshly built model on ``device``, eval mode."""
     model = task.build_model()
     model.load_state_dict(_load(Path(run_dir) / "best.pt"))
-    return model.eval()
+    return model.to(devices.resolve(device)).eval()
 
 
-def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = True) -> FitResult:
-    """Train ``task`` under ``cfg`` in ``run_dir``; resume if a checkpoint is there; return the val-best model.
+class _Step(torch.nn.Module):
+    """The task's training step as a module's forward, so DistributedDataParallel sees every parameter use of a
+    step (tasks call heads and encoders directly, not just ``model.forward``)."""
+
+    def __init__(self, task: Task, model: torch.nn.Module):
+        super().__init__()
+        self.task, self.model = task, model
+
+    def forward(self, batch: Any, step: int):
+        return self.task.train_step(self.model, batch, step)
+
+
+def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = True,
+        device: str | torch.device | None = None) -> FitResult:
+    """Train ``task`` under ``cfg`` in ``run_dir`` on ``device`` (None: ``auto``); resume if a checkpoint is there;
+    return the val-best model (on ``device``).
 
     A finished run (``fit.json`` present) is not trained again: its stored result and best weights come back.
+    Under torchrun every process calls ``fit`` with the same arguments (see the module doc).
     """
+    dev = devices.resolve(device)
+    devices.prepare(dev)
+    distributed.init(dev)
+    rank, world, main = distributed.rank(), distributed.world(), distributed.is_main()
+    if world > 1 and not hasattr(task, "shard"):
+        raise ConfigError(f"{type(task).__name__} cannot train on {world} processes: it has no shard() method")
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    distributed.barrier()
     if (run_dir / "fit.json").is_file():
         stored = json.loads((run_dir / "fit.json").read_text())
-        return FitResult(model=load_best(task, run_dir), **stored)
+        return FitResult(model=load_best(task, run_dir, dev), **stored)
 
-    torch.manual_seed(cfg.seed)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    model = task.build_model()
+    _seed(cfg.seed)
+    model = task.build_model().to(dev)
+    if cfg.compile:
+        model.compile()     # in place: the state_dict keys stay those of the plain model
+    if world > 1:
+        _seed(rank_seed(cfg.seed, rank))
     optimizer = _optimizer(cfg, task.param_groups(model))
+    scaler = devices.grad_scaler(dev, cfg.amp)
     factor = lr_factor(cfg.schedule, max_steps=cfg.max_steps, warmup_steps=cfg.warmup_steps,
                        decay_every=cfg.decay_every, decay_times=cfg.decay_times)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
@@ -152,32 +205,59 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
     if ckpt.is_file():
         state = _load(ckpt)
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        optimizer.load_state_dict(state["optimizer"])     # moves the moments to the parameters' device
         scheduler.load_state_dict(state["scheduler"])
+        if "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
         s = state["loop"]
-        _set_rng_state(state["rng"])
+        per_rank = state.get("rng_ranks")
+        if world > 1 and per_rank is not None and len(per_rank) == world:
+            _set_rng_state(per_rank[rank], dev)
+        elif world > 1:   # written by another number of processes: the weights resume, the random draws restart
+            _seed(rank_seed(cfg.seed, rank) + s["step"])
+        else:
+            _set_rng_state(state["rng"], dev)
+    step_fn: torch.nn.Module | Any = _Step(task, model)
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        # find_unused_parameters: a pre-training step trains one head (MLM, MVCL or FDA) and leaves the others idle
+        step_fn = DistributedDataParallel(_Step(task, model), device_ids=[dev.index] if dev.type == "cuda" else None,
+                                          find_unused_parameters=True)
 
     def save_checkpoint() -> None:
+        states = distributed.gather(_rng_state(dev))   # a collective: every rank comes here at the same step
+        if not main:
+            return
+        content = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                   "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(), "loop": s, "rng": states[0],
+                   "config": asdict(cfg)}
+        if world > 1:
+            content["rng_ranks"] = states
         with atomic_path(ckpt) as tmp:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "loop": s, "rng": _rng_state(),
-                        "config": asdict(cfg)}, tmp)
+            torch.save(devices.to_cpu(content), tmp)
 
     def save_best() -> None:
-        with atomic_path(run_dir / "best.pt") as tmp:
-            torch.save(model.state_dict(), tmp)
+        if main:
+            with atomic_path(run_dir / "best.pt") as tmp:
+                torch.save(devices.to_cpu(model.state_dict()), tmp)
 
-    log = (run_dir / "log.jsonl").open("a")
+    log = (run_dir / "log.jsonl").open("a") if main else None
     started = time.perf_counter() - s["elapsed"]
+
+    def write_log(record: dict[str, Any]) -> None:
+        if log is not None:
+            log.write(json.dumps(record) + "\n")
+            log.flush()  # so `tail -f log.jsonl` shows a long run's progress
 
     def evaluate() -> bool:
         """Evaluate on val, keep the best weights; True when early stopping should end the run."""
         metrics = task.evaluate(model, "val") if metric is not None else {}
+        metrics = distributed.broadcast(metrics)     # rank 0's scores decide for every rank
         model.train()
         record = {"step": s["step"], "minutes": round((time.perf_counter() - started) / 60, 3), **metrics}
         s["history"].append(record)
-        log.write(json.dumps({"eval": record}) + "\n")
-        log.flush()
+        write_log({"eval": record})
         if metric is None:
             s["best_step"], s["best_metrics"] = s["step"], metrics
             save_best()
@@ -192,7 +272,8 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         return cfg.patience is not None and s["bad_evals"] >= cfg.patience
 
     model.train()
-    bar = tqdm(total=cfg.max_steps, initial=s["step"], desc=run_dir.name, disable=not progress, unit="step")
+    bar = tqdm(total=cfg.max_steps, initial=s["step"], desc=run_dir.name, disable=not (progress and main),
+               unit="step")
     stopped, sums, n_logged = "max_steps", {}, 0
     try:
         while s["step"] < cfg.max_steps and stopped == "max_steps":
@@ -202,30 +283,42 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
                 if consumed < s["batch_in_epoch"]:  # replaying a resumed epoch
                     consumed += 1
                     continue
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-                    loss, logs = task.train_step(model, batch, s["step"])
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"loss is {loss.item()} at step {s['step']} ({run_dir})")
+                if world > 1:
+                    batch = task.shard(batch)
+                with devices.autocast(dev, cfg.amp):
+                    loss, logs = step_fn(batch, s["step"])
+                # the mean over ranks is the one-process loss (distributed.global_mean); every rank sees the same
+                # value, so a non-finite loss stops all of them
+                logged = {"loss": loss.detach().float(), **{k: torch.tensor(float(v)) for k, v in logs.items()}}
+                if world > 1:
+                    names = sorted(logged)
+                    values = distributed.all_sum(torch.stack([logged[k].cpu() for k in names])) / world
+                    logged = dict(zip(names, values))
+                if not torch.isfinite(logged["loss"]):
+                    raise FloatingPointError(f"loss is {float(logged['loss'])} at step {s['step']} ({run_dir})")
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                scaler.scale(loss).backward()
                 if cfg.grad_clip:
+                    scaler.unscale_(optimizer)
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
                 scheduler.step()
                 consumed += 1
                 s["step"] += 1
                 s["batch_in_epoch"] = consumed
                 bar.update(1)
-                for k, v in {"loss": float(loss.detach()), **logs}.items():
+                for k, v in logged.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 n_logged += 1
                 if n_logged >= cfg.log_every or s["step"] == cfg.max_steps:
                     means = {k: v / n_logged for k, v in sums.items()}
-                    log.write(json.dumps({"step": s["step"], "lr": scheduler.get_last_lr()[0], **means}) + "\n")
-                    log.flush()  # so `tail -f log.jsonl` shows a long run's progress
+                    write_log({"step": s["step"], "lr": scheduler.get_last_lr()[0], **means})
                     bar.set_postfix(loss=f"{means['loss']:.3f}")
                     sums, n_logged = {}, 0
                 over_time = cfg.max_minutes is not None and time.perf_counter() - started > 60 * cfg.max_minutes
+                if cfg.max_minutes is not None:
+                    over_time = distributed.broadcast(over_time)   # rank 0's clock
                 last = s["step"] == cfg.max_steps or over_time
                 evaluated = False
                 if last or (cfg.eval_every and s["step"] % cfg.eval_every == 0):
@@ -247,11 +340,14 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
                     raise ConfigError("the task yielded no training batches", fix="check the training split")
     finally:
         bar.close()
-        log.close()
+        if log is not None:
+            log.close()
 
     result = FitResult(model=model, best_step=s["best_step"], best_metrics=s["best_metrics"],
                        history=s["history"], steps=s["step"], wall_seconds=round(s["elapsed"], 2), stopped=stopped)
-    write_json(run_dir / "fit.json", result.summary(), indent=1)
-    result.model = load_best(task, run_dir)
+    if main:
+        write_json(run_dir / "fit.json", result.summary(), indent=1)
+    distributed.barrier()     # best.pt and fit.json are on disk before any rank reads them
+    result.model = load_best(task, run_dir, dev)
     return result
 

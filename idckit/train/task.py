@@ -3,7 +3,12 @@
 IDC-PCL pre-training, IDC-PCL fine-tuning, CLIP stand-in pre-training, CLIP4IDC adaptation and CLIP4IDC
 captioning are all ``Task`` objects; the loop owns everything they share: the optimiser and schedule,
 checkpoints with RNG states, resume, evaluation cadence, checkpoint selection on val, early stopping,
-bf16 autocast, progress bars and logs.
+mixed precision, the device, data-parallel training, progress bars and logs.
+
+A task that trains under torchrun also has ``shard(batch) -> batch``: this rank's rows of a global batch
+(:func:`idckit.train.distributed.shard`); its ``train_step`` moves what it reads to the model's device
+(:func:`idckit.device.model_device`) and its losses follow :mod:`idckit.train.distributed`'s rules, so N processes
+compute the one-process gradient.
 """
 from __future__ import annotations
 

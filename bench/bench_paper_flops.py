@@ -1,0 +1,127 @@
+"""FLOPs of one training sample of every paper-size model, counted, and the wall-time estimates they imply.
+
+Counts forward + backward FLOPs with ``torch.utils.flop_counter.FlopCounterMode`` (2 per multiply-add; no
+optimizer, no data loading) for a few samples through the kit's real training steps at the paper profile's sizes:
+IDC-PCL pre-training (MLM, MVCL, FDA with 6 negatives; mixed 8:1:2 as the ratio pool draws them) and fine-tuning,
+CLIP4IDC adaptation (ViT-B/32 pair encoder + text tower, InfoNCE) and captioning (ViT-B/32 + 3+3 caption layers).
+Every count is linear in the batch, so a step of the paper's batch is the per-sample count times the batch.
+
+The wall times printed are ESTIMATES: counted FLOPs x the papers' steps / an assumed sustained throughput
+(``--tflops``, default 100 TFLOP/s: about a third of an A100's 312 dense bf16 TFLOP/s). They leave out data loading,
+evaluation and Python overhead, which matter for CLIP4IDC (224 px images decoded per step). Run:
+    .venv/bin/python bench/bench_paper_flops.py --tflops 100 --gpus 1 8
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from idckit.experiments.config import load_config
+from idckit.tasks.pcl import FinetuneTask, PCLData, PretrainTask, SplitData
+from idckit.text.vocab import SPECIALS, Vocab
+
+
+def _pcl_data(n: int, max_len: int) -> PCLData:
+    g = torch.Generator().manual_seed(0)
+    vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(80 - len(SPECIALS))])   # CLEVR-Change: ~80 words
+    words = torch.randint(vocab.n_special, 80, (n, max_len), generator=g)
+    length = 12                                                                    # CLEVR captions: ~11 words
+    words[:, 0], words[:, length:] = vocab.bos_id, vocab.pad_id
+    words[:, length - 1] = vocab.eos_id
+    train = SplitData(pair_ids=[str(i) for i in range(n)], types=["color"] * n, before=torch.arange(n),
+                      after=torch.arange(n, 2 * n), is_change=torch.arange(n) % 2 == 0, references={},
+                      sample_pair=torch.arange(n), sample_ids=words)
+    data = PCLData(vocab=vocab, features=torch.randn(2 * n, 49, 2048, generator=g).half(), splits={"train": train},
+                   max_len=max_len)
+    data.negatives = {p: [" ".join(f"w{i}" for i in range(10))] * 6 for p in train.pair_ids}
+    return data
+
+
+def _count(fn) -> int:
+    with FlopCounterMode(display=False) as counter:
+        loss = fn()
+        loss.backward()
+    return counter.get_total_flops()
+
+
+def pcl_flops(per: int = 7) -> dict[str, float]:
+    """Per-sample FLOPs of each IDC-PCL step kind (FDA: per caption scored, 7 per pair)."""
+    cfg = load_config("pcl", "paper")
+    data = _pcl_data(per, cfg["max_len"])
+    out = {}
+    for kind in ("mlm", "mvcl", "fda"):
+        task = PretrainTask(data, cfg["model"], batch_size=per, ratios={kind: 1})
+        torch.manual_seed(0)
+        model = task.build_model().train()
+        batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
+        out[kind] = _count(lambda: task.train_step(model, batch, 0)[0]) / len(batch["pairs"])
+    task = FinetuneTask(data, cfg["model"], batch_size=per)
+    model = task.build_model().train()
+    batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
+    out["finetune"] = _count(lambda: task.train_step(model, batch, 0)[0]) / per
+    return out
+
+
+def clip4idc_flops(per: int = 2) -> dict[str, float]:
+    from idckit.models.clip4idc import CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval
+    from idckit.models.clip_loader import load_clip
+
+    adapt, cap = load_config("clip4idc_adapt", "paper"), load_config("clip4idc_caption", "paper")
+    clip, _, _ = load_clip(adapt["clip"]["model"], None)      # the architecture; the weights do not change FLOPs
+    retrieval = CLIP4IDCRetrieval(clip).train()
+    retrieval.freeze_like_public_code()
+    images = torch.randn(per, 3, 224, 224), torch.randn(per, 3, 224, 224)
+    tokens = torch.randint(1, 49000, (per, 32))
+
+    def adapt_step():
+        pair = torch.nn.functional.normalize(retrieval.encode_pair(*images), dim=-1)
+        text = torch.nn.functional.normalize(retrieval.encode_text(tokens), dim=-1)
+        return (text @ pair.t()).logsumexp(1).mean()
+
+    out = {"adapt": _count(adapt_step) / per}
+    captioner = CLIP4IDCCaptioner(load_clip(adapt["clip"]["model"], None)[0],
+                                  CaptionerConfig(**{**cap["captioner"], "max_len": cap["max_len"]})).train()
+    ids = torch.randint(1, 49000, (per, cap["max_len"]))
+    out["caption"] = _count(lambda: captioner.loss(*images, ids)) / per
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tflops", type=float, default=100.0, help="assumed sustained TFLOP/s per GPU")
+    ap.add_argument("--gpus", type=int, nargs="*", default=[1, 8])
+    args = ap.parse_args(argv)
+    torch.set_num_threads(2)
+    pcl, pcl_cfg = pcl_flops(), load_config("pcl", "paper")
+    c4, cap_cfg = clip4idc_flops(), load_config("clip4idc_caption", "paper")
+    print("GFLOP per training sample (forward + backward, counted):")
+    for k, v in {**pcl, **c4}.items():
+        print(f"  {k:9s} {v / 1e9:8.2f}")
+    pool = pcl_cfg["pretrain"]["ratios"]
+    mix = sum(pool[k] * pcl[k] for k in pool) / sum(pool.values())      # FDA rows are captions, 7 per pair
+    pre = pcl_cfg["pretrain"]
+    fda_rows = (pre["batch_size"] // 7) * 7
+    step_pre = sum(pool[k] * pcl[k] * (fda_rows if k == "fda" else pre["batch_size"]) for k in pool) / sum(pool.values())
+    ft = pcl_cfg["finetune"]
+    scenes_per_epoch = 33830                  # CLEVR-Change train before-images (67,660 train pairs / 2)
+    cap_steps = cap_cfg["train"]["epochs"] * (scenes_per_epoch // cap_cfg["batch_size"])
+    plans = [
+        ("IDC-PCL pre-training", pre["train"]["max_steps"], step_pre),
+        ("IDC-PCL fine-tuning (upper bound: max_steps, early stopping ends it sooner)", ft["train"]["max_steps"],
+         ft["batch_size"] * pcl["finetune"]),
+        ("CLIP4IDC captioning (upper bound: 50 epochs)", cap_steps, 2 * cap_cfg["batch_size"] * c4["caption"]),
+        ("CLIP4IDC adaptation, per 100,000 caption samples", 100_000 // 128, 128 * c4["adapt"]),
+    ]
+    print(f"ESTIMATES at an assumed {args.tflops:g} TFLOP/s sustained per GPU (compute only; mix per step "
+          f"{mix / 1e9:.2f} GFLOP/sample for pre-training):")
+    for name, steps, flops in plans:
+        hours = [steps * flops / (args.tflops * 1e12 * g) / 3600 for g in args.gpus]
+        when = lambda h: f"{h:.1f} h" if h >= 1 else f"{60 * h:.0f} min"  # noqa: E731
+        print(f"  {name}: {steps:,} steps x {flops / 1e12:.2f} TFLOP = "
+              + ", ".join(f"{when(h)} on {g} GPU{'s' if g > 1 else ''}" for h, g in zip(hours, args.gpus)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""idckit doctor: devices, Java, the weights and data each profile needs, and a non-zero exit when a notebook
+would stop."""
+from __future__ import annotations
+
+import shutil
+
+import huggingface_hub
+import torch
+
+from idckit.cli import main
+
+
+def test_doctor_says_what_each_profile_needs_and_what_is_missing_offline(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))            # nothing cached
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)
+    assert main(["doctor", "--profile", "paper", "--runs-dir", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "device auto -> cpu" in out and "java:" in out
+    problems = [line for line in out.splitlines() if line.startswith("! ")]
+    assert len(problems) == 2 + (shutil.which("java") is None)
+    assert any("resnet101" in p and "backbone_weights" in p for p in problems)         # the paper's features
+    assert any("ViT-B-32 openai" in p and "HF_HUB_OFFLINE" in p for p in problems)     # the paper's CLIP
+    # the cpu profile needs nothing from a hub
+    assert main(["doctor", "--profile", "cpu", "--runs-dir", str(tmp_path)]) == (0 if shutil.which("java") else 1)
+    out = capsys.readouterr().out
+    assert "efficientnet_lite0 grid features, weights found" in out and "stand-in" in out
+
+
+def test_doctor_fails_on_a_dataset_without_the_layout(capsys, tmp_path):
+    assert main(["doctor", "--data-root", str(tmp_path / "nowhere"), "--runs-dir", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "! data:" in out and "fix:" in out
