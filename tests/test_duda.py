@@ -95,6 +95,28 @@ def test_shapes_attention_maps_and_dynamic_weights(attention):
         assert not torch.allclose(a.att_before.sum(1), torch.ones(4))
 
 
+def test_speaker_step_equals_the_two_lstm_cells_applied_plainly():
+    """The speaker applies its LSTMCells by hand (fixed inputs projected once); the plain modules are the reference."""
+    data = _data()
+    model = _model(data)
+    sp = model.speaker
+    f1, f2 = data.pair_features("train", torch.arange(3))
+    a = model.attention(f1, f2)
+    state = sp.start(a)
+    feats = torch.stack([a.before, a.diff, a.after], 1)
+    embedded = F.relu(sp.embed(feats.flatten(1)))
+    h = [torch.zeros(3, 10), torch.zeros(3, 10)]
+    c = [torch.zeros(3, 10), torch.zeros(3, 10)]
+    with torch.no_grad():
+        for tokens in (torch.tensor([1, 1, 1]), torch.tensor([9, 12, 2])):
+            h[0], c[0] = sp.att_lstm(torch.cat([embedded, h[1]], -1), (h[0], c[0]))
+            w = sp.weight(h[0]).softmax(-1)
+            read = (w[..., None] * feats).sum(1)
+            h[1], c[1] = sp.lang_lstm(torch.cat([F.relu(sp.word(tokens)), read], -1), (h[1], c[1]))
+            assert torch.allclose(sp.step(state, tokens), sp.out(h[1]), atol=1e-5)
+            assert torch.allclose(state.weights[-1], w, atol=1e-6)
+
+
 def test_speaker_is_causal_so_padding_inputs_never_reach_earlier_words():
     data = _data()
     model = _model(data)

@@ -87,8 +87,9 @@ class Attended:
 @dataclass
 class DecodingState:
     feats: torch.Tensor      # [B, 3, F+2] (before, diff, after)
-    embedded: torch.Tensor   # [B, embed_dim] embed([l_bef; l_diff; l_aft]): fixed over the caption
-    h: torch.Tensor          # [2, B, rnn] attention LSTM, language LSTM
+    att_in: torch.Tensor     # [B, 4H] the attention LSTM's input gates from embed([l_bef; l_diff; l_aft]) (+ biases)
+    feats_in: torch.Tensor   # [B, 3, 4H] the language LSTM's input gates from each of the three features
+    h: torch.Tensor          # [2, B, H] attention LSTM, language LSTM
     c: torch.Tensor
     weights: list[torch.Tensor]  # the dynamic weights [B, 3] of each step so far
 
@@ -144,21 +145,43 @@ class DynamicSpeaker(nn.Module):
         self.lang_lstm = nn.LSTMCell(cfg.word_dim + d, cfg.rnn_dim)
         self.out = nn.Linear(cfg.rnn_dim, cfg.vocab_size)
 
+    # Both cells are ordinary nn.LSTMCell parameters, applied by hand (same gates, same order i, f, g, o) so that
+    # the input products of what stays fixed over a caption are computed once per caption, not once per word:
+    # the embedded features for the attention LSTM, and each of before / diff / after for the language LSTM
+    # (the weighted read enters linearly: W (sum_k w_k l_k) = sum_k w_k (W l_k)). With 1,280-dim features this
+    # is most of a step's work.
     def start(self, a: Attended) -> DecodingState:
         feats = torch.stack([a.before, a.diff, a.after], 1)
         embedded = self.drop(F.relu(self.embed(feats.flatten(1))))
+        e = embedded.shape[1]
+        att_in = F.linear(embedded, self.att_lstm.weight_ih[:, :e], self.att_lstm.bias_ih + self.att_lstm.bias_hh)
+        w = self.word.embedding_dim
+        feats_in = F.linear(feats, self.lang_lstm.weight_ih[:, w:])
         zeros = feats.new_zeros(2, feats.shape[0], self.att_lstm.hidden_size)
-        return DecodingState(feats=feats, embedded=embedded, h=zeros, c=zeros.clone(), weights=[])
+        return DecodingState(feats=feats, att_in=att_in, feats_in=feats_in, h=zeros, c=zeros.clone(), weights=[])
+
+    @staticmethod
+    def _cell(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        i, f, g, o = gates.chunk(4, -1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
 
     def step(self, state: DecodingState, tokens: torch.LongTensor) -> torch.Tensor:
         """Feed the previous word ``tokens`` [B]; return the next word's logits [B, V] (state advanced)."""
+        att, lang = self.att_lstm, self.lang_lstm
+        e, w = self.embed.out_features, self.word.embedding_dim
         x = self.drop(F.relu(self.word(tokens)))
-        h_a, c_a = self.att_lstm(torch.cat([state.embedded, state.h[1]], -1), (state.h[0], state.c[0]))
-        w = self.weight(h_a).softmax(-1)                                        # [B, 3]
-        read = (w.unsqueeze(-1) * state.feats).sum(1)
-        h_l, c_l = self.lang_lstm(torch.cat([x, read], -1), (state.h[1], state.c[1]))
+        h_prev, c_prev = state.h, state.c
+        # attention LSTM: input [embed(l_bef; l_diff; l_aft); h_l(t-1)]
+        gates = state.att_in + F.linear(h_prev[1], att.weight_ih[:, e:]) + F.linear(h_prev[0], att.weight_hh)
+        h_a, c_a = self._cell(gates, c_prev[0])
+        weights = self.weight(h_a).softmax(-1)                                   # [B, 3] before, diff, after
+        # language LSTM: input [word(t-1); sum_k w_k l_k]
+        gates = (F.linear(x, lang.weight_ih[:, :w], lang.bias_ih + lang.bias_hh)
+                 + (weights.unsqueeze(-1) * state.feats_in).sum(1) + F.linear(h_prev[1], lang.weight_hh))
+        h_l, c_l = self._cell(gates, c_prev[1])
         state.h, state.c = torch.stack([h_a, h_l]), torch.stack([c_a, c_l])
-        state.weights.append(w)
+        state.weights.append(weights)
         return self.out(self.drop(h_l))
 
 
@@ -193,8 +216,8 @@ class DUDA(nn.Module):
         return self.speaker.step(state, tokens)
 
     def reorder_state(self, state: DecodingState, index: torch.LongTensor) -> DecodingState:
-        return DecodingState(feats=state.feats[index], embedded=state.embedded[index], h=state.h[:, index],
-                             c=state.c[:, index], weights=[w[index] for w in state.weights])
+        return DecodingState(feats=state.feats[index], att_in=state.att_in[index], feats_in=state.feats_in[index],
+                             h=state.h[:, index], c=state.c[:, index], weights=[w[index] for w in state.weights])
 
     def full_logits(self, visual: tuple[torch.Tensor, torch.Tensor], tokens: torch.LongTensor) -> torch.Tensor:
         return self(*visual, tokens).logits
