@@ -26,8 +26,10 @@ Reference: RCC's public code (Seth-Park/RobustChangeCaptioning): ``models/module
 - The change detector's 6-way change-type classifier (``fc1``) is left out: ``train.py`` computes it and never
   uses it in the loss.
 - Scheduled sampling is left out: the public config starts it at epoch 1,000,000 (never).
-- Decoding keeps the two LSTMs' states between steps (the kit's :mod:`idckit.models.decoding` drives it) and
-  stops once every row has emitted [EOS]; special ids come from the vocabulary.
+- The two LSTM cells are ``nn.LSTMCell`` parameters applied by hand, so the input products of what stays fixed
+  over a caption are computed once per caption (same function, a fraction of the work; tested against the plain
+  cells). Decoding keeps both cells' states between steps (the kit's :mod:`idckit.models.decoding` drives it)
+  and stops once every row has emitted [EOS]; special ids come from the vocabulary.
 
 Kept from the public code: shared attention weights for both images, GroupNorm(32) and dropout 0.5 in the
 attention's hidden layer, ReLU + dropout on the word embedding and on the embedded [l_bef; l_diff; l_aft], the
@@ -221,7 +223,3 @@ class DUDA(nn.Module):
 
     def full_logits(self, visual: tuple[torch.Tensor, torch.Tensor], tokens: torch.LongTensor) -> torch.Tensor:
         return self(*visual, tokens).logits
-
-
-def n_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
