@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from idckit.errors import ConfigError, DatasetError
 from idckit.models.decoding import beam_search, greedy_decode, naive_greedy_decode
 from idckit.models.duda import DUDA, DUDAConfig, coordinates
-from idckit.tasks.duda import DUDATask, targets, triplets
+from idckit.tasks.duda import DUDATask, caption_judge_accuracy, no_change_sentences, targets, triplets
 from idckit.tasks.pcl import PCLData, SplitData
 from idckit.text.vocab import Vocab
 
@@ -191,6 +191,17 @@ def test_triplets_need_one_change_and_one_distractor_per_before_image():
         triplets(broken)
 
 
+def test_captions_read_as_judgments():
+    data = _data()
+    no_change = no_change_sentences(data)
+    assert no_change == {"no change", "nothing has changed", "the scene is the same"}
+    val = data.splits["val"]   # pairs: change, distractor, change, distractor, change, distractor
+    said = ["no change", "nothing has changed", "the red cube moved", "the red cube moved", "a red cube is gone",
+            "the scene is the same"]
+    # right: pair 1 (distractor called no change), 2 and 4 (changes described), 5; wrong: 0 and 3
+    assert caption_judge_accuracy(dict(zip(val.pair_ids, said)), val, no_change) == pytest.approx(4 / 6)
+
+
 def test_greedy_stops_at_eos_and_matches_the_uncached_decoder():
     data = _data()
     model = _model(data)
@@ -283,7 +294,9 @@ def test_run_is_cached_and_reports_the_table_keys(smoke):
     from idckit.experiments import duda
 
     first = duda.run_variant(setup_=smoke, progress=False)
-    assert {"test", "run", "history", "best_step", "wall_seconds", "distinct_test_captions", "val"} <= set(first)
+    assert {"test", "run", "history", "best_step", "wall_seconds", "distinct_test_captions", "val",
+            "caption_judge_accuracy"} <= set(first)
+    assert 0 <= first["caption_judge_accuracy"] <= 1 and "caption_judge_accuracy" in first["val"]
     assert {"total", "semantic", "distractor"} <= set(first["test"])
     assert first["best_step"] in {h["step"] for h in first["history"]}
     assert {"CIDEr-D_semantic", "CIDEr-D_distractor"} <= set(first["val"])

@@ -51,7 +51,9 @@ def run_variant(variant: str = "duda", profile: str = "cpu", data_root: str | Pa
     """Train (select on val CIDEr-D), decode and score test; cached by config.
 
     Returns ``{"variant", "label", "seed", "run", "val", "test": {subset: {metric: value}}, "best_step",
-    "history", "wall_seconds", "distinct_test_captions"}``, metrics on pycocoevalcap's raw scale.
+    "history", "wall_seconds", "distinct_test_captions", "caption_judge_accuracy"}``, metrics on pycocoevalcap's
+    raw scale. DUDA has no judge head: ``caption_judge_accuracy`` reads its test captions as judgments
+    (:func:`idckit.tasks.duda.caption_judge_accuracy`).
     """
     if variant not in VARIANTS:
         raise ConfigError(f"unknown DUDA variant {variant!r}; known: {', '.join(VARIANTS)}")
@@ -68,7 +70,7 @@ def run_variant(variant: str = "duda", profile: str = "cpu", data_root: str | Pa
 
 def _train(s: Setup, run: Run, progress: bool) -> None:
     from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
-    from idckit.tasks.duda import DUDATask, predict
+    from idckit.tasks.duda import DUDATask, caption_judge_accuracy, no_change_sentences, predict
     from idckit.train.loop import TrainConfig, fit
 
     t0 = time.perf_counter()
@@ -87,6 +89,8 @@ def _train(s: Setup, run: Run, progress: bool) -> None:
     run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
                   "stopped": res.stopped, "test": test,
                   "distinct_test_captions": len(set(preds["captions"].values())),
+                  "caption_judge_accuracy": caption_judge_accuracy(preds["captions"], split,
+                                                                   no_change_sentences(data)),
                   "finetune_seconds": res.wall_seconds, "pretrain_seconds": 0.0,
                   "wall_seconds": round(time.perf_counter() - t0, 1)})
 

@@ -25,6 +25,7 @@ from idckit.losses import mlm_loss
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.duda import DUDA, DUDAConfig
 from idckit.tasks.pcl import PCLData, SplitData
+from idckit.text.vocab import tokenize
 
 
 def model_config(data: PCLData, model: Mapping[str, Any]) -> DUDAConfig:
@@ -71,6 +72,7 @@ class DUDATask:
         # samples are stored grouped by pair, so a pair's references are one contiguous range
         self.counts = torch.bincount(train.sample_pair, minlength=len(train))
         self.offsets = torch.cumsum(self.counts, 0) - self.counts
+        self.no_change = no_change_sentences(data)
 
     def build_model(self) -> DUDA:
         return DUDA(model_config(self.data, self.model_settings), self.data.vocab)
@@ -126,12 +128,27 @@ class DUDATask:
         scores = evaluate_pairs(s.references, preds["captions"], dict(zip(s.pair_ids, s.types)),
                                 meteor=False, scorer=self.scorer)
         out = {"CIDEr-D": scores["total"]["CIDEr-D"], "Bleu_4": scores["total"]["Bleu_4"],
-               "distinct_captions": len(set(preds["captions"].values()))}
+               "distinct_captions": len(set(preds["captions"].values())),
+               "caption_judge_accuracy": caption_judge_accuracy(preds["captions"], s, self.no_change)}
         # the total rewards a constant "no change" caption on the distractor half; the halves show what it hides
         for sub in ("semantic", "distractor"):
             if sub in scores:
                 out[f"CIDEr-D_{sub}"] = scores[sub]["CIDEr-D"]
         return out
+
+
+def no_change_sentences(data: PCLData) -> set[str]:
+    """The training distractors' references, as the decoder spells them (lower-case tokens joined by spaces)."""
+    train = data.splits["train"]
+    return {" ".join(tokenize(c)) for pid, change in zip(train.pair_ids, train.is_change.tolist()) if not change
+            for c in train.references[pid]}
+
+
+def caption_judge_accuracy(captions: Mapping[str, str], split: SplitData, no_change: set[str]) -> float:
+    """DUDA has no judge head; its captions judge: a pair counts as called "no change" when its caption is one of
+    the training no-change sentences. The share of pairs called right, comparable with IDC-PCL's judge accuracy."""
+    right = [(captions[pid] in no_change) != change for pid, change in zip(split.pair_ids, split.is_change.tolist())]
+    return sum(right) / len(right)
 
 
 @torch.inference_mode()
