@@ -1,0 +1,112 @@
+"""DUDA as a baseline row of tables 2 and 3: trained once per (data, features, settings, seed) and cached.
+
+The data pipeline is IDC-PCL's: the same synthetic default or real root, the same feature store (the backbone of
+``configs/duda.json``, by default the IDC-PCL rows' one, so the store is shared) and the same vocabulary rules
+(:func:`idckit.tasks.pcl.load_pcl_data`). Results have the keys of :func:`idckit.experiments.pcl.run_variant`
+(``test`` per subset, ``run``, ``history``, ``best_step``, ``wall_seconds``) so a table puts the rows side by side.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from idckit.errors import ConfigError
+from idckit.experiments import pcl
+from idckit.experiments.config import load_config
+from idckit.experiments.pcl import Setup
+from idckit.experiments.runs import Run, open_run
+
+MODEL = "DUDA (idckit)"
+VARIANTS: dict[str, dict[str, Any]] = {"duda": {"label": "DUDA"}}
+
+
+def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
+          backbone: str | None = None, overrides: dict | None = None, progress: bool = True) -> Setup:
+    """Data (generated on first use when synthetic) and its grid features (extracted once, shared with IDC-PCL)."""
+    cfg = load_config("duda", profile, overrides)
+    if backbone:
+        cfg["backbone"] = backbone
+    shared = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=cfg["backbone"], progress=progress)
+    return Setup(profile, cfg, shared.data, shared.store, shared.runs_dir)
+
+
+_DATA_CACHE: dict[tuple, Any] = {}
+
+
+def _data(s: Setup):
+    from idckit.tasks.pcl import load_pcl_data
+
+    key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
+    if key not in _DATA_CACHE:
+        _DATA_CACHE.clear()
+        _DATA_CACHE[key] = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"],
+                                         train_fraction=s.train_fraction)
+    return _DATA_CACHE[key]
+
+
+def run_variant(variant: str = "duda", profile: str = "cpu", data_root: str | Path | None = None, *,
+                seed: int = 0, runs_dir: str | Path | None = None, backbone: str | None = None,
+                overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
+    """Train (select on val CIDEr-D), decode and score test; cached by config.
+
+    Returns ``{"variant", "label", "seed", "run", "val", "test": {subset: {metric: value}}, "best_step",
+    "history", "wall_seconds", "distinct_test_captions", "caption_judge_accuracy"}``, metrics on pycocoevalcap's
+    raw scale. DUDA has no judge head: ``caption_judge_accuracy`` reads its test captions as judgments
+    (:func:`idckit.tasks.duda.caption_judge_accuracy`).
+    """
+    if variant not in VARIANTS:
+        raise ConfigError(f"unknown DUDA variant {variant!r}; known: {', '.join(VARIANTS)}")
+    s = setup_ or setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, overrides=overrides,
+                        progress=progress)
+    run_cfg = {"kind": "duda", **s.identity, "max_len": s.config["max_len"], "model": s.config["model"],
+               "train": s.config["train"], "seed": seed}
+    run = open_run(s.runs_dir, "duda", run_cfg)
+    if not run.is_complete():
+        _train(s, run, progress)
+    return {"variant": variant, "label": VARIANTS[variant]["label"], "seed": seed, "run": run.dir.name,
+            **run.metrics()}
+
+
+def _train(s: Setup, run: Run, progress: bool) -> None:
+    from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
+    from idckit.tasks.duda import DUDATask, caption_judge_accuracy, no_change_sentences, predict
+    from idckit.train.loop import TrainConfig, fit
+
+    t0 = time.perf_counter()
+    data = _data(s)
+    c = run.config["train"]
+    with CaptionScorer(meteor=False) as quick:
+        task = DUDATask(data, run.config["model"], batch_size=c["batch_size"], attention_l1=c["attention_l1"],
+                        swap_before=c["swap_before"], eval_batch_size=c["eval_batch_size"], scorer=quick)
+        res = fit(task, TrainConfig.from_dict({**c["loop"], "seed": run.config["seed"]}), run.dir,
+                  progress=progress)
+    data.vocab.save(run.dir / "vocab.json")
+    preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
+    write_results(run.dir / "test", preds["captions"])
+    split = data.splits["test"]
+    test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)))
+    run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
+                  "stopped": res.stopped, "test": test,
+                  "distinct_test_captions": len(set(preds["captions"].values())),
+                  "caption_judge_accuracy": caption_judge_accuracy(preds["captions"], split,
+                                                                   no_change_sentences(data)),
+                  "finetune_seconds": res.wall_seconds, "pretrain_seconds": 0.0,
+                  "wall_seconds": round(time.perf_counter() - t0, 1)})
+
+
+def runs(s: Setup, seeds: Sequence[int] = (0,), *, progress: bool = True) -> list[dict[str, Any]]:
+    return [run_variant("duda", s.profile, seed=seed, setup_=s, progress=progress) for seed in seeds]
+
+
+def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
+    """Report rows (x100 scale) as :func:`idckit.experiments.pcl.rows`, under the model name DUDA (idckit)."""
+    return [{**r, "model": MODEL} for r in pcl.rows(results, subset)]
+
+
+def per_type_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Table 3's row per run (CIDEr-D x100 of each change type and the distractors)."""
+    return [{**r, "model": MODEL} for r in pcl.per_type_rows(results)]
+
+
+__all__ = ["MODEL", "VARIANTS", "setup", "run_variant", "runs", "rows", "per_type_rows"]
