@@ -207,12 +207,13 @@ def photo(rng) -> tuple[object, list[dict]]:
 
 
 # -- edits ---------------------------------------------------------------------------------------------------
-def inpaint(arr: np.ndarray, mask: np.ndarray, rng, iterations: int = 60) -> np.ndarray:
+def inpaint(arr: np.ndarray, mask: np.ndarray, rng, iterations: int = 20) -> np.ndarray:
     """Fill ``mask`` from its surroundings: row/column interpolation, then harmonic smoothing, then grain.
 
-    A numpy stand-in for an image editor's content-aware fill: interpolation along rows (weighted 3:1 over
-    columns) carries the horizontal structure across the hole, smoothing removes the seams, and grain at the
-    photo's noise level keeps the patch from looking painted.
+    A numpy stand-in for an image editor's content-aware fill: interpolation along rows carries the horizontal
+    structure of these photos (horizon, floor, bands) across the hole (columns fill the rows with nothing
+    known), a mostly horizontal smoothing removes the seams, and grain at the photo's noise level keeps the
+    patch from looking painted.
     """
     out = arr.astype(np.float32).copy()
     m = mask.copy()
@@ -227,25 +228,25 @@ def inpaint(arr: np.ndarray, mask: np.ndarray, rng, iterations: int = 60) -> np.
     sub, sm = out[y0:y1, x0:x1], m[y0:y1, x0:x1]
     fill = np.zeros_like(sub)
     weight = np.zeros(sm.shape, np.float32)
-    for axis in (0, 1):
+    for axis in (1, 0):                      # rows first; columns only where a whole row is masked
         s2, m2 = (sub, sm) if axis == 1 else (sub.transpose(1, 0, 2), sm.T)
         f2 = np.zeros_like(s2)
         w2 = np.zeros(m2.shape, np.float32)
         idx = np.arange(m2.shape[1])
         for r in range(m2.shape[0]):
             known = ~m2[r]
-            if known.sum() >= 1 and m2[r].any():
+            if known.any() and m2[r].any():
                 for ch in range(3):
                     f2[r, :, ch] = np.interp(idx, idx[known], s2[r, known, ch])
                 w2[r] = 1.0
         if axis == 0:
             f2, w2 = f2.transpose(1, 0, 2), w2.T
-        share = 3.0 if axis == 1 else 1.0     # photos are mostly horizontal bands (horizon, floor, shelves)
-        fill += share * f2 * w2[..., None]
-        weight += share * w2
+            w2 = w2 * (weight == 0)
+        fill += f2 * w2[..., None]
+        weight += w2
     sub[sm] = (fill[sm] / np.maximum(weight[sm], 1e-6)[:, None])
-    for _ in range(iterations):
-        avg = (np.roll(sub, 1, 0) + np.roll(sub, -1, 0) + np.roll(sub, 1, 1) + np.roll(sub, -1, 1)) / 4
+    for _ in range(iterations):             # anisotropic like the fill: smooth seams, keep band edges
+        avg = (np.roll(sub, 1, 0) + np.roll(sub, -1, 0) + 3 * (np.roll(sub, 1, 1) + np.roll(sub, -1, 1))) / 8
         sub[sm] = avg[sm]
     sub[sm] += rng.normal(0, 3.0, (int(sm.sum()), 3))
     out[y0:y1, x0:x1] = sub
@@ -402,8 +403,9 @@ def _phrases(e: dict) -> list[str]:
                 "Enhance the details"]
     if op == "remove":
         o, where = e["object"], e["where"]
-        return [f"Remove the {o}", f"take the {o} out", f"Get rid of the {o} on the {where}",
-                f"remove the {o} from the picture", f"Erase the {o}", f"can you remove the {o} on the {where}"]
+        at = "in the middle" if where == "middle" else f"on the {where}"
+        return [f"Remove the {o}", f"take the {o} out", f"Get rid of the {o} {at}",
+                f"remove the {o} from the photo", f"Erase the {o}", f"I want the {o} {at} removed"]
     if op == "text":
         t, c = e["text"], e["colour"]
         return [f'Add the text "{t}"', f"write {t} {_AT[e['at']]}", f"Put the word {t} in {c} letters",

@@ -363,8 +363,12 @@ def annotate(changes: list[dict], rng) -> list[list[str]]:
 
 
 # -- one pair ------------------------------------------------------------------------------------------------
-def make_pair(job: tuple[int, int]) -> dict:
-    seed, index = job
+def plan_pair(seed: int, index: int) -> tuple[dict, np.random.Generator]:
+    """Everything about pair ``index`` but its pixels: site, objects before and after, changes, sentences.
+
+    Returns the generator too: :func:`make_pair` draws the light and the noise from the same stream afterwards,
+    so a plan is the same whether or not the pair is rendered.
+    """
     rng = np.random.default_rng([seed, index])
     k = int(rng.integers(N_SITES))
     s = site(seed, k)
@@ -410,11 +414,17 @@ def make_pair(job: tuple[int, int]) -> dict:
                 after[i] = moved
                 changes.append({"change": "moved", "object": before[i], "to": moved})
         after = [o for o in after if o is not None]
+    return {"index": index, "site": k, "before": before, "after": after, "changes": changes,
+            "annotators": annotate(changes, rng), "descriptions": (describe(before), describe(after))}, rng
+
+
+def make_pair(job: tuple[int, int]) -> dict:
+    seed, index = job
+    plan, rng = plan_pair(seed, index)
     light = _light(rng, None, False)
-    img_before = render(seed, k, before, light, rng)
-    img_after = render(seed, k, after, _light(rng, light, strong=not changes), rng)
-    return {"index": index, "site": k, "before": img_before, "after": img_after, "changes": changes,
-            "annotators": annotate(changes, rng), "descriptions": (describe(before), describe(after))}
+    images = (render(seed, plan["site"], plan["before"], light, rng),
+              render(seed, plan["site"], plan["after"], _light(rng, light, strong=not plan["changes"]), rng))
+    return {**plan, "images": images}
 
 
 # -- the dataset ----------------------------------------------------------------------------------------------
@@ -440,7 +450,7 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, 
         for r in tqdm(writing.ordered_map(make_pair, jobs, workers), total=n_pairs, desc="SynthSpot-the-Diff",
                       unit="pair", disable=not progress):
             i = r["index"]
-            for name, img in ((f"{i}.png", r["before"]), (f"{i}_2.png", r["after"])):
+            for name, img in zip((f"{i}.png", f"{i}_2.png"), r["images"]):
                 (tmp / "resized_images" / name).write_bytes(writing.encode(Image.fromarray(img), "png"))
             descriptions[f"{i}.png"], descriptions[f"{i}_2.png"] = r["descriptions"]
             changes[str(i)] = [{"change": c["change"], "object": c["object"], **({"to": c["to"]} if "to" in c else {})}
