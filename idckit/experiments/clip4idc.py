@@ -39,7 +39,7 @@ import torch
 from idckit import paths
 from idckit.errors import ConfigError
 from idckit.experiments.config import load_config
-from idckit.experiments.data import DataChoice, clevr_change
+from idckit.experiments.data import DataChoice, pair_dataset
 from idckit.experiments.runs import Run, open_run
 
 #: table 5's rows (CLEVR columns): label, captioner switches, does it start from the adapted encoder
@@ -102,8 +102,10 @@ class Setup:
 
 def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
           clip_model: str | None = None, pretrained: str | None = None, overrides: dict | None = None,
-          progress: bool = True) -> Setup:
+          progress: bool = True, dataset: str = "clevr-change") -> Setup:
     """The data (generated on first use when synthetic) and every setting of ``profile``.
+
+    ``dataset``: ``clevr-change``, ``spot-the-diff`` or ``editing-request`` (``data_root`` in that layout).
 
     ``clip_model`` / ``pretrained`` override the profile's CLIP (e.g. ``"ViT-B-32"``, ``"openai"`` for the paper's);
     ``pretrained=None`` with no override means the profile's choice (the stand-in at smoke and cpu).
@@ -122,7 +124,7 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
         clip["pretrained"] = pretrained
     cfg["clip"] = clip
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
-    s = Setup(profile, cfg, clevr_change(profile, data_root, progress=progress), runs, progress)
+    s = Setup(profile, cfg, pair_dataset(dataset, profile, data_root, progress=progress), runs, progress)
     s.image_size  # noqa: B018  (fails now, with the fix, on an unknown architecture)
     return s
 
@@ -192,11 +194,12 @@ def _file_identity(path: str) -> str:
     return f"file:{p.name}:{h.hexdigest()[:16]}"
 
 
-def _description_root(s: Setup) -> Path:
-    """Where the stand-in learns: this data if it has scene descriptions, else the profile's synthetic default."""
+def _description_data(s: Setup) -> DataChoice:
+    """Where the stand-in learns: this data if it has scene descriptions, else the profile's synthetic default of
+    the same dataset (a real release has no single-image descriptions)."""
     if (s.data.root / "scene_descriptions.json").is_file():
-        return s.data.root
-    return clevr_change(s.profile, None, progress=s.progress).root
+        return s.data
+    return pair_dataset(s.data.name, s.profile, None, progress=s.progress)
 
 
 def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
@@ -219,16 +222,19 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
         raise ConfigError(f"the stand-in pre-training config builds {c['model']!r} but the CLIP asked for is "
                           f"{name!r}", fix="pass pretrained=<weights> for other architectures, or set "
                                            "overrides={'standin': {'model': ...}}")
-    root = _description_root(s)
+    described = _description_data(s)
+    root = described.root
     from idckit.data.synth.vocab import GENERATOR_VERSION
 
+    # CLEVR-Change keeps the key it always had (so its cached stand-in is found again)
+    version = GENERATOR_VERSION if described.name == "clevr-change" else described.version
     run = open_run(s.runs_dir, "clip-standin", {"kind": "clip-standin", "data": str(root),
-                                                "data_version": GENERATOR_VERSION, "standin": c, "seed": 0})
+                                                "data_version": version, "standin": c, "seed": 0})
     path = run.dir / "clip.pt"
     if not run.is_complete():
         t0 = time.perf_counter()
         data = load_description_data(root, s.image_size, cache_dir=_image_cache_dir(s, root) / "standin",
-                                     progress=progress)
+                                     progress=progress, dataset=described.dataset())
         task = StandinPretrainTask(data, name, batch_size=c["batch_size"], weight_decay=c["weight_decay"],
                                    eval_batch_size=c["eval_batch_size"])
         res = fit(task, _train_config(c["train"], 0, len(data.train_scenes), c["batch_size"]), run.dir,

@@ -90,7 +90,10 @@ class PairData:
 
 def load_pair_data(dataset: ClevrChange, size: int, *, max_len: int = 32, cache_dir: str | Path | None = None,
                    splits: Sequence[str] = ("train", "val", "test"), progress: bool = False) -> PairData:
-    """Every pair of ``splits`` with its images (decoded once, ``size`` px) and tokenised captions."""
+    """Every pair of ``splits`` with its images (decoded once, ``size`` px) and tokenised captions.
+
+    ``dataset`` is any of the kit's pair datasets (``ClevrChange``, ``SpotTheDiff``, ``EditingRequest``): what is
+    read is ``root`` and ``pairs(split)``."""
     per_split = {s: dataset.pairs(s, check_images=True) for s in splits}
     rel = lambda p: p.relative_to(dataset.root).as_posix()  # noqa: E731
     paths = [rel(x) for pairs in per_split.values() for p in pairs for x in (p.before, p.after)]
@@ -302,7 +305,8 @@ class AdaptTask:
         for start in range(0, n - size + 1, size):
             s = order[start:start + size]
             pairs = train.sample_pair[s]
-            swap = torch.rand(len(s), generator=generator) < self.swap_prob
+            # the swap needs the scene's non-semantic image: datasets without distractor pairs never swap
+            swap = (torch.rand(len(s), generator=generator) < self.swap_prob) & (train.distractor_row[pairs] >= 0)
             yield {"pairs": pairs, "ids": train.sample_ids[s], "swap": swap}
 
     def swapped_before(self, pairs: torch.Tensor, swap: torch.Tensor) -> torch.Tensor:
@@ -374,7 +378,11 @@ class CaptionTask:
         self._tokens_key: float | None = None
         train = data.splits["train"]
         self.scenes = train.change_pairs                     # semantic pair i; its distractor pair is i + 1
-        if not bool((~train.is_change[self.scenes + 1]).all()):
+        # datasets without distractor pairs (Spot-the-Diff, IER): a scene is one pair
+        self.with_distractors = bool((~train.is_change).any())
+        nxt = self.scenes + 1
+        if self.with_distractors and not (bool((nxt < len(train)).all())
+                                          and bool((~train.is_change[nxt.clamp(max=len(train) - 1)]).all())):
             raise ConfigError("train pairs must alternate semantic, distractor (ClevrChange.pairs order)")
         self.offsets, self.counts = train.captions_of(torch.arange(len(train)))
 
@@ -419,7 +427,7 @@ class CaptionTask:
         size = min(self.batch_size, len(scenes))
         for start in range(0, len(scenes) - size + 1, size):
             sc = scenes[start:start + size]
-            pairs = torch.cat([sc, sc + 1])                  # (default, sc) then (default, nsc)
+            pairs = torch.cat([sc, sc + 1]) if self.with_distractors else sc   # (default, sc) then (default, nsc)
             pick = self.offsets[pairs] + (torch.rand(len(pairs), generator=generator) * self.counts[pairs]).long()
             yield {"pairs": pairs, "ids": self.data.splits["train"].sample_ids[pick]}
 
