@@ -202,7 +202,8 @@ def test_synthetic_set_round_trips_through_the_real_loader(synth_root):
     assert set(desc) == {p.name for p in (synth_root / "images").iterdir()}
     edits = json.loads((synth_root / "edits.json").read_text())
     assert set(edits) == {p.pair_id for p in pairs}
-    assert all(e["op"] in synth.OPS for v in edits.values() for e in v) and all(1 <= len(v) <= 2 for v in edits.values())
+    assert all(e["op"] in synth.OPS for v in edits.values() for e in v)
+    assert all(1 <= len(v) <= 2 for v in edits.values())
 
 
 def test_synthetic_bytes_do_not_depend_on_workers(synth_root, tmp_path):

@@ -251,6 +251,13 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
 
 
 # -- 2. adaptation --------------------------------------------------------------------------------------------
+def retrieval_ks(s: Setup) -> tuple[int, ...]:
+    """R@K reported for this dataset: 1/5/10 and the paper's table 6 values (Spot-the-Diff: 10/20/50)."""
+    from idckit.experiments.data import DATASETS
+
+    return tuple(sorted({1, 5, 10, *DATASETS[s.data.name].get("paper_ks", ())}))
+
+
 def _adapt_task(s: Setup, clip: dict, n_intra: int):
     from idckit.tasks.clip4idc import AdaptTask
 
@@ -258,7 +265,7 @@ def _adapt_task(s: Setup, clip: dict, n_intra: int):
     task = AdaptTask(_data(s), clip["name"], clip["weights"], n_intra=n_intra, batch_size=c["batch_size"],
                      clip_lr_scale=c["clip_lr_scale"], weight_decay=c["weight_decay"], swap_prob=c["swap_prob"],
                      freeze_intra=c["freeze_intra"], freeze_embeddings=c["freeze_embeddings"],
-                     eval_batch_size=c["eval_batch_size"], progress=s.progress)
+                     eval_batch_size=c["eval_batch_size"], progress=s.progress, ks=retrieval_ks(s))
     if c["freeze_intra"]:
         torch.manual_seed(0)
         task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder)
@@ -309,7 +316,7 @@ def _evaluate_plain(task, model) -> dict[str, float]:
         sim, text_pair = task.similarity(model, "test")
     finally:
         task.freeze_intra = saved
-    return retrieval_metrics(sim, text_pair, ks=(1, 5, 10))
+    return retrieval_metrics(sim, text_pair, ks=task.ks)
 
 
 # -- 3. captioning --------------------------------------------------------------------------------------------

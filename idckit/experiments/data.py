@@ -32,13 +32,14 @@ class DataChoice:
         return loader(self.name)(self.root)
 
 
-#: the pair datasets a notebook can run on: loader, synthetic generator and its config, names for reports
+#: the pair datasets a notebook can run on: loader, synthetic generator and its config, names for reports, the
+#: R@K of the paper's retrieval table (CLIP4IDC table 6) beyond 1/5/10
 DATASETS = {
     "clevr-change": {"loader": "idckit.data.clevr_change:ClevrChange", "title": "CLEVR-Change",
                      "synth": "SynthCLEVR-Change"},
     "spot-the-diff": {"loader": "idckit.data.spot_the_diff:SpotTheDiff", "title": "Spot-the-Diff",
                       "synth": "SynthSpot-the-Diff", "generator": "idckit.data.synth.spot_the_diff",
-                      "config": "synth_spot_the_diff"},
+                      "config": "synth_spot_the_diff", "paper_ks": (10, 20, 50)},
     "editing-request": {"loader": "idckit.data.editing_request:EditingRequest", "title": "Image-Editing-Request",
                         "synth": "SynthIER", "generator": "idckit.data.synth.editing_request",
                         "config": "synth_editing_request"},

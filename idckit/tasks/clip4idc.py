@@ -244,8 +244,10 @@ class AdaptTask:
     def __init__(self, data: PairData, clip_model: str, pretrained: str | None, *, n_intra: int | None = None,
                  batch_size: int = 128, clip_lr_scale: float = 1e-3, weight_decay: float = 0.2,
                  swap_prob: float = 0.5, freeze_intra: bool = False, freeze_embeddings: bool = False,
-                 eval_batch_size: int = 128, intra_cache: IntraCache | None = None, progress: bool = False):
+                 eval_batch_size: int = 128, intra_cache: IntraCache | None = None, progress: bool = False,
+                 ks: Sequence[int] = (1, 5, 10)):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
+        self.ks = tuple(sorted({1, *ks}))                      # R@1 always: it selects the checkpoint
         self.n_intra, self.batch_size, self.clip_lr_scale = n_intra, batch_size, clip_lr_scale
         if not 0.0 <= swap_prob <= 1.0:
             raise ConfigError(f"swap_prob must be a probability, got {swap_prob}")
@@ -346,11 +348,11 @@ class AdaptTask:
         return torch.cat(texts) @ torch.cat(vecs).t(), column[s.sample_pair[samples]]
 
     def evaluate(self, model: CLIP4IDCRetrieval, split: str = "val") -> dict[str, float]:
-        """R@1/5/10, MdR, MnR in both directions (CLIP4IDC's protocol, idckit.eval.retrieval)."""
+        """R@K (``ks``: 1/5/10 by default), MdR, MnR in both directions (CLIP4IDC's protocol, idckit.eval.retrieval)."""
         from idckit.eval.retrieval import retrieval_metrics
 
         sim, text_pair = self.similarity(model, split)
-        return retrieval_metrics(sim, text_pair, ks=(1, 5, 10))
+        return retrieval_metrics(sim, text_pair, ks=self.ks)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -127,7 +127,8 @@ def landscape(size, rng) -> _Canvas:
         tx, ty = rng.uniform(0.05, 0.95) * w, h - rng.uniform(0.02, 0.2) * h
         s = w * rng.uniform(0.05, 0.08)
         if rng.random() < 0.5:
-            c.thing("pine tree", [("rectangle", [tx - s * 0.12, ty - s * 0.5, tx + s * 0.12, ty], {"fill": (90, 60, 40)}),
+            c.thing("pine tree", [("rectangle", [tx - s * 0.12, ty - s * 0.5, tx + s * 0.12, ty],
+                                   {"fill": (90, 60, 40)}),
                                   ("polygon", [(tx - s, ty - s * 0.4), (tx + s, ty - s * 0.4), (tx, ty - s * 3)],
                                    {"fill": (30, 90, 45)})])
         else:
@@ -151,15 +152,17 @@ def room(size, rng) -> _Canvas:
     if rng.random() < 0.7:
         x0, x1 = sorted(rng.uniform(0.05, 0.95, 2) * w)
         x1 = max(x1, x0 + w * 0.2)
-        c.thing("window", [("rectangle", [x0, h * 0.12, x1, h * 0.45], {"fill": (150, 200, 240), "outline": (250, 250, 250),
-                                                                          "width": 4}),
-                           ("line", [(x0 + x1) / 2, h * 0.12, (x0 + x1) / 2, h * 0.45], {"fill": (250, 250, 250), "width": 3})],
+        c.thing("window", [("rectangle", [x0, h * 0.12, x1, h * 0.45],
+                            {"fill": (150, 200, 240), "outline": (250, 250, 250), "width": 4}),
+                           ("line", [(x0 + x1) / 2, h * 0.12, (x0 + x1) / 2, h * 0.45],
+                            {"fill": (250, 250, 250), "width": 3})],
                 removable=False)
     if rng.random() < 0.6:
         px, s = rng.uniform(0.15, 0.85) * w, w * 0.09
         art = tuple(int(v) for v in rng.integers(40, 230, 3))
         c.thing("picture", [("rectangle", [px - s, h * 0.2, px + s, h * 0.2 + s * 1.4], {"fill": (60, 40, 30)}),
-                            ("rectangle", [px - s * 0.8, h * 0.2 + s * 0.2, px + s * 0.8, h * 0.2 + s * 1.2], {"fill": art})])
+                            ("rectangle", [px - s * 0.8, h * 0.2 + s * 0.2, px + s * 0.8, h * 0.2 + s * 1.2],
+                             {"fill": art})])
     if rng.random() < 0.5:
         c.draw.ellipse([w * 0.15, floor + (h - floor) * 0.35, w * 0.85, h * 0.98],
                        fill=tuple(int(v) for v in rng.integers(60, 200, 3)))
@@ -224,7 +227,8 @@ def inpaint(arr: np.ndarray, mask: np.ndarray, rng, iterations: int = 20) -> np.
     if m.all():
         raise ValueError("cannot inpaint a mask that covers the whole image")
     ys, xs = np.nonzero(m)
-    y0, y1, x0, x1 = max(0, ys.min() - 1), min(m.shape[0], ys.max() + 2), max(0, xs.min() - 1), min(m.shape[1], xs.max() + 2)
+    y0, y1 = max(0, ys.min() - 1), min(m.shape[0], ys.max() + 2)
+    x0, x1 = max(0, xs.min() - 1), min(m.shape[1], xs.max() + 2)
     sub, sm = out[y0:y1, x0:x1], m[y0:y1, x0:x1]
     fill = np.zeros_like(sub)
     weight = np.zeros(sm.shape, np.float32)

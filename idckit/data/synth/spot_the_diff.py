@@ -25,7 +25,6 @@ not depend on ``workers``.
 """
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -95,7 +94,8 @@ def site(seed: int, k: int) -> dict:
              for _ in range(int(rng.integers(0, 3)))]
     return {"k": k, "horizon": horizon, "bands": bands, "bay_rows": bay_rows, "bays": bays_per_row,
             "buildings": buildings, "trees": trees, "sun": (float(rng.uniform(-1, 1)), float(rng.uniform(0.3, 0.8))),
-            "asphalt": tuple(int(c * shade) for c in (88, 88, 92)), "lot": tuple(int(c * shade) for c in (104, 102, 100)),
+            "asphalt": tuple(int(c * shade) for c in (88, 88, 92)),
+            "lot": tuple(int(c * shade) for c in (104, 102, 100)),
             "walk": tuple(int(c * shade) for c in (176, 172, 164)), "dash": (235, 235, 225) if rng.random() < 0.6
             else (230, 190, 60), "sky": (196, 208, 222)}
 
