@@ -510,15 +510,18 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
 
 # -- the `idckit pretrain-clip` command -------------------------------------------------------------------------
 def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-                  out: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+                  out: str | Path | None = None, progress: bool = True,
+                  dataset: str = "clevr-change") -> dict[str, Any]:
     """Pre-train (or find in the run cache) the offline stand-in CLIP; ``out`` also copies the checkpoint there.
+
+    ``dataset`` names the layout of ``data_root`` (and whose synthetic default is used without one).
 
     Returns :func:`clip_weights`' dict; ``weights`` is the file to pass as ``pretrained=`` (or ``--weights`` of
     ``idckit features --backbone clip:idckit-standin-ViT-T-16``)."""
     import shutil
 
     s = setup(profile, data_root, runs_dir=runs_dir, clip_model=load_config("clip_standin", profile)["model"],
-              pretrained=None, progress=progress)
+              pretrained=None, progress=progress, dataset=dataset)
     info = clip_weights(s, progress=progress)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -431,6 +431,8 @@ def request(edits: list[dict], rng) -> str:
     for p in parts[1:]:
         text += " and " + p[0].lower() + p[1:]
     style = rng.random()
+    if parts[0].split()[0].lower() == "more":        # a bare noun phrase ("More contrast") takes no "Can you"
+        style = 1.0
     if style < 0.15:
         text = "please " + text[0].lower() + text[1:]
     elif style < 0.25:
