@@ -7,8 +7,9 @@ pre-training)", never CLIP.
 
 Data: the synthetic generator writes ``scene_descriptions.json`` = {image file: "there is a large red metal cube ,
 a small ... and a ..."} (objects left to right). Only images of the TRAIN split's scenes are used (their default,
-semantic and non-semantic images), so neither val nor test images are ever seen in pre-training. Val default images
-(never trained on) select the checkpoint by image <-> text R@1.
+semantic and non-semantic images; a pair's two images for Spot-the-Diff and IER, whose generators write the same
+file), so neither val nor test images are ever seen in pre-training. Val default (first) images (never trained on)
+select the checkpoint by image <-> text R@1.
 
 What CLIP pre-training is: symmetric InfoNCE over a batch of (image, text) with a learned temperature (open_clip's
 init 1/0.07, clamped at 100 as OpenAI's). Choices for this data:
