@@ -231,3 +231,13 @@ def test_every_edit_kind_is_drawn():
     for i in range(60):
         ops.update(e["op"] for e in synth.make_pair((0, i, 1))["edits"])
     assert ops == set(synth.OPS)
+
+
+def test_evaluator_reads_uids_and_raw_references(ier, tmp_path, tiny_clevr):
+    from idckit.data.detect import dataset_name
+    from idckit.eval import captions as C
+
+    assert dataset_name(ier) == "editing-request" and dataset_name(tiny_clevr) == "clevr-change"
+    C.write_results(tmp_path / "run", {"Zhopped_3": "make it brighter", "Reddit_7": "crop out the dog"})
+    scores = C.evaluate_results(tmp_path / "run", ier, split="train", tokenize=True, meteor=False)
+    assert scores["total"]["Bleu_1"] == pytest.approx(1.0)   # PTB lower-cases and drops "!" / "." of the raw text

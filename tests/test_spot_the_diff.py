@@ -240,3 +240,19 @@ def test_no_change_frames_differ_only_by_light_and_noise():
     still, changed = found[False], found[True]
     assert np.percentile(still, 99.9) < 60                  # light + noise: no object-sized jump anywhere
     assert (changed > 60).sum() > 30                         # an object appeared / left / moved
+
+
+def test_evaluator_scores_results_against_the_pooled_references(spot, tmp_path):
+    from idckit.data.detect import dataset_name
+    from idckit.errors import ResultsError
+    from idckit.eval import captions as C
+
+    assert dataset_name(spot) == "spot-the-diff"
+    C.write_results(tmp_path / "run", {"42.png": "nothing has changed", "1203.png": "the blue car moved"})
+    scores = C.evaluate_results(tmp_path / "run", spot, tokenize=False, meteor=False)
+    assert scores["total"]["Bleu_1"] == pytest.approx(1.0)          # both candidates are one of their references
+    C.write_results(tmp_path / "bad", {"42.png": "x", "1203.png": "y", "0042.png": "z"})
+    with pytest.raises(ResultsError, match="not pairs of the 'test' split"):
+        C.evaluate_results(tmp_path / "bad", spot, tokenize=False, meteor=False)
+    with pytest.raises(DatasetError, match="not a dataset root"):
+        dataset_name(tmp_path)
