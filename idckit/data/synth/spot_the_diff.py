@@ -458,7 +458,8 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, 
             entries[split_of[i]].extend({"img_id": str(i), "sentences": sents} for sents in r["annotators"])
         counts = {}
         for s, rows in entries.items():
-            order = np.random.default_rng([seed, 2**31 - 3, len(s)]).permutation(len(rows))
+            stream = np.random.default_rng([seed, 2**31 - 3, ("train", "val", "test").index(s)])
+            order = stream.permutation(len(rows))      # entries of one pair are not adjacent: readers must group
             rows = [rows[j] for j in order]
             writing.write_json(tmp / "annotations" / f"{s}.json", rows)
             sents = [x for e in rows for x in e["sentences"]]
