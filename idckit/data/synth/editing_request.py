@@ -433,14 +433,14 @@ def request(edits: list[dict], rng) -> str:
     style = rng.random()
     if parts[0].split()[0].lower() == "more":        # a bare noun phrase ("More contrast") takes no "Can you"
         style = 1.0
-    if style < 0.15:
+    if style < 0.08:
         text = "please " + text[0].lower() + text[1:]
-    elif style < 0.25:
+    elif style < 0.18:
         text = "Can you " + text[0].lower() + text[1:] + "?"
-    elif style < 0.33:
+    elif style < 0.26:
         text = "Could someone " + text[0].lower() + text[1:] + "?"
     if not text.endswith("?"):
-        text += str(rng.choice([".", ".", "", "!", " please", "."]))
+        text += str(rng.choice([".", ".", "", "!", ".", "", ".", " please"], p=[.2, .2, .15, .1, .15, .1, .05, .05]))
     if rng.random() < 0.3 and text[0].isupper() and not text.startswith(("Can ", "Could ")):
         text = text[0].lower() + text[1:]
     return text
