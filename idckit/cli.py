@@ -45,6 +45,20 @@ def cmd_generate_birds(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate_spot_the_diff(args: argparse.Namespace) -> int:
+    from idckit.data.synth.spot_the_diff import generate
+
+    print(generate(args.out, n_pairs=args.pairs, seed=args.seed, workers=args.workers, overwrite=args.overwrite))
+    return 0
+
+
+def cmd_generate_editing_request(args: argparse.Namespace) -> int:
+    from idckit.data.synth.editing_request import generate
+
+    print(generate(args.out, n_pairs=args.pairs, seed=args.seed, workers=args.workers, overwrite=args.overwrite))
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from idckit.eval.captions import evaluate_cli
 
@@ -173,6 +187,19 @@ def build_parser() -> argparse.ArgumentParser:
     gb.add_argument("--overwrite", action="store_true",
                     help="replace SynthBirds made with other arguments (never a directory the kit did not write)")
     gb.set_defaults(func=cmd_generate_birds)
+    for name, helptext, default, func in (
+            ("spot-the-diff", "SynthSpot-the-Diff (street and parking-lot cameras) in the Spot-the-Diff layout", 1000,
+             cmd_generate_spot_the_diff),
+            ("editing-request", "SynthIER (edited procedural photos, raw requests) in the Image-Editing-Request "
+                                "layout", 1000, cmd_generate_editing_request)):
+        gx = gsub.add_parser(name, help=helptext)
+        gx.add_argument("--out", type=Path, required=True, help="output directory (created)")
+        gx.add_argument("--pairs", type=int, default=default, help="number of image pairs (ids 0..N-1)")
+        gx.add_argument("--seed", type=int, default=0)
+        gx.add_argument("--workers", type=int, default=2, help="drawing processes (output does not depend on it)")
+        gx.add_argument("--overwrite", action="store_true",
+                        help="replace another synthetic dataset at --out (never a folder without synth_info.json)")
+        gx.set_defaults(func=func)
 
     e = sub.add_parser("evaluate", help="score RCC-format results against a dataset (BLEU, METEOR, ROUGE-L, CIDEr-D)")
     e.add_argument("results", type=Path,

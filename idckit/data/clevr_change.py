@@ -64,14 +64,14 @@ def parse_pair_id(pid: str) -> tuple[int, bool]:
 
 @dataclass(frozen=True)
 class Pair:
-    """One (before, after) image pair with its reference captions."""
+    """One (before, after) image pair with its reference captions (Spot-the-Diff and IER use it too)."""
 
     pair_id: str
     index: int
     before: Path
     after: Path
     captions: tuple[str, ...]
-    change_type: str  # one of CHANGE_TYPES or DISTRACTOR
+    change_type: str  # one of CHANGE_TYPES or DISTRACTOR; "change" (Spot-the-Diff) or "edit" (IER)
 
     @property
     def is_change(self) -> bool:

@@ -336,14 +336,15 @@ def write_results(directory: str | Path, predictions: Mapping[str, str]) -> None
 def evaluate_results(results_path: str | Path, data_root: str | Path, split: str = "test", *,
                      tokenize: bool = True, meteor: bool = True,
                      scorer: CaptionScorer | None = None) -> dict[str, dict[str, float]]:
-    """Score RCC result files against a CLEVR-Change split: the :func:`evaluate_pairs` breakdown.
+    """Score RCC result files against a split of a CLEVR-Change, Spot-the-Diff or IER root (told from its layout;
+    result ids ``000123.png``/``000123.png_n``, ``400.png``, the IER ``uid``): the :func:`evaluate_pairs` breakdown.
 
     The results must cover the split exactly: ids not in the split, and split ids without a result, both raise
     :class:`ResultsError` (scoring a partial result set would report numbers for a different test set).
     """
-    from idckit.data.clevr_change import ClevrChange
+    from idckit.data.detect import open_dataset
 
-    ds = ClevrChange(data_root)
+    ds = open_dataset(data_root)            # CLEVR-Change, Spot-the-Diff or IER, told from the layout
     references, types = ds.references(split), ds.types(split)
     predictions = load_results(results_path)
     extra = sorted(set(predictions) - set(references))
@@ -387,14 +388,14 @@ def evaluate_cli(args) -> int:
     Prints the x100 table; ``--json`` writes ``{subset: {metric: value}}`` on pycocoevalcap's raw scale (0-1,
     CIDEr-D unscaled), the scale every other idckit metrics file uses.
     """
-    from idckit.data.clevr_change import ClevrChange
+    from idckit.data.detect import open_dataset
     from idckit.fileio import check_output_file, write_json
 
     if args.json is not None:
         check_output_file(args.json, "--json", "scores.json")  # before minutes of scoring, not after
     tokenize, meteor = not args.no_tokenize, not args.no_meteor
     breakdown = evaluate_results(args.results, args.data, args.split, tokenize=tokenize, meteor=meteor)
-    types = ClevrChange(args.data).types(args.split)
+    types = open_dataset(args.data).types(args.split)
     counts = {name: len(ids) for name, ids in subsets_of(types, types).items()}
     how = ("PTB-tokenised" if tokenize else "untokenised (IDC-PCL's evaluator)") + ("" if meteor else ", no METEOR")
     print(f"{args.results} on {args.data} [{args.split}], pycocoevalcap 1.2, {how}; {TABLE_NOTE}")

@@ -39,7 +39,7 @@ import torch
 from idckit import paths
 from idckit.errors import ConfigError, WeightsUnavailableError
 from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config
-from idckit.experiments.data import DataChoice, clevr_change, content_identity
+from idckit.experiments.data import DataChoice, pair_dataset
 from idckit.experiments.runs import Run, caption_counts, open_run
 from idckit.fileio import check_output_dir, check_output_file
 from idckit.train import distributed
@@ -105,8 +105,10 @@ class Setup:
 
 def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
           clip_model: str | None = None, pretrained: str | None = None, overrides: dict | None = None,
-          progress: bool = True, device: str | None = None) -> Setup:
+          progress: bool = True, device: str | None = None, dataset: str = "clevr-change") -> Setup:
     """The data (generated on first use when synthetic) and every setting of ``profile``.
+
+    ``dataset``: ``clevr-change``, ``spot-the-diff`` or ``editing-request`` (``data_root`` in that layout).
 
     ``clip_model`` / ``pretrained`` override the profile's CLIP (e.g. ``"ViT-B-32"``, ``"openai"`` for the paper's);
     ``pretrained=None`` with no override means the profile's choice (the stand-in at smoke and cpu).
@@ -134,7 +136,7 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     for kind in devices:
         cfg[kind].pop("device", None)
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
-    s = Setup(profile, cfg, clevr_change(profile, data_root, progress=progress), runs, progress, devices)
+    s = Setup(profile, cfg, pair_dataset(dataset, profile, data_root, progress=progress), runs, progress, devices)
     s.image_size  # noqa: B018  (fails now, with the fix, on an unknown architecture)
     _check_pretrained(clip["model"], clip["pretrained"])
     return s
@@ -163,9 +165,9 @@ _DATA: dict[tuple, Any] = {}
 _INTRA: dict[tuple, Any] = {}
 
 
-def _image_cache_dir(s: Setup, root: Path) -> Path:
-    tag = content_identity(root).replace(":", "-")  # the data's content: a moved or renamed dataset keeps its cache
-    return s.runs_dir / "images" / f"{tag}-{s.image_size}px"
+def _image_cache_dir(s: Setup, data: DataChoice) -> Path:
+    # the data's content, not its path: a moved or renamed dataset keeps its cache
+    return s.runs_dir / "images" / f"{data.tag}-{s.image_size}px"
 
 
 def _data(s: Setup):
@@ -177,7 +179,7 @@ def _data(s: Setup):
         _DATA.clear()
         _INTRA.clear()
         _DATA[key] = load_pair_data(s.data.dataset(), s.image_size, max_len=s.config["caption"]["max_len"],
-                                    cache_dir=_image_cache_dir(s, s.data.root), progress=s.progress)
+                                    cache_dir=_image_cache_dir(s, s.data), progress=s.progress)
     return _DATA[key]
 
 
@@ -229,14 +231,15 @@ def _file_identity(path: str) -> str:
     return f"file:{p.name}:{h.hexdigest()[:16]}"
 
 
-def _description_root(s: Setup) -> Path:
-    """Where the stand-in learns: this data if it has scene descriptions, else the profile's synthetic default."""
+def _description_data(s: Setup) -> DataChoice:
+    """Where the stand-in learns: this data if it has scene descriptions, else the profile's synthetic default of
+    the same dataset (a real release has no single-image descriptions)."""
     if (s.data.root / "scene_descriptions.json").is_file():
         from idckit.tasks.clip_pretrain import read_descriptions
 
         read_descriptions(s.data.root / "scene_descriptions.json")  # a damaged file is named before a run starts
-        return s.data.root
-    return clevr_change(s.profile, None, progress=s.progress).root
+        return s.data
+    return pair_dataset(s.data.name, s.profile, None, progress=s.progress)
 
 
 def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
@@ -259,16 +262,18 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
         raise ConfigError(f"the stand-in pre-training config builds {c['model']!r} but the CLIP asked for is "
                           f"{name!r}", fix="pass pretrained=<weights> for other architectures, or set "
                                            "overrides={'standin': {'model': ...}}")
-    root = _description_root(s)
+    described = _description_data(s)
+    root = described.root
     from idckit.data.synth.vocab import GENERATOR_VERSION
 
-    run = open_run(s.runs_dir, "clip-standin", {"kind": "clip-standin", "data": content_identity(root),
-                                                "data_version": GENERATOR_VERSION, "standin": c, "seed": 0})
+    version = GENERATOR_VERSION if described.name == "clevr-change" else described.version
+    run = open_run(s.runs_dir, "clip-standin", {"kind": "clip-standin", "data": described.identity,
+                                                "data_version": version, "standin": c, "seed": 0})
     path = run.dir / "clip.pt"
     if not run.is_complete():
         t0 = time.perf_counter()
-        data = load_description_data(root, s.image_size, cache_dir=_image_cache_dir(s, root) / "standin",
-                                     progress=progress)
+        data = load_description_data(root, s.image_size, cache_dir=_image_cache_dir(s, described) / "standin",
+                                     progress=progress, dataset=described.dataset())
         task = StandinPretrainTask(data, name, batch_size=c["batch_size"], weight_decay=c["weight_decay"],
                                    eval_batch_size=c["eval_batch_size"])
         res = fit(task, _train_config(c["train"], 0, len(data.train_scenes), c["batch_size"]), run.dir,
@@ -278,7 +283,7 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
             run.complete({"val": res.best_metrics, "best_step": res.best_step, "steps": res.steps,
                           "history": res.history, "train_seconds": res.wall_seconds,
                           "wall_seconds": round(time.perf_counter() - t0, 1), "checkpoint": str(path)},
-                         profile=s.profile, data_identity=content_identity(root))
+                         profile=s.profile, data_identity=described.identity)
         distributed.barrier()
     m = run.metrics()
     return {"name": name, "weights": str(path), "key": f"standin:{run.key}", "run": run.dir.name, "val": m["val"],
@@ -288,6 +293,13 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
 
 
 # -- 2. adaptation --------------------------------------------------------------------------------------------
+def retrieval_ks(s: Setup) -> tuple[int, ...]:
+    """R@K reported for this dataset: 1/5/10 and the paper's table 6 values (Spot-the-Diff: 10/20/50)."""
+    from idckit.experiments.data import DATASETS
+
+    return tuple(sorted({1, 5, 10, *DATASETS[s.data.name].get("paper_ks", ())}))
+
+
 def _adapt_task(s: Setup, clip: dict, n_intra: int):
     from idckit.tasks.clip4idc import AdaptTask
 
@@ -295,7 +307,7 @@ def _adapt_task(s: Setup, clip: dict, n_intra: int):
     task = AdaptTask(_data(s), clip["name"], clip["weights"], n_intra=n_intra, batch_size=c["batch_size"],
                      clip_lr_scale=c["clip_lr_scale"], weight_decay=c["weight_decay"], swap_prob=c["swap_prob"],
                      freeze_intra=c["freeze_intra"], freeze_embeddings=c["freeze_embeddings"],
-                     eval_batch_size=c["eval_batch_size"], progress=s.progress)
+                     eval_batch_size=c["eval_batch_size"], progress=s.progress, ks=retrieval_ks(s))
     if c["freeze_intra"]:
         torch.manual_seed(0)
         task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder.to(_device(s, "adapt")))
@@ -360,7 +372,7 @@ def _evaluate_plain(task, model) -> dict[str, float]:
         sim, text_pair = task.similarity(model, "test")
     finally:
         task.freeze_intra = saved
-    return retrieval_metrics(sim, text_pair, ks=(1, 5, 10))
+    return retrieval_metrics(sim, text_pair, ks=task.ks)
 
 
 # -- 3. captioning --------------------------------------------------------------------------------------------
@@ -608,8 +620,11 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
 
 # -- the `idckit pretrain-clip` command -------------------------------------------------------------------------
 def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-                  out: str | Path | None = None, progress: bool = True, device: str | None = None) -> dict[str, Any]:
+                  out: str | Path | None = None, progress: bool = True, device: str | None = None,
+                  dataset: str = "clevr-change") -> dict[str, Any]:
     """Pre-train (or find in the run cache) the offline stand-in CLIP; ``out`` also copies the checkpoint there.
+
+    ``dataset`` names the layout of ``data_root`` (and whose synthetic default is used without one).
 
     Returns :func:`clip_weights`' dict; ``weights`` is the file to pass as ``pretrained=`` (or ``--weights`` of
     ``idckit features --backbone clip:idckit-standin-ViT-T-16``)."""
@@ -618,7 +633,7 @@ def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, 
     if out is not None:  # before minutes of training, not after
         check_output_file(out, "--out", "clip.pt")
     s = setup(profile, data_root, runs_dir=runs_dir, clip_model=load_config("clip_standin", profile)["model"],
-              pretrained=None, progress=progress, device=device)
+              pretrained=None, progress=progress, device=device, dataset=dataset)
     info = clip_weights(s, progress=progress)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """The dataset a notebook runs on: the real one when ``data_root`` is given, else the embedded synthetic default.
 
-The synthetic default's size per profile is data (``configs/synth_clevr_change.json``), like every other setting.
+The synthetic default's size per profile is data (``configs/synth_clevr_change.json``,
+``configs/synth_spot_the_diff.json``, ``configs/synth_editing_request.json``), like every other setting.
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from idckit import paths
 from idckit.data.clevr_change import ClevrChange
@@ -25,7 +27,7 @@ def synth_settings(profile: str, hard: bool = False) -> dict:
     return {**s, **hard_settings} if hard else s
 
 
-def content_identity(root: str | Path) -> str:
+def content_identity(root: str | Path, index_files: Sequence[str] = INDEX_FILES) -> str:
     """What a dataset is, independent of where it lies: run keys and caches hold this, never the path, so moving
     or copying the data keeps every cached run.
 
@@ -42,7 +44,7 @@ def content_identity(root: str | Path) -> str:
         text = json.dumps(meta, sort_keys=True, separators=(",", ":"))
         return "synth:" + hashlib.sha256(text.encode()).hexdigest()[:16]
     h = hashlib.sha256()
-    for name in INDEX_FILES:
+    for name in index_files:
         path = root / name
         if not path.is_file():
             raise DatasetError(f"missing file {name}", path=path, fix="see idckit/data/clevr_change.py for the layout")
@@ -57,6 +59,7 @@ class DataChoice:
     description: str  # for report provenance
     version: str
     identity: str     # content_identity(root): what run keys and caches hold
+    name: str = "clevr-change"  # a key of DATASETS
 
     @property
     def tag(self) -> str:
@@ -64,8 +67,37 @@ class DataChoice:
         keeps them."""
         return self.identity.replace(":", "-")
 
-    def dataset(self) -> ClevrChange:
-        return ClevrChange(self.root)
+    def dataset(self):
+        """The loader of this root: ``ClevrChange``, ``SpotTheDiff`` or ``EditingRequest`` (one interface)."""
+        return loader(self.name)(self.root)
+
+
+#: the pair datasets a notebook can run on: loader, synthetic generator and its config, names for reports, the
+#: R@K of the paper's retrieval table (CLIP4IDC table 6) beyond 1/5/10
+DATASETS = {
+    "clevr-change": {"loader": "idckit.data.clevr_change:ClevrChange", "title": "CLEVR-Change",
+                     "synth": "SynthCLEVR-Change", "index_files": INDEX_FILES},
+    "spot-the-diff": {"loader": "idckit.data.spot_the_diff:SpotTheDiff", "title": "Spot-the-Diff",
+                      "synth": "SynthSpot-the-Diff", "generator": "idckit.data.synth.spot_the_diff",
+                      "config": "synth_spot_the_diff", "paper_ks": (10, 20, 50),
+                      "index_files": ("annotations/train.json", "annotations/val.json", "annotations/test.json")},
+    "editing-request": {"loader": "idckit.data.editing_request:EditingRequest", "title": "Image-Editing-Request",
+                        "synth": "SynthIER", "generator": "idckit.data.synth.editing_request",
+                        "config": "synth_editing_request",
+                        "index_files": ("train.json", "valid.json", "test.json")},
+}
+
+
+def loader(name: str):
+    """The loader class of dataset ``name`` (imported on use)."""
+    import importlib
+
+    from idckit.errors import ConfigError
+
+    if name not in DATASETS:
+        raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    module, cls = DATASETS[name]["loader"].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def clevr_change(profile: str, data_root: str | Path | None = None, *, hard: bool = False,
@@ -117,3 +149,34 @@ def jitter_words(info: dict) -> str:
     """How a synthetic set's difficulty reads in reports; sets written before the knob existed used 1.0."""
     cam, lamp = info.get("camera_jitter", 1.0), info.get("lamp_jitter", 1.0)
     return f"camera jitter {float(cam)}, lamp jitter {float(lamp)}"
+
+
+def pair_dataset(name: str, profile: str, data_root: str | Path | None = None, *,
+                 progress: bool = True) -> DataChoice:
+    """The root of dataset ``name`` (a key of :data:`DATASETS`) to use: ``data_root`` (real or synthetic, validated
+    now), else the profile's synthetic default, generated on first use (cached on disk)."""
+    import importlib
+
+    load = loader(name)
+    if name == "clevr-change":
+        return clevr_change(profile, data_root, progress=progress)
+    check_profile(profile)
+    d = DATASETS[name]
+    if data_root:
+        root = Path(data_root).expanduser().resolve()
+        load(root)  # validates the layout now, with a helpful error
+        identity = content_identity(root, d["index_files"])
+        info = root / "synth_info.json"
+        if info.is_file():
+            meta = json.loads(info.read_text())
+            return DataChoice(root, True, f"synthetic: {d['synth']} at {root} ({meta.get('pairs')} pairs)",
+                              meta.get("generator", "unknown"), identity, name)
+        return DataChoice(root, False, f"real: {d['title']} at {root}", "official release", identity, name)
+    s = load_config(d["config"], profile)
+    gen = importlib.import_module(d["generator"])
+    root = paths.data_dir() / f"synth-{name}-n{s['pairs']}-s{s['seed']}"
+    # the kit's own cache: a set from an older generator version is replaced (never a folder without the marker)
+    gen.generate(root, n_pairs=s["pairs"], seed=s["seed"], workers=s.get("workers", 2), overwrite=True,
+                 progress=progress)
+    return DataChoice(root, True, f"synthetic: {d['synth']} ({s['pairs']} pairs, seed {s['seed']})",
+                      gen.GENERATOR_VERSION, content_identity(root, d["index_files"]), name)

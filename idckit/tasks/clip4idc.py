@@ -98,7 +98,10 @@ class PairData:
 
 def load_pair_data(dataset: ClevrChange, size: int, *, max_len: int = 32, cache_dir: str | Path | None = None,
                    splits: Sequence[str] = ("train", "val", "test"), progress: bool = False) -> PairData:
-    """Every pair of ``splits`` with its images (decoded once, ``size`` px) and tokenised captions."""
+    """Every pair of ``splits`` with its images (decoded once, ``size`` px) and tokenised captions.
+
+    ``dataset`` is any of the kit's pair datasets (``ClevrChange``, ``SpotTheDiff``, ``EditingRequest``): what is
+    read is ``root`` and ``pairs(split)``."""
     per_split = {s: dataset.pairs(s, check_images=True) for s in splits}
     rel = lambda p: p.relative_to(dataset.root).as_posix()  # noqa: E731
     paths = [rel(x) for pairs in per_split.values() for p in pairs for x in (p.before, p.after)]
@@ -252,8 +255,10 @@ class AdaptTask:
     def __init__(self, data: PairData, clip_model: str, pretrained: str | None, *, n_intra: int | None = None,
                  batch_size: int = 128, clip_lr_scale: float = 1e-3, weight_decay: float = 0.2,
                  swap_prob: float = 0.5, freeze_intra: bool = False, freeze_embeddings: bool = False,
-                 eval_batch_size: int = 128, intra_cache: IntraCache | None = None, progress: bool = False):
+                 eval_batch_size: int = 128, intra_cache: IntraCache | None = None, progress: bool = False,
+                 ks: Sequence[int] = (1, 5, 10)):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
+        self.ks = tuple(sorted({1, *ks}))                      # R@1 always: it selects the checkpoint
         self.n_intra, self.batch_size, self.clip_lr_scale = n_intra, batch_size, clip_lr_scale
         if not 0.0 <= swap_prob <= 1.0:
             raise ConfigError(f"swap_prob must be a probability, got {swap_prob}")
@@ -313,7 +318,8 @@ class AdaptTask:
         for start in range(0, n - size + 1, size):
             s = order[start:start + size]
             pairs = train.sample_pair[s]
-            swap = torch.rand(len(s), generator=generator) < self.swap_prob
+            # the swap needs the scene's non-semantic image: datasets without distractor pairs never swap
+            swap = (torch.rand(len(s), generator=generator) < self.swap_prob) & (train.distractor_row[pairs] >= 0)
             yield {"pairs": pairs, "ids": train.sample_ids[s], "swap": swap}
 
     def swapped_before(self, pairs: torch.Tensor, swap: torch.Tensor) -> torch.Tensor:
@@ -361,11 +367,11 @@ class AdaptTask:
         return (torch.cat(texts) @ torch.cat(vecs).t()).cpu(), column[s.sample_pair[samples]]
 
     def evaluate(self, model: CLIP4IDCRetrieval, split: str = "val") -> dict[str, float]:
-        """R@1/5/10, MdR, MnR in both directions (CLIP4IDC's protocol, idckit.eval.retrieval)."""
+        """R@K (``ks``: 1/5/10 by default), MdR, MnR in both directions (CLIP4IDC's protocol, idckit.eval.retrieval)."""
         from idckit.eval.retrieval import retrieval_metrics
 
         sim, text_pair = self.similarity(model, split)
-        return retrieval_metrics(sim, text_pair, ks=(1, 5, 10))
+        return retrieval_metrics(sim, text_pair, ks=self.ks)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -393,7 +399,11 @@ class CaptionTask:
         self._tokens_key: float | None = None
         train = data.splits["train"]
         self.scenes = train.change_pairs                     # semantic pair i; its distractor pair is i + 1
-        if not bool((~train.is_change[self.scenes + 1]).all()):
+        # datasets without distractor pairs (Spot-the-Diff, IER): a scene is one pair
+        self.with_distractors = bool((~train.is_change).any())
+        nxt = self.scenes + 1
+        if self.with_distractors and not (bool((nxt < len(train)).all())
+                                          and bool((~train.is_change[nxt.clamp(max=len(train) - 1)]).all())):
             raise ConfigError("train pairs must alternate semantic, distractor (ClevrChange.pairs order)")
         self.offsets, self.counts = train.captions_of(torch.arange(len(train)))
 
@@ -439,7 +449,7 @@ class CaptionTask:
         size = min(self.batch_size, len(scenes))
         for start in range(0, len(scenes) - size + 1, size):
             sc = scenes[start:start + size]
-            pairs = torch.cat([sc, sc + 1])                  # (default, sc) then (default, nsc)
+            pairs = torch.cat([sc, sc + 1]) if self.with_distractors else sc   # (default, sc) then (default, nsc)
             pick = self.offsets[pairs] + (torch.rand(len(pairs), generator=generator) * self.counts[pairs]).long()
             yield {"pairs": pairs, "ids": self.data.splits["train"].sample_ids[pick]}
 

@@ -7,8 +7,9 @@ pre-training)", never CLIP.
 
 Data: the synthetic generator writes ``scene_descriptions.json`` = {image file: "there is a large red metal cube ,
 a small ... and a ..."} (objects left to right). Only images of the TRAIN split's scenes are used (their default,
-semantic and non-semantic images), so neither val nor test images are ever seen in pre-training. Val default images
-(never trained on) select the checkpoint by image <-> text R@1.
+semantic and non-semantic images; a pair's two images for Spot-the-Diff and IER, whose generators write the same
+file), so neither val nor test images are ever seen in pre-training. Val default (first) images (never trained on)
+select the checkpoint by image <-> text R@1.
 
 What CLIP pre-training is: symmetric InfoNCE over a batch of (image, text) with a learned temperature (open_clip's
 init 1/0.07, clamped at 100 as OpenAI's). Choices for this data:
@@ -34,7 +35,7 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from idckit.data.clevr_change import ClevrChange, default_name, nonsemantic_name, semantic_name
+from idckit.data.clevr_change import ClevrChange
 from idckit.data.images import ImageCache
 from idckit.device import model_device
 from idckit.errors import DatasetError
@@ -66,7 +67,8 @@ class DescriptionData:
     """Images (uint8 cache) and their descriptions, split into objects with their BPE lengths."""
 
     images: ImageCache
-    train_scenes: torch.Tensor            # [S, 3] image rows (default, semantic, non-semantic) per train scene
+    train_scenes: torch.Tensor            # [S, 3] image rows (default, semantic, non-semantic) per train scene;
+                                          # [S, 2] (before, after) for Spot-the-Diff and IER
     objects: dict[int, list[str]]         # image row -> objects, left to right
     object_tokens: dict[int, list[int]]   # image row -> BPE length of each object
     val_rows: torch.Tensor                # [V] val default images: checkpoint selection
@@ -103,9 +105,26 @@ def read_descriptions(path: Path) -> dict[str, str]:
     return descriptions
 
 
+def _scene_images(dataset, split: str) -> list[list[str]]:
+    """The distinct images of each index of ``split`` (relative paths, in pair order): CLEVR-Change's (default,
+    semantic, non-semantic), a Spot-the-Diff or IER pair's (before, after)."""
+    out: dict[int, list[str]] = {}
+    for p in dataset.pairs(split):
+        images = out.setdefault(p.index, [])
+        for path in (p.before, p.after):
+            rel = path.relative_to(dataset.root).as_posix()
+            if rel not in images:
+                images.append(rel)
+    return list(out.values())
+
+
 def load_description_data(root: str | Path, size: int, *, context_length: int = 32,
-                          cache_dir: str | Path | None = None, progress: bool = False) -> DescriptionData:
-    """Train-scene images and val default images of a CLEVR-Change root that has ``scene_descriptions.json``."""
+                          cache_dir: str | Path | None = None, progress: bool = False,
+                          dataset=None) -> DescriptionData:
+    """Train-scene images and val first images (CLEVR: default) of a root that has ``scene_descriptions.json``.
+
+    ``dataset`` is the loader of ``root`` (default ``ClevrChange(root)``; a ``SpotTheDiff`` or ``EditingRequest``
+    works the same way, its scenes being the pairs)."""
     from idckit.models.clip4idc import clip_bpe_tokenizer
 
     root = Path(root)
@@ -117,10 +136,11 @@ def load_description_data(root: str | Path, size: int, *, context_length: int = 
             fix="pre-train on the synthetic default (leave data_root unset, or `idckit generate clevr-change`), or "
                 "use real CLIP weights (clip_model='ViT-B-32', pretrained='openai')")
     descriptions = read_descriptions(path)
-    ds = ClevrChange(root)
-    train = [(f"images/{default_name(i)}", f"sc_images/{semantic_name(i)}", f"nsc_images/{nonsemantic_name(i)}")
-             for i in ds.indices("train")]
-    val = [f"images/{default_name(i)}" for i in ds.indices("val")]
+    ds = ClevrChange(root) if dataset is None else dataset
+    train = _scene_images(ds, "train")
+    width = min(len(scene) for scene in train)       # 3 per CLEVR scene, 2 per pair elsewhere
+    train = [scene[:width] for scene in train]
+    val = [scene[0] for scene in _scene_images(ds, "val")]
     rels = [p for scene in train for p in scene] + val
     for rel in rels:
         if Path(rel).name not in descriptions:
@@ -134,7 +154,7 @@ def load_description_data(root: str | Path, size: int, *, context_length: int = 
         objs = split_objects(descriptions[Path(rel).name])
         objects[row] = objs
         lengths[row] = [len(tok.encode(o)) for o in objs]
-    scenes = torch.tensor([[images.index[p] for p in scene] for scene in train], dtype=torch.long).view(-1, 3)
+    scenes = torch.tensor([[images.index[p] for p in scene] for scene in train], dtype=torch.long).view(-1, width)
     return DescriptionData(images=images, train_scenes=scenes, objects=objects, object_tokens=lengths,
                            val_rows=images.rows(val), context_length=context_length)
 
@@ -189,7 +209,7 @@ class StandinPretrainTask:
         size = min(self.batch_size, len(scenes))
         for start in range(0, len(scenes) - size + 1, size):
             idx = order[start:start + size]
-            which = torch.randint(3, (len(idx),), generator=generator)
+            which = torch.randint(scenes.shape[1], (len(idx),), generator=generator)
             rows = scenes[idx, which]
             texts = [self.data.text(int(r), generator) for r in rows]
             yield {"rows": rows, "tokens": _tokenize(texts, self.data.context_length)}
