@@ -243,3 +243,17 @@ def test_hard_setting_is_the_faithful_jitter_and_only_for_synthetic_data(tmp_pat
     with pytest.raises(ConfigError, match="cannot be combined with data_root") as err:
         clevr_change("cpu", tmp_path, hard=True)
     assert "fix" in str(err.value).lower() or "drop hard=True" in str(err.value)
+
+
+def test_hard_rows_only_where_the_default_is_easier(monkeypatch):
+    from types import SimpleNamespace
+
+    from idckit.experiments import data as data_mod
+    from idckit.experiments import pcl
+
+    real = SimpleNamespace(data=SimpleNamespace(synthetic=False), profile="cpu")
+    assert pcl.hard_runs(real) == (None, [])
+    synthetic = SimpleNamespace(data=SimpleNamespace(synthetic=True), profile="cpu")
+    faithful = data_mod.synth_settings("cpu", hard=True)
+    monkeypatch.setattr(data_mod, "synth_settings", lambda profile, hard=False: faithful)
+    assert pcl.hard_runs(synthetic) == (None, [])       # the default already is the faithful jitter: no twin rows

@@ -251,8 +251,10 @@ def hard_runs(s: Setup, variants: Sequence[str] = ("full",), seeds: Sequence[int
               progress: bool = True) -> tuple[Setup | None, list[dict[str, Any]]]:
     """The same runs on the hard twin of a synthetic setup (CLEVR-Change's own jitter; same profile, backbone and
     run cache), labelled as such, for the hard rows of tables 2 and 3. (None, []) on real data."""
-    if not s.data.synthetic:
-        return None, []
+    from idckit.experiments.data import synth_settings
+
+    if not s.data.synthetic or synth_settings(s.profile, hard=True) == synth_settings(s.profile):
+        return None, []        # real data, or a profile whose default already is the faithful jitter
     h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.config["backbone"], hard=True, progress=progress)
     results = runs(h, variants, seeds, progress=progress)
     for r in results:
