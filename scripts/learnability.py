@@ -89,30 +89,37 @@ def plot(out: Path, reports: Path = OUT):
     rows = []
     for path in sorted(reports.glob("*.json")):
         d = json.loads(path.read_text())
-        jitter = f"cam {d['camera_jitter']:g} / lamp {d['lamp_jitter']:g}"
+        # lamps moved as much as the camera unless the label says otherwise
+        lamp = "" if d["lamp_jitter"] == d["camera_jitter"] else f", lamp jitter {d['lamp_jitter']:g}"
+        row = {"camera jitter": d["camera_jitter"]}
         for r, acc in d["probe"].items():
-            rows.append({"jitter": jitter, "camera jitter": d["camera_jitter"], "what": f"feature probe ({r})",
-                         "value": acc, "panel": "change vs distractor accuracy"})
+            rows.append({**row, "what": f"feature probe, {r.replace('radius', 'radius ')}{lamp}", "value": acc,
+                         "panel": "change vs distractor accuracy (test)"})
         if "test" in d:
             steps = d["overrides"]["finetune"]["train"]["max_steps"]
-            rows.append({"jitter": jitter, "camera jitter": d["camera_jitter"], "what": f"IDC-PCL judge ({steps} steps)",
-                         "value": d["test_judge_accuracy"], "panel": "change vs distractor accuracy"})
+            rows.append({**row, "what": f"IDC-PCL judge, {steps} steps{lamp}", "value": d["test_judge_accuracy"],
+                         "panel": "change vs distractor accuracy (test)"})
             for sub in ("total", "semantic", "distractor"):
-                rows.append({"jitter": jitter, "camera jitter": d["camera_jitter"],
-                             "what": f"IDC-PCL {sub} ({steps} steps)", "value": 100 * d["test"][sub]["CIDEr-D"],
-                             "panel": "test CIDEr-D"})
+                rows.append({**row, "what": f"IDC-PCL {sub}, {steps} steps{lamp}",
+                             "value": 100 * d["test"][sub]["CIDEr-D"], "panel": "test CIDEr-D (x100)"})
+            rows.append({**row, "what": f"most frequent caption, total{lamp}",
+                         "value": 100 * d["text_baseline_test"]["CIDEr-D"], "panel": "test CIDEr-D (x100)"})
     if not rows:
         sys.exit(f"no JSON in {reports}: run a point first")
     df = pd.DataFrame(rows)
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
-    for ax, panel in zip(axes, ("change vs distractor accuracy", "test CIDEr-D")):
+    for ax, panel in zip(axes, ("change vs distractor accuracy (test)", "test CIDEr-D (x100)")):
         part = df[df["panel"] == panel]
         sns.lineplot(data=part, x="camera jitter", y="value", hue="what", marker="o", ax=ax)
         ax.set_title(panel, fontsize=10)
         ax.set_ylabel(panel)
+        ax.set_xlim(-0.02, 1.05)
+        ax.legend(fontsize=8)
         if panel.startswith("change"):
             ax.axhline(0.85, ls="--", c="grey", lw=1)
-            ax.text(ax.get_xlim()[0], 0.86, "target 0.85", fontsize=8, color="grey")
+            ax.axhline(0.5, ls=":", c="grey", lw=1)
+            ax.text(0.0, 0.86, "judge target 0.85", fontsize=8, color="grey")
+            ax.text(0.0, 0.51, "chance", fontsize=8, color="grey")
     fig.suptitle("SynthCLEVR-Change (synthetic), cpu profile: what the kit learns against the camera jitter",
                  fontsize=11)
     fig.tight_layout()
