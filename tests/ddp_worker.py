@@ -54,8 +54,10 @@ class JudgedFinetune(FinetuneTask):
 
     selection_metric = "score"
 
-    def __init__(self, data, crash_at=None, **kw):
-        super().__init__(data, MODEL, batch_size=8, eval_batch_size=4, **kw)
+    def __init__(self, data, crash_at=None, grouped=False, **kw):
+        # grouped: the cpu profile's batches (4 pairs x 2 references); else the paper's per-caption batches
+        super().__init__(data, MODEL, batch_size=8, eval_batch_size=4, mask_prob=0.15, eos_prob=0.15,
+                         distractor_weight=1.0, group_by_pair=grouped, captions_per_pair=2 if grouped else 1, **kw)
         self.crash_at = crash_at
 
     def train_step(self, model, batch, step):
@@ -129,8 +131,8 @@ def pretrain(out: Path):
     return fit(task, TrainConfig(max_steps=8, lr=3e-3, log_every=1, seed=5), out, progress=False)
 
 
-def finetune(out: Path, crash_at=None):
-    task = JudgedFinetune(tiny_pcl_data(), crash_at=crash_at)
+def finetune(out: Path, crash_at=None, grouped=False):
+    task = JudgedFinetune(tiny_pcl_data(), crash_at=crash_at, grouped=grouped)
     cfg = TrainConfig(max_steps=8, lr=3e-3, log_every=1, eval_every=3, checkpoint_every=2, seed=5)
     return fit(task, cfg, out, progress=False)
 
@@ -169,6 +171,7 @@ if __name__ == "__main__":
         adapt(out / "adapt")
         caption(out / "caption")
         finetune(out / "finetune")
+        finetune(out / "finetune_grouped", grouped=True)
         decode(out / "decoded.json")
     elif what == "finetune":
         finetune(out / "finetune", crash_at=int(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -52,7 +52,13 @@ def assert_close_weights(a: Path, b: Path) -> None:
     wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys()
     for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5, msg=k)
+        x, y = wa[k], wb[k]
+        if k.endswith("attn.qkv.bias"):
+            # the key bias adds the same amount to every score of a query, which softmax ignores: its gradient is
+            # zero up to rounding, and Adam scales that rounding up to lr-sized steps, so it is noise in any run
+            d = x.shape[0] // 3
+            x, y = torch.cat([x[:d], x[2 * d:]]), torch.cat([y[:d], y[2 * d:]])
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=k)
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +71,11 @@ def runs(tmp_path_factory):
     worker.adapt(one / "adapt")
     worker.caption(one / "caption")
     worker.finetune(one / "finetune")
+    worker.finetune(one / "finetune_grouped", grouped=True)
     return one, two
 
 
-@pytest.mark.parametrize("kind", ["pretrain", "adapt", "caption", "finetune"])
+@pytest.mark.parametrize("kind", ["pretrain", "adapt", "caption", "finetune", "finetune_grouped"])
 def test_two_processes_follow_the_one_process_loss_trajectory(runs, kind):
     one, two = runs
     a, b = losses(one / kind), losses(two / kind)

@@ -149,7 +149,10 @@ def test_every_paper_size_model_trains_two_steps(tmp_path):
     pre = PretrainTask(data, pcl["model"], batch_size=7, ratios=pcl["pretrain"]["ratios"])
     res = fit(pre, two, tmp_path / "pre", progress=False, device="cpu")
     assert res.steps == 2 and round(sum(p.numel() for p in res.model.parameters()) / 1e6, 2) == 18.21
-    ft = Finetune(data, pcl["model"], batch_size=2, init_from=tmp_path / "pre" / "best.pt")
+    f = pcl["finetune"]
+    ft = Finetune(data, pcl["model"], batch_size=2, mask_prob=f["mask_prob"], eos_prob=f["eos_prob"],
+                  distractor_weight=f["distractor_weight"], eval_batch_size=2, group_by_pair=f["group_by_pair"],
+                  captions_per_pair=f["captions_per_pair"], init_from=tmp_path / "pre" / "best.pt")
     assert fit(ft, two, tmp_path / "ft", progress=False, device="cpu").steps == 2
 
     adapt, cap = load_config("clip4idc_adapt", "paper"), load_config("clip4idc_caption", "paper")

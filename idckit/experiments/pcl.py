@@ -255,7 +255,8 @@ def hard_runs(s: Setup, variants: Sequence[str] = ("full",), seeds: Sequence[int
 
     if not s.data.synthetic or synth_settings(s.profile, hard=True) == synth_settings(s.profile):
         return None, []        # real data, or a profile whose default already is the faithful jitter
-    h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.config["backbone"], hard=True, progress=progress)
+    h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.config["backbone"], hard=True, progress=progress,
+              device=s.device)
     results = runs(h, variants, seeds, progress=progress)
     for r in results:
         r["label"] = f"{r['label']} [hard data]"
