@@ -30,6 +30,7 @@ data_root = None       # None: the synthetic default of the profile; else a real
 runs_dir = None        # unused here (no training); kept so every notebook takes the same parameters
 report_dir = None      # None: reports/ in the repo
 seeds = [0]
+device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 n_show = 4
 
 # %%
@@ -39,7 +40,7 @@ from idckit.plots import change_type_counts, show_pairs
 from idckit.report import labelled, report_summary, write_report
 
 report_dir = report_dir or paths.reports_dir(profile)
-result = walkthrough.run(profile, data_root)
+result = walkthrough.run(profile, data_root, device=device)
 print(result.data.description)
 
 # %% [markdown]

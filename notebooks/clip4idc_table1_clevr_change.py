@@ -37,6 +37,7 @@ data_root = None       # None: the synthetic default of the profile; else a real
 runs_dir = None        # None: runs/ in the repo (runs are cached by config hash and shared between tables)
 report_dir = None      # None: reports/ in the repo
 seeds = [0, 1, 2]      # captioning seeds (one adaptation run, seed 0)
+device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu); e.g. ViT-B-32
 pretrained = None      # None: the profile's weights (the stand-in is pre-trained here); e.g. openai or a file
 with_pcl = True        # also run (or read from the cache) IDC-PCL's full model for the comparison row
@@ -52,7 +53,8 @@ from idckit.report import paper_table, report_summary, side_by_side, write_repor
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained)
+setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+                       device=device)
 results = clip4idc.runs(setup, ["clip4idc"], seeds)
 print(setup.data.description, "|", results[0]["clip"])
 
@@ -65,7 +67,7 @@ pcl_results = []
 if with_pcl:
     from idckit.experiments import pcl
 
-    pcl_setup = pcl.setup(profile, data_root, runs_dir=runs_dir)
+    pcl_setup = pcl.setup(profile, data_root, runs_dir=runs_dir, device=device)
     pcl_results = pcl.runs(pcl_setup, ["full"], seeds[:1])
     rows += pcl.rows(pcl_results)
 paper = paper_table("clip4idc.table1")

@@ -32,6 +32,7 @@ data_root = None       # None: the synthetic default of the profile; else a real
 runs_dir = None        # None: runs/ in the repo (the CLIP4IDC row is shared with Tables 1 and 2)
 report_dir = None      # None: reports/ in the repo
 seeds = [0]
+device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu); e.g. ViT-B-32
 pretrained = None      # None: the profile's weights; e.g. openai or a checkpoint file
 
@@ -46,7 +47,8 @@ from idckit.report import ordering_notes, paper_table, report_summary, side_by_s
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained)
+setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+                       device=device)
 results = clip4idc.runs(setup, ["clip-ft", "no-adapt", "clip4idc"], seeds)
 print(setup.data.description, "|", results[0]["clip"])
 

@@ -30,6 +30,7 @@ data_root = None       # None: the synthetic default of the profile; else a real
 runs_dir = None        # None: runs/ in the repo (shared with the captioning tables)
 report_dir = None      # None: reports/ in the repo
 seeds = [0]            # adaptation seeds (the captioning tables use seed 0)
+device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu); e.g. ViT-B-32
 pretrained = None      # None: the profile's weights; e.g. openai or a checkpoint file
 
@@ -45,7 +46,8 @@ from idckit.report import paper_table, report_summary, side_by_side, write_repor
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained)
+setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+                       device=device)
 adapted = [clip4idc.adapt(setup, None, seed) for seed in seeds]
 print(setup.data.description, "|", adapted[0]["clip"])
 

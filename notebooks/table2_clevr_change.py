@@ -30,6 +30,7 @@ data_root = None       # None: the synthetic default of the profile; else a real
 runs_dir = None        # None: runs/ in the repo (runs are cached by config hash and shared between tables)
 report_dir = None      # None: reports/ in the repo
 seeds = [0]
+device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 backbone = None        # None: the profile default (efficientnet_lite0); resnet101 or clip:MODEL
 
 # %%
@@ -43,7 +44,7 @@ from idckit.report import paper_table, report_summary, side_by_side, write_repor
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone)
+setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
 results = pcl.runs(setup, ["full"], seeds)
 # the same model on the faithful CLEVR-Change jitter, which the cpu budget does not learn (synthetic data only)
 hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)

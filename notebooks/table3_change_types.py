@@ -25,6 +25,7 @@ data_root = None       # None: the synthetic default of the profile; else a real
 runs_dir = None        # None: runs/ in the repo (shared with table 2 and table 4)
 report_dir = None      # None: reports/ in the repo
 seeds = [0]
+device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 backbone = None        # None: the profile default (efficientnet_lite0)
 
 # %%
@@ -40,7 +41,7 @@ from idckit.report import paper_table, report_summary, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone)
+setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
 results = pcl.runs(setup, ["full"], seeds)
 hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)   # the faithful jitter (synthetic data only)
 

@@ -27,6 +27,7 @@ data_root = None       # None: the synthetic default of the profile; else a real
 runs_dir = None        # None: runs/ in the repo (shared with tables 2 and 3)
 report_dir = None      # None: reports/ in the repo
 seeds = [0]
+device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 backbone = None        # None: the profile default (efficientnet_lite0)
 
 # %%
@@ -42,7 +43,7 @@ from idckit.report import ordering_notes, paper_table, report_summary, side_by_s
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone)
+setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
 results = pcl.runs(setup, list(pcl.VARIANTS), seeds)
 
 # %% [markdown]

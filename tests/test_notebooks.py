@@ -117,7 +117,9 @@ def _tells_the_truth(doc, html):
 def test_notebook_runs_at_smoke_profile(nb, smoke_env):
     reports = smoke_env / "reports"
     reports.mkdir(exist_ok=True)
-    out = run_one(nb, profile="smoke", data_root=None, report_dir=reports, runs_dir=smoke_env / "runs")
+    # `-p device cpu`, as a user without a GPU would pass it (the default None means auto)
+    out = run_one(nb, profile="smoke", data_root=None, report_dir=reports, runs_dir=smoke_env / "runs",
+                  extra_parameters={"device": "cpu"})
     assert out.ok, out.error
     doc = json.loads((reports / f"{nb.stem}.json").read_text())
     assert doc["notebook"] == nb.stem and doc["rows"]
@@ -184,7 +186,7 @@ def test_notebooks_are_paired_and_have_no_outputs():
         assert any("parameters" in c["metadata"].get("tags", []) for c in cells)
         params = next(c for c in cells if "parameters" in c["metadata"].get("tags", []))
         src = "".join(params["source"])
-        for p in ("profile", "data_root", "runs_dir", "report_dir", "seeds"):
+        for p in ("profile", "data_root", "runs_dir", "report_dir", "seeds", "device"):
             assert f"{p} =" in src, f"{nb.name}: parameter {p} missing"
 
 
