@@ -236,7 +236,7 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
     write_results(run.dir / "test", preds["captions"])
     split = data.splits["test"]
     test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)),
-                          tokenize=False)
+                          tokenize=False, meteor=c["meteor"])
     run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
                   "stopped": res.stopped, "test": test, "finetune_seconds": res.wall_seconds,
                   "pretrain_seconds": round(pre_seconds, 1), "wall_seconds": round(time.perf_counter() - t0, 1),
@@ -265,7 +265,7 @@ def baselines(s: Setup) -> list[dict[str, Any]]:
     """The most frequent training paragraph for every pair, and the paragraph of the training pair nearest in
     the (mean-pooled) features of both images; scored like the model (test, no PTB tokenizer)."""
     from idckit.baselines import NearestFeaturePair, most_frequent
-    from idckit.eval.captions import evaluate_pairs
+    from idckit.eval.captions import CaptionScorer, evaluate_pairs
 
     data = _data(s, "b2w")
     train, test = data.splits["train"], data.splits["test"]
@@ -277,8 +277,12 @@ def baselines(s: Setup) -> list[dict[str, Any]]:
         ).predict(data.features[test.before], data.features[test.after], test.pair_ids),
     }
     out = []
+    meteor = s.config["finetune"]["meteor"]
+    with CaptionScorer(meteor=meteor) as scorer:   # one METEOR start-up for both
+        scored = {name: evaluate_pairs(test.references, preds, types, tokenize=False, meteor=meteor, scorer=scorer)
+                  for name, preds in predictions.items()}
     for name, preds in predictions.items():
-        scores = evaluate_pairs(test.references, preds, types, tokenize=False)
+        scores = scored[name]
         out.append({"label": name, "test": scores, "distinct_test_captions": len(set(preds.values())),
                     "test_pairs": len(preds), **grammar_scores(s, preds), "captions": preds})
     return out
@@ -353,26 +357,19 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
                              "evaluation": "no PTB tokenisation (the text is pre-tokenised)"})
 
 
-def sample_paragraphs(s: Setup, results: Sequence[dict[str, Any]], n: int = 4) -> list[dict[str, Any]]:
-    """``n`` test pairs of different selections with a reference and each run's generated paragraph."""
-    from idckit.experiments.runs import test_captions
+def shown_pairs(s: Setup, split: str = "test"):
+    """The pairs of ``split`` as :func:`idckit.plots.show_pairs` draws them (``before``/``after`` = animal1/animal2,
+    ``change_type`` = the pivot-branch selection)."""
+    from types import SimpleNamespace
 
-    data = _data(s, "b2w")
-    test = data.splits["test"]
-    seen, picks = set(), []
-    for i, (pid, sel) in enumerate(zip(test.pair_ids, test.types)):
-        if sel not in seen:
-            seen.add(sel)
-            picks.append(i)
-    for i in range(len(test)):
-        if len(picks) >= n:
-            break
-        if i not in picks:
-            picks.append(i)
-    captions = {r["label"]: test_captions(s.runs_dir / r["run"]) for r in results}
-    inv = {v: k for k, v in data.rows.items()}
-    return [{"pair_id": test.pair_ids[i], "selection": test.types[i],
-             "image1": s.data.root / inv[int(test.before[i])], "image2": s.data.root / inv[int(test.after[i])],
-             "reference": test.references[test.pair_ids[i]][0],
-             "generated": {label: caps.get(test.pair_ids[i], "") for label, caps in captions.items()}}
-            for i in picks[:n]]
+    return [SimpleNamespace(pair_id=p.pair_id, before=p.img1.path, after=p.img2.path, captions=list(p.references),
+                            change_type=p.selection) for p in s.data.b2w().pairs(split, only_with_images=True)]
+
+
+def per_variant(rows: Sequence[dict[str, Any]], metric: str = "ROUGE_L") -> dict[str, float]:
+    """``{variant: metric}`` of report rows, the mean row where a variant has several seeds."""
+    out: dict[str, float] = {}
+    for r in rows:
+        if r.get("seed") == "mean" or r["variant"] not in out:
+            out[r["variant"]] = r["metrics"][metric]
+    return out
