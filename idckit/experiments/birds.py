@@ -121,6 +121,8 @@ def _data(s: Setup, kind: str = "b2w"):
            s.config["fgvc_pairs"])
     if key in _DATA_CACHE:
         return _DATA_CACHE[key]
+    for old in [k for k in _DATA_CACHE if k[1:] != key[1:]]:   # keep one setup's data in memory
+        del _DATA_CACHE[old]
     records, cub = _records(s), _cub_records(s)
     vocab = Vocab.build([c for r in records["train"] for c in r.references] + [c for r in cub for c in r.references])
     if kind == "gic":
