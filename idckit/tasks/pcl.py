@@ -4,7 +4,11 @@
   CLEVR), as the public ``MetaLoader`` does, and the step's batch serves only that task.
 - :class:`FinetuneTask`: seq2seq masked-LM fine-tuning under the uni-directional mask (the paper's section 2.3,
   the public code's ``dataset_finetune_clver``) plus the distractor-judging loss; val CIDEr-D selects the
-  checkpoint.
+  checkpoint (ROUGE-L on Birds-to-Words).
+
+Data of any dataset arrives as :class:`PairRecord` lists (:func:`pcl_data_from_records`); a single-image caption
+(the birds' GIC stage) has an all-zero second image, and the birds' FGVC stage adds image pairs with class labels
+(:class:`FGVCData`) for the ``fgvc`` pre-training task.
 
 All data lives in memory as tensors (:class:`PCLData`): grid features in float16 (converted per batch), captions
 as padded id matrices. Every random draw of a batch (order, task, masks) comes from the generator the loop
@@ -203,7 +207,7 @@ class _PCLTask:
 
 
 class PretrainTask(_PCLTask):
-    """MLM, MVCL and FDA, one task per step drawn from the ratio pool."""
+    """MLM, MVCL, FDA (and, on birds, FGVC), one task per step drawn from the ratio pool."""
 
     selection_metric = None  # the public code keeps the last pre-training checkpoint
 
