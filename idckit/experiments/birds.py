@@ -238,7 +238,7 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
     write_results(run.dir / "test", preds["captions"])
     split = data.splits["test"]
     test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)),
-                          tokenize=False, meteor=c["meteor"])
+                          tokenize=False, meteor=s.config["meteor"])
     run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
                   "stopped": res.stopped, "test": test, "finetune_seconds": res.wall_seconds,
                   "pretrain_seconds": round(pre_seconds, 1), "wall_seconds": round(time.perf_counter() - t0, 1),
@@ -279,7 +279,7 @@ def baselines(s: Setup) -> list[dict[str, Any]]:
         ).predict(data.features[test.before], data.features[test.after], test.pair_ids),
     }
     out = []
-    meteor = s.config["finetune"]["meteor"]
+    meteor = s.config["meteor"]
     with CaptionScorer(meteor=meteor) as scorer:   # one METEOR start-up for both
         scored = {name: evaluate_pairs(test.references, preds, types, tokenize=False, meteor=meteor, scorer=scorer)
                   for name, preds in predictions.items()}
