@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -75,3 +75,37 @@ def _central_caption(captions: Sequence[str]) -> str:
         return sum(len(bags[i] & b) / max(1, len(bags[i] | b)) for j, b in enumerate(bags) if j != i)
 
     return captions[max(range(len(captions)), key=lambda i: (overlap(i), -i))]
+
+
+def most_frequent(references: Mapping[str, Sequence[str]]) -> str:
+    """The most frequent reference over all pairs (ties broken alphabetically): the text-only baseline."""
+    counts = Counter(c for refs in references.values() for c in refs)
+    if not counts:
+        raise ValueError("no training captions to count")
+    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+@dataclass
+class NearestFeaturePair:
+    """Copies the most typical reference of the training pair nearest in grid features (cosine over the
+    mean-pooled features of image 1 and of image 2, concatenated): a pair model that sees both images but
+    composes nothing."""
+    name: str = "nearest neighbour (features of both images)"
+    _bank: np.ndarray | None = field(default=None, repr=False)
+    _captions: list[str] = field(default_factory=list, repr=False)
+
+    @staticmethod
+    def _vectors(f1, f2) -> np.ndarray:
+        v = np.concatenate([np.asarray(f1, dtype=np.float32).mean(1), np.asarray(f2, dtype=np.float32).mean(1)], 1)
+        v -= v.mean(1, keepdims=True)
+        return v / (np.linalg.norm(v, axis=1, keepdims=True) + 1e-8)
+
+    def fit(self, f1, f2, references: Sequence[Sequence[str]]) -> "NearestFeaturePair":
+        """``f1``, ``f2`` [N, regions, dim] features of the training pairs; ``references`` their references."""
+        self._bank = self._vectors(f1, f2)
+        self._captions = [_central_caption(list(r)) for r in references]
+        return self
+
+    def predict(self, f1, f2, pair_ids: Sequence[str]) -> dict[str, str]:
+        nearest = (self._vectors(f1, f2) @ self._bank.T).argmax(1)
+        return {pid: self._captions[int(j)] for pid, j in zip(pair_ids, nearest)}

@@ -89,3 +89,20 @@ def judge_loss(logits: torch.Tensor, is_change: torch.Tensor, reduction: str = "
         raise ValueError(f"expected logits [B, 2] and is_change [B], got {tuple(logits.shape)} and "
                          f"{tuple(is_change.shape)}")
     return F.cross_entropy(logits.float(), is_change.long(), reduction=reduction)
+
+
+
+def class_contrastive(z: torch.Tensor, labels: torch.Tensor, margin: float = 0.4) -> torch.Tensor:
+    """The FGVC stage's in-batch contrastive loss over N image vectors (the public code's ``con_loss``):
+
+        L = 1/N^2 sum_{i,j} [ y_i = y_j ] (1 - cos(z_i, z_j)) + [ y_i != y_j ] max(0, cos(z_i, z_j) - margin)
+
+    same-class vectors are pulled to cosine 1, others pushed below ``margin`` (the diagonal adds 0).
+    ``z`` [N, d], ``labels`` [N]."""
+    if z.dim() != 2 or labels.shape != z.shape[:1]:
+        raise ValueError(f"expected z [N, d] and labels [N], got {tuple(z.shape)} and {tuple(labels.shape)}")
+    zn = F.normalize(z.float(), dim=-1)
+    cos = zn @ zn.T
+    same = labels[:, None] == labels[None, :]
+    terms = torch.where(same, 1 - cos, (cos - margin).clamp(min=0))
+    return terms.sum() / len(z) ** 2

@@ -42,10 +42,11 @@ def _caption_text(p: Pair, captions: Mapping[str, Mapping[str, str]] | None, ref
 
 
 def show_pairs(pairs: Sequence[Pair], *, n: int = 4, captions: Mapping[str, Mapping[str, str]] | None = None,
-               references: int = 2, width: float = 13.0):
+               references: int = 2, width: float = 13.0, sides: tuple[str, str] = ("before", "after")):
     """A grid, one row per pair (:func:`pick_pairs`): before | after | its change type, references and what each
     model said. ``captions`` = ``{model label: {pair id: caption}}`` (e.g. :func:`idckit.experiments.runs.
-    captions_by_run`); a caption equal to one of the references is marked."""
+    captions_by_run`); a caption equal to one of the references is marked. ``sides`` names the two images
+    (Birds-to-Words: ``("animal1", "animal2")``)."""
     import matplotlib.pyplot as plt
 
     shown = pick_pairs(pairs, n)
@@ -54,7 +55,7 @@ def show_pairs(pairs: Sequence[Pair], *, n: int = 4, captions: Mapping[str, Mapp
     fig, axes = plt.subplots(len(shown), 3, figsize=(width, sum(heights)), squeeze=False,
                              gridspec_kw={"width_ratios": [1, 1, 1.9], "height_ratios": heights})
     for row, p, text in zip(axes, shown, texts):
-        for ax, path, label in ((row[0], p.before, "before"), (row[1], p.after, "after")):
+        for ax, path, label in ((row[0], p.before, sides[0]), (row[1], p.after, sides[1])):
             ax.imshow(load_image(path))
             ax.set_axis_off()
             ax.set_title(f"{p.pair_id}  {label}", fontsize=9)

@@ -115,3 +115,21 @@ def test_judge_loss_hand_case():
                         rel_tol=1e-6)
     with pytest.raises(ValueError, match=r"logits \[B, 2\]"):
         judge_loss(torch.zeros(2, 3), torch.tensor([0, 1]))
+
+
+def test_class_contrastive_hand_case():
+    from idckit.losses import class_contrastive
+
+    # three vectors: a and b same class at 60 degrees (cos 0.5), c another class, cos(a, c) = 0, cos(b, c) = 0.8
+    a = torch.tensor([1.0, 0.0, 0.0])
+    b = torch.tensor([0.5, math.sqrt(0.75), 0.0])
+    c = torch.tensor([0.0, 0.8 / math.sqrt(0.75), 0.0])
+    c = c + torch.tensor([0.0, 0.0, math.sqrt(max(0.0, 1 - float(c.norm()) ** 2))])
+    z = torch.stack([a, b, 2 * c])                        # the scale of a vector does not matter
+    labels = torch.tensor([7, 7, 3])
+    # same-class terms (a,b) and (b,a): 1 - 0.5 each; different-class (b,c), (c,b): 0.8 - 0.4 each; (a,c): 0
+    want = (2 * 0.5 + 2 * 0.4) / 9
+    assert math.isclose(float(class_contrastive(z, labels, margin=0.4)), want, rel_tol=1e-5)
+    assert math.isclose(float(class_contrastive(z, labels, margin=0.9)), 2 * 0.5 / 9, rel_tol=1e-5)
+    with pytest.raises(ValueError, match=r"z \[N, d\]"):
+        class_contrastive(z, labels[:2])

@@ -180,3 +180,66 @@ def pair_dataset(name: str, profile: str, data_root: str | Path | None = None, *
                  progress=progress)
     return DataChoice(root, True, f"synthetic: {d['synth']} ({s['pairs']} pairs, seed {s['seed']})",
                       gen.GENERATOR_VERSION, content_identity(root, d["index_files"]), name)
+
+
+# -- birds: Birds-to-Words, CUB-200-2011 and NABirds under one root ------------------------------------------
+@dataclass(frozen=True)
+class BirdsChoice:
+    """A root holding ``birds_to_words/`` (TSV + ``images/``), ``CUB_200_2011/`` (+ the Reed captions beside it)
+    and ``nabirds/``: SynthBirds' layout, and how the real downloads are to be arranged."""
+    root: Path
+    synthetic: bool
+    description: str
+    version: str
+
+    def b2w(self):
+        from idckit.data.birds_to_words import BirdsToWords
+
+        return BirdsToWords(self.root / "birds_to_words")
+
+    def cub(self):
+        from idckit.data.cub import Cub
+
+        return Cub(self.root)
+
+    def nabirds(self):
+        from idckit.data.nabirds import NABirds
+
+        return NABirds(self.root)
+
+    def images(self) -> list[str]:
+        """Every image the experiments read, relative to the root: Birds-to-Words photos that exist, CUB's
+        training images (the GIC stage) and NABirds' training images (the FGVC stage)."""
+        rel = lambda p: Path(p).resolve().relative_to(self.root).as_posix()
+        out = [rel(ph.path) for ph in self.b2w().photos(only_ok=True)]
+        out += [rel(im.path) for im in self.cub().images("train")]
+        out += [rel(im.path) for im in self.nabirds().images("train")]
+        return sorted(set(out))
+
+
+def birds(profile: str, data_root: str | Path | None = None, *, progress: bool = True) -> BirdsChoice:
+    """The bird root to use; generates the SynthBirds default of ``profile`` on first use (cached on disk)."""
+    if data_root:
+        root = Path(data_root).expanduser().resolve()
+        choice = BirdsChoice(root, False, f"real: Birds-to-Words, CUB-200-2011 and NABirds at {root}",
+                             "official release")
+        choice.b2w(), choice.cub(), choice.nabirds()   # validates the layout now, with a helpful error
+        info = root / "synth_info.json"
+        if info.is_file():
+            meta = json.loads(info.read_text())
+            return BirdsChoice(root, True, f"synthetic: SynthBirds at {root} ({meta.get('pairs')} pairs)",
+                               meta.get("generator", "unknown"))
+        return choice
+    s = load_config("synth_birds", profile)
+    tree = "x".join(str(t) for t in s["tree"])
+    root = paths.data_dir() / (f"synth-birds-n{s['pairs']}-c{s['cub_per_class']}-b{s['nabirds_per_class']}"
+                               f"-s{s['seed']}-{s['size']}px-t{tree}")
+    from idckit.data.synth.birds import generate
+    from idckit.data.synth.vocab import GENERATOR_VERSION
+
+    generate(root, n_pairs=s["pairs"], cub_per_class=s["cub_per_class"], nabirds_per_class=s["nabirds_per_class"],
+             size=s["size"], seed=s["seed"], workers=s["workers"], tree=tuple(s["tree"]), progress=progress)
+    root = root.resolve()
+    return BirdsChoice(root, True, f"synthetic: SynthBirds ({s['pairs']} Birds-to-Words pairs, {s['cub_per_class']} "
+                       f"CUB and {s['nabirds_per_class']} NABirds images per species, {s['size']} px, seed "
+                       f"{s['seed']})", GENERATOR_VERSION)

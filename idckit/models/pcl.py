@@ -90,6 +90,7 @@ class PCLConfig:
     max_text_len: int = 40
     difference_encoder: bool = True  # False: table 4 row 5, regions go straight to the cross-modal transformer
     distractor_head: bool = True
+    n_classes: int = 0              # > 0: the FGVC stage's heads (classifier on single-image [IMG], pair matcher)
     visual_activation: str = "none"     # "none" (the paper's linear projection) or "sigmoid" (the public code)
 
     def __post_init__(self):
@@ -226,6 +227,9 @@ class PCL(nn.Module):
         self.mvcl_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d), nn.Linear(d, cfg.feat_dim))
         if cfg.distractor_head:
             self.judge = nn.Linear(2 * d, 2)
+        if cfg.n_classes:
+            self.classifier = nn.Linear(d, cfg.n_classes)
+            self.matcher = nn.Linear(2 * d, 2)
         self.apply(self._init)
 
         # Word vectors start at unit scale, like the positional table they are added to: at the usual 0.02 the
@@ -262,6 +266,11 @@ class PCL(nn.Module):
     def encode_visual(self, f1: torch.Tensor, f2: torch.Tensor, region_mask: torch.Tensor | None = None):
         """[B, 2 + 2n, d]: [IMG1, regions of 1, IMG2, regions of 2]. ``region_mask`` [B, 2, n] (True = zero the
         raw feature, for MVCL) acts before the projection, as in the paper and the public code."""
+        return self.encode_images(f1, f2, region_mask)[1]
+
+    def encode_images(self, f1: torch.Tensor, f2: torch.Tensor, region_mask: torch.Tensor | None = None):
+        """(single, pair): ``single`` [B, 2, d] the [IMG] outputs of the single-image encoder for image 1 and 2
+        (None without the difference encoder); ``pair`` [B, 2 + 2n, d] as :meth:`encode_visual`."""
         n, fd = self.cfg.n_regions, self.cfg.feat_dim
         if f1.shape != f2.shape or f1.dim() != 3 or tuple(f1.shape[1:]) != (n, fd):
             raise ConfigError(f"features must be [B, {n}, {fd}], got {tuple(f1.shape)} and {tuple(f2.shape)}")
@@ -274,14 +283,15 @@ class PCL(nn.Module):
         x1 = torch.cat([self._special(self.img1_id, T_IMG1, b), self._regions(f1, T_REG1)], 1)
         x2 = torch.cat([self._special(self.img2_id, T_IMG2, b), self._regions(f2, T_REG2)], 1)
         if not self.cfg.difference_encoder:
-            return torch.cat([x1, x2], 1)
+            return None, torch.cat([x1, x2], 1)
         x = torch.cat([x1, x2], 0)              # the single-image encoder sees each image alone (shared weights)
         for blk in self.single:
             x = blk(x)
+        single = torch.stack([x[:b, 0], x[b:, 0]], 1)
         x = torch.cat([x[:b], x[b:]], 1)       # the pair encoder sees both
         for blk in self.pair:
             x = blk(x)
-        return x
+        return single, x
 
     # -- masks (bool, True = may attend) -------------------------------------------------------------------
     def _pretrain_mask(self, n_front: int, text_ids: torch.Tensor) -> torch.Tensor:
@@ -369,6 +379,17 @@ class PCL(nn.Module):
         if not self.cfg.distractor_head:
             raise ConfigError("this model was built without the distractor-judging head (distractor_head=False)")
         return self.judge(torch.cat([out.img1, out.img2], -1))
+
+    def fgvc_logits(self, f1: torch.Tensor, f2: torch.Tensor):
+        """The FGVC stage's heads on the image encoders alone (no text, no cross-modal layers, as the public
+        code's ``nabirds_forward``): (class logits [B, 2, n_classes] of each image's single-image [IMG],
+        match logits [B, 2] (1 = same class) of the pair encoder's [IMG1; IMG2], the single-image [IMG]
+        vectors [B, 2, d] for the in-batch contrastive loss)."""
+        if not self.cfg.n_classes or not self.cfg.difference_encoder:
+            raise ConfigError("the FGVC heads need n_classes > 0 and the difference encoder")
+        single, pair = self.encode_images(f1, f2)
+        n = self.cfg.n_regions
+        return self.classifier(single), self.matcher(torch.cat([pair[:, 0], pair[:, 1 + n]], -1)), single
 
     # -- generation: [BOS] w1 .. w(i-1) [MASK] -> w_i ----------------------------------------------------------
     # Under the fine-tuning mask a text position sees only the visual tokens and earlier text, so nothing computed

@@ -4,7 +4,11 @@
   CLEVR), as the public ``MetaLoader`` does, and the step's batch serves only that task.
 - :class:`FinetuneTask`: seq2seq masked-LM fine-tuning under the uni-directional mask (the paper's section 2.3,
   the public code's ``dataset_finetune_clver``) plus the distractor-judging loss; val CIDEr-D selects the
-  checkpoint.
+  checkpoint (ROUGE-L on Birds-to-Words).
+
+Data of any dataset arrives as :class:`PairRecord` lists (:func:`pcl_data_from_records`); a single-image caption
+(the birds' GIC stage) has an all-zero second image, and the birds' FGVC stage adds image pairs with class labels
+(:class:`FGVCData`) for the ``fgvc`` pre-training task.
 
 Data (:class:`PCLData`): the grid features are the feature store's float16 memmap seen as a tensor, never copied
 whole (24 GB at the paper's ResNet-101 on CLEVR-Change; the operating system's page cache holds it once for every
@@ -26,18 +30,19 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from idckit.data.clevr_change import ClevrChange
 from idckit.data.features import FeatureStore
 from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError, DatasetError
-from idckit.losses import fda_nce, judge_loss, mlm_loss, mvcl_nce
+from idckit.losses import class_contrastive, fda_nce, judge_loss, mlm_loss, mvcl_nce
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
 from idckit.text.vocab import Vocab
 from idckit.train import distributed
 
-PRETRAIN_TASKS = ("mlm", "mvcl", "fda")
+PRETRAIN_TASKS = ("mlm", "mvcl", "fda", "fgvc")
 
 
 @dataclass
@@ -64,6 +69,9 @@ class PCLData:
     splits: dict[str, SplitData]
     max_len: int
     negatives: dict[str, list[str]] = field(default_factory=dict)   # pair_id -> FDA negatives (train)
+    rows: dict[str, int] = field(default_factory=dict)              # feature-store key -> row of features
+    blank_row: int | None = None     # the all-zero row standing for a missing second image (GIC pairs)
+    fgvc: "FGVCData | None" = None   # FGVC-stage image pairs (pre-training with the ``fgvc`` task)
 
     @property
     def feat_dim(self) -> int:
@@ -97,9 +105,39 @@ def subsample_by_before(pairs: Sequence, fraction: float, seed: int = 0) -> list
     return [p for p in pairs if str(p.before) in keep]
 
 
+@dataclass(frozen=True)
+class PairRecord:
+    """One captioned image pair, whatever the dataset: the images as feature-store keys (``image2`` None for a
+    single-image caption, whose second image is then all-zero features), its references, its type (change type
+    or Birds-to-Words selection) and whether it shows a real change."""
+
+    pair_id: str
+    image1: str
+    image2: str | None
+    references: tuple[str, ...]
+    type: str
+    is_change: bool = True
+
+
+@dataclass
+class FGVCData:
+    """Image pairs for the FGVC stage: rows into PCLData.features, leaf-class labels, same-class flags."""
+
+    rows1: torch.Tensor     # [N]
+    rows2: torch.Tensor     # [N]
+    class1: torch.Tensor    # [N] 0..n_classes-1
+    class2: torch.Tensor    # [N]
+    n_classes: int
+
+    @property
+    def same(self) -> torch.Tensor:
+        return self.class1 == self.class2
+
+
 def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vocab: Vocab | None = None,
                   splits: Sequence[str] = ("train", "val", "test"), train_fraction: float = 1.0) -> PCLData:
-    """Everything a PCL run reads, in memory. The vocabulary is built on train captions unless given.
+    """Everything a PCL run on CLEVR-Change reads, in memory. The vocabulary is built on train captions unless
+    given.
 
     ``train_fraction`` < 1 keeps that share of the training before-images (:func:`subsample_by_before`); val and
     test stay whole, so runs on different amounts of data are scored on the same pairs.
@@ -107,31 +145,60 @@ def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vo
     per_split = {s: dataset.pairs(s, check_images=False) for s in splits}
     if "train" in per_split:
         per_split["train"] = subsample_by_before(per_split["train"], train_fraction)
+    rel = lambda path: path.relative_to(dataset.root).as_posix()
+    records = {s: [PairRecord(p.pair_id, rel(p.before), rel(p.after), tuple(p.captions), p.change_type,
+                              bool(p.is_change)) for p in pairs] for s, pairs in per_split.items()}
+    return pcl_data_from_records(records, store, max_len=max_len, vocab=vocab)
+
+
+def pcl_data_from_records(records: Mapping[str, Sequence[PairRecord]], store: FeatureStore, *, max_len: int,
+                          vocab: Vocab | None = None, extra_images: Sequence[str] = ()) -> PCLData:
+    """:class:`PCLData` from pair records per split (any dataset). The vocabulary is built on the train split's
+    references unless given; ``extra_images`` are loaded too (rows for :class:`FGVCData`, see ``data.row``).
+    A missing second image is the last feature row, all zeros."""
     if vocab is None:
-        if "train" not in per_split:
+        if "train" not in records:
             raise ConfigError("building a vocabulary needs the train split")
-        vocab = Vocab.build(c for p in per_split["train"] for c in p.captions)
-    def row(path: Path) -> int:
-        rel = path.relative_to(dataset.root).as_posix()
-        if rel not in store.index:
-            raise DatasetError(f"the feature store has no features for {rel}", path=store.directory,
+        vocab = Vocab.build(c for p in records["train"] for c in p.references)
+    rows: dict[str, int] = {}
+    blank = "<no image>"
+    # with every image present the store's own rows serve, memory-mapped (paper-size features are then held once
+    # per machine, not once per process); a missing image needs a zero row, so those (small) sets are copied
+    needs_blank = any(p.image1 is None or p.image2 is None for ps in records.values() for p in ps)
+
+    def row(key: str | None) -> int:
+        if key is None:
+            return rows.setdefault(blank, len(rows))
+        if key not in store.index:
+            raise DatasetError(f"the feature store has no features for {key}", path=store.directory,
                                fix="re-extract features for this dataset (`idckit features DATA_ROOT`)")
-        return store.index[rel]
+        return rows.setdefault(key, len(rows) if needs_blank else store.index[key])
 
     out: dict[str, SplitData] = {}
-    for split, pairs in per_split.items():
-        before = torch.tensor([row(p.before) for p in pairs], dtype=torch.long)
-        after = torch.tensor([row(p.after) for p in pairs], dtype=torch.long)
-        sample_pair = torch.tensor([i for i, p in enumerate(pairs) for _ in p.captions], dtype=torch.long)
-        texts = [c for p in pairs for c in p.captions]
+    for split, pairs in records.items():
+        before = torch.tensor([row(p.image1) for p in pairs], dtype=torch.long)
+        after = torch.tensor([row(p.image2) for p in pairs], dtype=torch.long)
+        sample_pair = torch.tensor([i for i, p in enumerate(pairs) for _ in p.references], dtype=torch.long)
+        texts = [c for p in pairs for c in p.references]
         out[split] = SplitData(
-            pair_ids=[p.pair_id for p in pairs], types=[p.change_type for p in pairs], before=before, after=after,
-            is_change=torch.tensor([p.is_change for p in pairs]), references={p.pair_id: list(p.captions) for p in pairs},
+            pair_ids=[p.pair_id for p in pairs], types=[p.type for p in pairs], before=before, after=after,
+            is_change=torch.tensor([p.is_change for p in pairs], dtype=torch.bool),
+            references={p.pair_id: list(p.references) for p in pairs},
             sample_pair=sample_pair, sample_ids=vocab.encode_batch(texts, max_len))
-    with warnings.catch_warnings():   # the memmap is read-only; nothing here writes features
-        warnings.simplefilter("ignore", UserWarning)
-        features = torch.from_numpy(store.array)
-    return PCLData(vocab=vocab, features=features, splits=out, max_len=max_len)
+    for key in extra_images:
+        row(key)
+    if not needs_blank:
+        with warnings.catch_warnings():   # the memmap is read-only; nothing here writes features
+            warnings.simplefilter("ignore", UserWarning)
+            features = torch.from_numpy(store.array)
+        return PCLData(vocab=vocab, features=features, splits=out, max_len=max_len, rows=rows, blank_row=None)
+    order = sorted(rows, key=rows.get)
+    real = [k for k in order if k != blank]
+    feats = store.get_many(real).astype("float16", copy=False)
+    features = torch.zeros(len(order), *feats.shape[1:], dtype=torch.float16)
+    features[[rows[k] for k in real]] = torch.from_numpy(feats)
+    return PCLData(vocab=vocab, features=features, splits=out, max_len=max_len, rows=rows,
+                   blank_row=rows.get(blank))
 
 
 def _batched(n: int, size: int, generator: torch.Generator, drop_last: bool = True) -> Iterator[torch.Tensor]:
@@ -163,7 +230,7 @@ class _PCLTask:
 
 
 class PretrainTask(_PCLTask):
-    """MLM, MVCL and FDA, one task per step drawn from the ratio pool."""
+    """MLM, MVCL, FDA (and, on birds, FGVC), one task per step drawn from the ratio pool."""
 
     selection_metric = None  # the public code keeps the last pre-training checkpoint
 
@@ -176,6 +243,9 @@ class PretrainTask(_PCLTask):
             raise ConfigError(f"pre-training ratios must name some of {PRETRAIN_TASKS} with positive counts, "
                               f"got {dict(ratios)}")
         self.pool = [t for t in PRETRAIN_TASKS for _ in range(int(ratios.get(t, 0)))]
+        if "fgvc" in self.pool and data.fgvc is None:
+            raise ConfigError("the fgvc task needs FGVC image pairs (PCLData.fgvc)",
+                              fix="load NABirds pairs, or drop fgvc from the ratios")
         if "fda" in self.pool:
             missing = [p for p in data.splits["train"].pair_ids if p not in data.negatives]
             if missing:
@@ -212,6 +282,10 @@ class PretrainTask(_PCLTask):
                 yield {"task": "fda", "pairs": pairs.repeat_interleave(self.n_neg + 1), "text": texts,
                        "groups": self.n_neg + 1}
                 continue
+            if task == "fgvc":
+                yield {"task": "fgvc",
+                       "pairs": torch.randperm(len(self.data.fgvc.rows1), generator=generator)[:self.batch_size]}
+                continue
             samples = torch.randperm(len(train.sample_pair), generator=generator)[:self.batch_size]
             ids = train.sample_ids[samples]
             batch = {"task": task, "pairs": train.sample_pair[samples]}
@@ -220,8 +294,13 @@ class PretrainTask(_PCLTask):
                                                              eos_p=self.eos_prob)
             else:
                 batch["text"] = ids
-                batch["regions"] = mask_regions(len(samples), self.data.features.shape[1], generator,
-                                                p=self.region_prob)
+                regions = mask_regions(len(samples), self.data.features.shape[1], generator, p=self.region_prob)
+                if self.data.blank_row is not None:
+                    # a single-image caption pair: MVCL masks its one real image, never the blank
+                    lone = train.after[batch["pairs"]] == self.data.blank_row
+                    regions[lone, 0] |= regions[lone, 1]
+                    regions[lone, 1] = False
+                batch["regions"] = regions
             yield batch
 
     def shard(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -239,8 +318,10 @@ class PretrainTask(_PCLTask):
 
     def train_step(self, model: PCL, batch: dict[str, Any], step: int):
         dev = model_device(model)
-        f1, f2 = self.data.pair_features("train", batch["pairs"], dev)
         task = batch["task"]
+        if task == "fgvc":
+            return self._fgvc_step(model, batch["pairs"])
+        f1, f2 = self.data.pair_features("train", batch["pairs"], dev)
         if task == "mlm":
             out = model(f1, f2, batch["text"].to(dev), mode="pretrain")
             labels = batch["labels"].to(dev)
@@ -255,12 +336,17 @@ class PretrainTask(_PCLTask):
             original = torch.stack([f1, f2], dim=1)                                                 # [B, 2, n, F]
             pred = model.mvcl_regress(visual[regions])
             if "negative_pairs" in batch:      # a rank's shard: the negatives are those of the whole batch
-                g1, g2 = self.data.pair_features("train", batch["negative_pairs"], dev)
-                negatives = torch.stack([g1, g2], dim=1)[~batch["negative_regions"].to(dev)]
+                neg_pairs, free = batch["negative_pairs"], ~batch["negative_regions"].to(dev)
+                g1, g2 = self.data.pair_features("train", neg_pairs, dev)
+                pool = torch.stack([g1, g2], dim=1)
             else:
-                negatives = original[~regions]
+                neg_pairs, free, pool = batch["pairs"], ~regions, original
+            if self.data.blank_row is not None:    # a blank image's zero regions are no negatives
+                blank = self.data.splits["train"].after[neg_pairs] == self.data.blank_row
+                free = free.clone()
+                free[:, 1] &= ~blank.to(dev)[:, None]
             loss = distributed.global_mean(
-                mvcl_nce(pred, original[regions], negatives, tau=self.tau_mvcl, reduction="sum"), int(regions.sum()))
+                mvcl_nce(pred, original[regions], pool[free], tau=self.tau_mvcl, reduction="sum"), int(regions.sum()))
         elif task == "fda":
             out = model(f1, f2, batch["text"].to(dev), mode="pretrain")
             sims = model.fda_similarity(out).view(-1, batch["groups"])
@@ -269,6 +355,20 @@ class PretrainTask(_PCLTask):
         else:
             raise ConfigError(f"unknown pre-training task {task!r}")
         return loss, {task: float(loss.detach())}
+
+    def _fgvc_step(self, model: PCL, idx: torch.Tensor):
+        """Classification of each image + same-class matching of the pair + in-batch class contrast, summed
+        unweighted (the public code's ``nabirds_forward``)."""
+        fg, dev = self.data.fgvc, model_device(model)
+        f1 = self.data.features[fg.rows1[idx]].float().to(dev)
+        f2 = self.data.features[fg.rows2[idx]].float().to(dev)
+        classes, match, single = model.fgvc_logits(f1, f2)
+        labels = torch.stack([fg.class1[idx], fg.class2[idx]], 1).to(dev)
+        cls = F.cross_entropy(classes.flatten(0, 1).float(), labels.flatten())
+        same = F.cross_entropy(match.float(), fg.same[idx].long().to(dev))
+        con = class_contrastive(single.flatten(0, 1), labels.flatten())
+        return cls + same + con, {"fgvc_class": float(cls.detach()), "fgvc_match": float(same.detach()),
+                                  "fgvc_contrast": float(con.detach())}
 
     def evaluate(self, model, split: str = "val") -> dict[str, float]:
         return {}
@@ -291,8 +391,11 @@ class FinetuneTask(_PCLTask):
 
     def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, mask_prob: float,
                  eos_prob: float, distractor_weight: float, eval_batch_size: int, group_by_pair: bool,
-                 captions_per_pair: int, init_from=None, scorer=None):
+                 captions_per_pair: int, init_from=None, scorer=None, selection_metric: str = "CIDEr-D",
+                 tokenize: bool = True):
         super().__init__(data, model, batch_size=batch_size, init_from=init_from)
+        # Birds-to-Words selects on ROUGE-L and its text is already tokenised (no PTB tokenizer)
+        self.selection_metric, self.tokenize = selection_metric, tokenize
         self.mask_prob, self.eos_prob, self.distractor_weight = mask_prob, eos_prob, distractor_weight
         self.eval_batch_size = eval_batch_size
         self.scorer = scorer
@@ -374,8 +477,8 @@ class FinetuneTask(_PCLTask):
             return {}
         s = self.data.splits[split]
         scores = evaluate_pairs(s.references, preds["captions"], dict(zip(s.pair_ids, s.types)),
-                                meteor=False, scorer=self.scorer)
-        out = {"CIDEr-D": scores["total"]["CIDEr-D"], "Bleu_4": scores["total"]["Bleu_4"]}
+                                meteor=False, scorer=self.scorer, tokenize=self.tokenize)
+        out = {k: scores["total"][k] for k in ("CIDEr-D", "Bleu_4", "ROUGE_L")}
         # the total rewards a constant "no change" caption on the distractor half; the halves show what it hides
         for sub in ("semantic", "distractor"):
             if sub in scores:

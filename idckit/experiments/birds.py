@@ -1,0 +1,383 @@
+"""IDC-PCL on Birds-to-Words with cross-task pre-training: the runs behind IDC-PCL's tables 1 and 5.
+
+Each variant is a chain of cached runs (the public code's ``bird/`` stages):
+
+1. GIC stage (variants with CUB): pre-training on CUB image-caption pairs whose second image is empty (all-zero
+   features), MLM/MVCL on the real image, FDA with Retrieve + Replace negatives only;
+2. Birds-to-Words pre-training (MLM:MVCL:FDA = 9:1:2, Confuse negatives swap ``animal1``/``animal2``), with the
+   FGVC task on NABirds pairs mixed in at 3 of every 15 steps (NABirds:Birds-to-Words = 1:4) in variants with
+   NABirds; it starts from the GIC stage's weights when there is one;
+3. fine-tuning on Birds-to-Words (training pairs also shown mirrored), selected on val ROUGE-L, scored without
+   the PTB tokenizer (the text is pre-tokenised).
+
+One vocabulary (Birds-to-Words + CUB training text) and one feature store (every image of the three datasets)
+serve every variant, so the chains differ only in their data. Deviation: the public code's GIC stage drops the
+second image's regions and keeps a lone [IMG2] token; here the second image is present as zero features (the
+model's layout stays fixed) and MVCL never masks or contrasts against it.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from idckit import paths
+from idckit.data.features import FeatureStore, extract_features
+from idckit.errors import ConfigError
+from idckit.experiments.config import check_profile, load_config
+from idckit.experiments.data import BirdsChoice, birds
+from idckit.experiments.runs import Run, caption_counts, open_run
+
+#: table 5's rows (table 1 shows ``b2w`` as IDC-PCL and ``both`` as IDC-PCL + extra data)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "b2w": {"label": "B2W", "cub": False, "nabirds": False},
+    "cub": {"label": "B2W + CUB", "cub": True, "nabirds": False},
+    "nabirds": {"label": "B2W + NABirds", "cub": False, "nabirds": True},
+    "both": {"label": "B2W + CUB + NABirds", "cub": True, "nabirds": True},
+}
+TABLE1_LABELS = {"b2w": "IDC-PCL", "both": "IDC-PCL (+extra data)"}
+#: the words a Confuse negative exchanges (Birds-to-Words' two referents)
+ANIMALS = (("animal1", "animal2"),)
+
+
+@dataclass
+class Setup:
+    profile: str
+    config: dict[str, Any]
+    data: BirdsChoice
+    store: FeatureStore
+    runs_dir: Path
+    device: str | None = None   # where training, decoding and feature extraction run (not part of any run key)
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return {"data": str(self.data.root), "data_version": self.data.version,
+                "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
+
+
+def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
+          overrides: dict | None = None, progress: bool = True, device: str | None = None) -> Setup:
+    """Data (SynthBirds generated on first use unless ``data_root``) and the grid features of every image of its
+    three datasets (extracted once, cached). ``device``: None (auto), ``cpu``, ``cuda:1``, ..."""
+    check_profile(profile)
+    cfg = load_config("pcl_birds", profile, overrides)
+    configured = cfg.pop("device")      # never part of a run key
+    device = device or configured
+    runs = Path(runs_dir) if runs_dir else paths.runs_dir()
+    data = birds(profile, data_root, progress=progress)
+    tag = hashlib.sha256(str(data.root).encode()).hexdigest()[:8]
+    out = runs / "features" / f"{data.root.name}-{tag}" / cfg["backbone"].replace(":", "_").replace("/", "_")
+    store = extract_features(data.root, cfg["backbone"], images=data.images(), out_dir=out, progress=progress,
+                             device=device)
+    return Setup(profile, cfg, data, store, runs, device)
+
+
+# -- data in memory -------------------------------------------------------------------------------------------
+_DATA_CACHE: dict[tuple, Any] = {}
+
+
+def _rel(s: Setup, path: Path) -> str:
+    return Path(path).resolve().relative_to(s.data.root).as_posix()
+
+
+def _records(s: Setup):
+    from idckit.tasks.pcl import PairRecord
+
+    b2w = s.data.b2w()
+    train = b2w.training_examples("train", swap=bool(s.config["swap_augment"]), only_with_images=True)
+    train_pairs = list({p.pair_id: p for p, _ in train}.values())
+    out = {"train": train_pairs, **{sp: b2w.pairs(sp, only_with_images=True) for sp in ("val", "test")}}
+    return {sp: [PairRecord(p.pair_id, _rel(s, p.img1.path), _rel(s, p.img2.path), tuple(p.references),
+                            p.selection, True) for p in pairs] for sp, pairs in out.items()}
+
+
+def _cub_records(s: Setup):
+    from idckit.tasks.pcl import PairRecord
+
+    cub = s.data.cub()
+    return [PairRecord(f"cub{im.image_id}", _rel(s, im.path), None, tuple(cub.captions(im)), "cub", True)
+            for im in cub.images("train")]
+
+
+def _negatives(s: Setup, data, ratio, referents=()) -> None:
+    from idckit.text.negatives import build_negatives
+
+    train = data.splits["train"]
+    neg = build_negatives(train.references, ratio=ratio, seed=s.config["negatives"]["seed"],
+                          referents=referents, cache_dir=s.runs_dir / "negatives", progress=False)
+    data.negatives = neg.negatives
+    data.negative_stats = {"tagger": neg.tagger, **{k: v for k, v in neg.stats.items()
+                                                    if isinstance(v, (int, float, str))}}
+
+
+def _data(s: Setup, kind: str = "b2w"):
+    """``b2w``: Birds-to-Words (train/val/test, FDA negatives, NABirds FGVC pairs attached); ``gic``: CUB
+    single-image caption pairs (train only, Retrieve + Replace negatives). One shared vocabulary."""
+    import torch
+
+    from idckit.tasks.pcl import FGVCData, pcl_data_from_records
+    from idckit.text.vocab import Vocab
+
+    key = (kind, str(s.data.root), str(s.store.directory), s.config["max_len"], s.config["swap_augment"],
+           s.config["fgvc_pairs"])
+    if key in _DATA_CACHE:
+        return _DATA_CACHE[key]
+    for old in [k for k in _DATA_CACHE if k[1:] != key[1:]]:   # keep one setup's data in memory
+        del _DATA_CACHE[old]
+    records, cub = _records(s), _cub_records(s)
+    vocab = Vocab.build([c for r in records["train"] for c in r.references] + [c for r in cub for c in r.references])
+    if kind == "gic":
+        data = pcl_data_from_records({"train": cub}, s.store, max_len=s.config["max_len"], vocab=vocab)
+        _negatives(s, data, s.config["negatives"]["cub_ratio"])
+    else:
+        from idckit.data.nabirds import sample_pairs
+
+        nab = s.data.nabirds()
+        images = nab.images("train")
+        keys = {im.uuid: _rel(s, im.path) for im in images}
+        data = pcl_data_from_records(records, s.store, max_len=s.config["max_len"], vocab=vocab,
+                                     extra_images=sorted(keys.values()))
+        _negatives(s, data, s.config["negatives"]["b2w_ratio"], referents=ANIMALS)
+        index = nab.label_index
+        pairs = sample_pairs(images, s.config["fgvc_pairs"], seed=s.config["negatives"]["seed"])
+        t = lambda xs: torch.tensor(xs, dtype=torch.long)
+        data.fgvc = FGVCData(rows1=t([data.rows[keys[p["img1"]]] for p in pairs]),
+                             rows2=t([data.rows[keys[p["img2"]]] for p in pairs]),
+                             class1=t([index[p["class_id1"]] for p in pairs]),
+                             class2=t([index[p["class_id2"]] for p in pairs]), n_classes=len(index))
+    _DATA_CACHE[key] = data
+    return data
+
+
+# -- the chain of runs ----------------------------------------------------------------------------------------
+def _gic_run(s: Setup, seed: int) -> Run:
+    c = copy.deepcopy(s.config["gic"])
+    return open_run(s.runs_dir, "pcl-birds-gic", {
+        "kind": "pcl-birds-gic", **s.identity, "max_len": s.config["max_len"], "model": s.config["model"],
+        "negatives": s.config["negatives"]["cub_ratio"], "gic": c, "seed": seed})
+
+
+def _pretrain_run(s: Setup, v: dict, seed: int, gic: Run | None) -> Run:
+    c = copy.deepcopy(s.config["pretrain"])
+    fgvc = c.pop("fgvc_ratio")
+    if v["nabirds"]:
+        c["ratios"]["fgvc"] = fgvc
+    return open_run(s.runs_dir, "pcl-birds-pretrain", {
+        "kind": "pcl-birds-pretrain", **s.identity, "max_len": s.config["max_len"], "model": s.config["model"],
+        "negatives": s.config["negatives"]["b2w_ratio"], "swap_augment": s.config["swap_augment"],
+        "fgvc_pairs": s.config["fgvc_pairs"] if v["nabirds"] else None, "pretrain": c,
+        "init": None if gic is None else gic.key, "seed": seed})
+
+
+def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -> None:
+    from idckit.tasks.pcl import PretrainTask
+    from idckit.train.loop import TrainConfig, fit
+
+    if run.is_complete():
+        return
+    data = _data(s, kind)
+    c = run.config[kind if kind == "gic" else "pretrain"]
+    model = dict(run.config["model"])
+    if "fgvc" in c["ratios"]:
+        model["n_classes"] = data.fgvc.n_classes
+    task = PretrainTask(data, model, batch_size=c["batch_size"], ratios=c["ratios"], mask_prob=c["mask_prob"],
+                        eos_prob=c["eos_prob"], region_prob=c["region_prob"], tau_mvcl=c["tau_mvcl"],
+                        tau_fda=c["tau_fda"], init_from=None if init is None else init.dir / "best.pt")
+    res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress,
+              device=s.device)
+    run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
+
+
+def run_variant(variant: str = "both", profile: str = "cpu", data_root: str | Path | None = None, *,
+                seed: int = 0, runs_dir: str | Path | None = None, overrides: dict | None = None,
+                progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
+    """GIC (with CUB), Birds-to-Words pre-training (+ FGVC with NABirds), fine-tuning, val selection on ROUGE-L,
+    test decoding and scoring; every stage cached by its config.
+
+    Returns ``{"variant", "label", "seed", "run", "val", "test": {subset: {metric: value}}, "wall_seconds",
+    "verified_share", "difference_recall", ...}``; subsets are ``total`` and each pivot-branch selection; metrics on
+    pycocoevalcap's raw scale. ``verified_share``/``difference_recall`` (SynthBirds only, else None): the share of
+    the generated paragraphs' claims the grammar verifies for the pair, and of the pairs' differences they name.
+    """
+    if variant not in VARIANTS:
+        raise ConfigError(f"unknown Birds-to-Words variant {variant!r}; known: {', '.join(VARIANTS)}")
+    s = setup_ or setup(profile, data_root, runs_dir=runs_dir, overrides=overrides, progress=progress)
+    v = VARIANTS[variant]
+    gic = _gic_run(s, seed) if v["cub"] else None
+    pre = _pretrain_run(s, v, seed, gic)
+    ft = copy.deepcopy(s.config["finetune"])
+    run = open_run(s.runs_dir, "pcl-birds-finetune", {
+        "kind": "pcl-birds-finetune", **s.identity, "max_len": s.config["max_len"], "model": s.config["model"],
+        "swap_augment": s.config["swap_augment"], "init": pre.key, "finetune": ft, "seed": seed})
+    if not run.is_complete():
+        t0 = time.perf_counter()
+        if gic is not None:
+            _pretrain(s, gic, "gic", None, progress)
+        _pretrain(s, pre, "b2w", gic, progress)
+        pre_seconds = pre.metrics()["wall_seconds"] + (gic.metrics()["wall_seconds"] if gic else 0.0)
+        _finetune(s, run, pre, progress, pre_seconds=pre_seconds, t0=t0)
+    return {"variant": variant, "label": v["label"], "seed": seed, "run": run.dir.name, **run.metrics(),
+            **caption_counts(run.dir)}
+
+
+def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: float, t0: float) -> None:
+    from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
+    from idckit.tasks.pcl import FinetuneTask, predict
+    from idckit.train.loop import TrainConfig, fit
+
+    data = _data(s, "b2w")
+    c = run.config["finetune"]
+    with CaptionScorer(meteor=False) as quick:
+        task = FinetuneTask(data, run.config["model"], batch_size=c["batch_size"], mask_prob=c["mask_prob"],
+                            eos_prob=c["eos_prob"], distractor_weight=c["distractor_weight"],
+                            eval_batch_size=c["eval_batch_size"], group_by_pair=c["group_by_pair"],
+                            captions_per_pair=c["captions_per_pair"], init_from=pre.dir / "best.pt",
+                            scorer=quick, selection_metric=c["selection_metric"], tokenize=False)
+        res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir,
+                  progress=progress, device=s.device)
+    data.vocab.save(run.dir / "vocab.json")
+    preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
+    write_results(run.dir / "test", preds["captions"])
+    split = data.splits["test"]
+    test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)),
+                          tokenize=False, meteor=s.config["meteor"])
+    run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
+                  "stopped": res.stopped, "test": test, "finetune_seconds": res.wall_seconds,
+                  "pretrain_seconds": round(pre_seconds, 1), "wall_seconds": round(time.perf_counter() - t0, 1),
+                  **grammar_scores(s, preds["captions"]), "negatives": getattr(data, "negative_stats", None)})
+
+
+def grammar_scores(s: Setup, paragraphs: dict[str, str], split: str = "test") -> dict[str, float | None]:
+    """SynthBirds' truth check of paragraphs (None on real data, which has no attribute ground truth)."""
+    if not s.data.synthetic:
+        return {"verified_share": None, "difference_recall": None}
+    from idckit.data.synth.bird_text import difference_recall, verified_share
+    from idckit.data.synth.birds import pair_animals
+
+    animals = pair_animals(s.data.root, split)
+    return {"verified_share": verified_share(paragraphs, animals),
+            "difference_recall": difference_recall(paragraphs, animals)}
+
+
+def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,
+         progress: bool = True) -> list[dict[str, Any]]:
+    return [run_variant(v, s.profile, seed=seed, setup_=s, progress=progress) for v in variants for seed in seeds]
+
+
+# -- text-only and nearest-neighbour baselines ---------------------------------------------------------------
+def baselines(s: Setup) -> list[dict[str, Any]]:
+    """The most frequent training paragraph for every pair, and the paragraph of the training pair nearest in
+    the (mean-pooled) features of both images; scored like the model (test, no PTB tokenizer)."""
+    from idckit.baselines import NearestFeaturePair, most_frequent
+    from idckit.eval.captions import CaptionScorer, evaluate_pairs
+
+    data = _data(s, "b2w")
+    train, test = data.splits["train"], data.splits["test"]
+    types = dict(zip(test.pair_ids, test.types))
+    predictions = {
+        "most frequent paragraph": {p: most_frequent(train.references) for p in test.pair_ids},
+        "nearest neighbour (features of both images)": NearestFeaturePair().fit(
+            data.features[train.before], data.features[train.after], [train.references[p] for p in train.pair_ids]
+        ).predict(data.features[test.before], data.features[test.after], test.pair_ids),
+    }
+    out = []
+    meteor = s.config["meteor"]
+    with CaptionScorer(meteor=meteor) as scorer:   # one METEOR start-up for both
+        scored = {name: evaluate_pairs(test.references, preds, types, tokenize=False, meteor=meteor, scorer=scorer)
+                  for name, preds in predictions.items()}
+    for name, preds in predictions.items():
+        scores = scored[name]
+        out.append({"label": name, "test": scores, "distinct_test_captions": len(set(preds.values())),
+                    "test_pairs": len(preds), **grammar_scores(s, preds), "captions": preds})
+    return out
+
+
+# -- what the notebooks show ------------------------------------------------------------------------------------
+def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+GRAMMAR = ("verified_share", "difference_recall")
+
+
+def rows(results: Sequence[dict[str, Any]], *, labels: dict[str, str] | None = None,
+         model: str = "IDC-PCL (idckit)") -> list[dict[str, Any]]:
+    """Report rows (x100 scale, subset ``total``): one per run, and a mean row (with ``sd``) per variant when
+    there are several seeds. ``labels`` renames variants (table 1 names them IDC-PCL / + extra data). The
+    grammar scores (SynthBirds) are percentages among the metrics."""
+    from idckit.report import mean_trained_fields, to_paper_scale, trained_fields
+
+    out, by = [], {}
+    for r in results:
+        label = (labels or {}).get(r["variant"], r["label"])
+        m = to_paper_scale(r["test"]["total"])
+        m.update({k: 100.0 * r[k] for k in GRAMMAR if r.get(k) is not None})
+        row = {"model": model, "variant": label, "split": "test", "subset": "total", "seed": r.get("seed"),
+               "run": r["run"], "metrics": m, **trained_fields(r)}
+        out.append(row)
+        by.setdefault(label, []).append(row)
+    for label, rs in by.items():
+        if len(rs) > 1:
+            keys = [k for k in rs[0]["metrics"] if all(k in x["metrics"] for x in rs)]
+            stats = {k: _mean_sd([x["metrics"][k] for x in rs]) for k in keys}
+            out.append({"model": model, "variant": label, "split": "test", "subset": "total", "seed": "mean",
+                        "n_seeds": len(rs), "metrics": {k: v[0] for k, v in stats.items()},
+                        "sd": {k: v[1] for k, v in stats.items()}, **mean_trained_fields(rs)})
+    return out
+
+
+def baseline_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    from idckit.report import to_paper_scale
+
+    out = []
+    for r in results:
+        m = to_paper_scale(r["test"]["total"])
+        m.update({k: 100.0 * r[k] for k in GRAMMAR if r.get(k) is not None})
+        out.append({"model": "baseline (idckit)", "variant": r["label"], "split": "test", "subset": "total",
+                    "metrics": m, "distinct_test_captions": r["distinct_test_captions"],
+                    "test_pairs": r["test_pairs"]})
+    return out
+
+
+def selection_rows(results: Sequence[dict[str, Any]], metric: str = "ROUGE_L") -> list[dict[str, Any]]:
+    """Per run, ``metric`` (x100) on each pivot-branch selection of the test split (sameSpecies ... sameClass)."""
+    out = []
+    for r in results:
+        out.append({"variant": r["label"], "seed": r.get("seed"),
+                    **{sub: 100.0 * sc[metric] for sub, sc in r["test"].items() if sub not in ("total", "semantic")}})
+    return out
+
+
+def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float):
+    from idckit.report import Provenance
+
+    return Provenance(profile=s.profile, seeds=list(seeds), wall_seconds=round(wall_seconds, 1),
+                      selection_split="val (ROUGE-L)", data=s.data.description, data_version=s.data.version,
+                      backbone=s.store.meta.get("backbone"), weights=s.store.meta.get("weights"),
+                      extra={"model_size": s.config["model"], "max_len": s.config["max_len"],
+                             "runs": [r["run"] for r in results],
+                             "train_seconds": round(sum(r.get("finetune_seconds", 0.0) + r.get("pretrain_seconds", 0.0)
+                                                        for r in results), 1),
+                             "evaluation": "no PTB tokenisation (the text is pre-tokenised)"})
+
+
+def shown_pairs(s: Setup, split: str = "test"):
+    """The pairs of ``split`` as :func:`idckit.plots.show_pairs` draws them (``before``/``after`` = animal1/animal2,
+    ``change_type`` = the pivot-branch selection)."""
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(pair_id=p.pair_id, before=p.img1.path, after=p.img2.path, captions=list(p.references),
+                            change_type=p.selection) for p in s.data.b2w().pairs(split, only_with_images=True)]
+
+
+def per_variant(rows: Sequence[dict[str, Any]], metric: str = "ROUGE_L") -> dict[str, float]:
+    """``{variant: metric}`` of report rows, the mean row where a variant has several seeds."""
+    out: dict[str, float] = {}
+    for r in rows:
+        if r.get("seed") == "mean" or r["variant"] not in out:
+            out[r["variant"]] = r["metrics"][metric]
+    return out

@@ -1,0 +1,128 @@
+"""IDC-PCL on birds at smoke size: pair records with a blank image, the FGVC stage, the stage chain, baselines."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from idckit.errors import ConfigError
+from idckit.experiments import birds
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    from idckit.data.synth.birds import generate
+
+    base = tmp_path_factory.mktemp("birds")
+    root = generate(base / "synth", n_pairs=30, cub_per_class=2, nabirds_per_class=3, size=64, tree=(2, 2, 2, 2),
+                    workers=1, progress=False)
+    return birds.setup("smoke", root, runs_dir=base / "runs", progress=False)
+
+
+def test_records_load_with_a_blank_second_image_and_one_vocabulary(smoke):
+    b2w, gic = birds._data(smoke, "b2w"), birds._data(smoke, "gic")
+    assert b2w.vocab.words == gic.vocab.words
+    train = gic.splits["train"]
+    assert (train.after == gic.blank_row).all() and (train.before != gic.blank_row).all()
+    assert float(gic.features[gic.blank_row].abs().sum()) == 0.0
+    assert float(gic.features[train.before[0]].abs().sum()) > 0
+    # every CUB image has its 10 captions as references; the swap augmentation doubles B2W's training pairs
+    assert {len(r) for r in train.references.values()} == {10}
+    ids = b2w.splits["train"].pair_ids
+    assert sum(p.endswith("_swap") for p in ids) == len(ids) // 2
+    assert not any(p.endswith("_swap") for p in b2w.splits["test"].pair_ids)
+    # FDA negatives: 6 per B2W pair (Confuse on), 6 per CUB image (Retrieve + Replace)
+    assert {len(v) for v in b2w.negatives.values()} == {6} and {len(v) for v in gic.negatives.values()} == {6}
+
+
+def test_confuse_negatives_swap_the_animals(smoke):
+    from idckit.data.birds_to_words import swap_animals
+
+    data = birds._data(smoke, "b2w")
+    train = data.splits["train"]
+    swapped = sum(any(swap_animals(r) == n for r in train.references[p] for n in data.negatives[p])
+                  for p in train.pair_ids)
+    assert swapped >= len(train.pair_ids) // 2
+
+
+def test_mvcl_never_masks_the_blank_image(smoke):
+    from idckit.tasks.pcl import PretrainTask
+
+    data = birds._data(smoke, "gic")
+    task = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={"mvcl": 1}, steps_per_epoch=20)
+    for batch in task.batches(0, torch.Generator().manual_seed(0)):
+        assert not batch["regions"][:, 1].any() and batch["regions"][:, 0].any(1).all()
+    model = task.build_model()
+    loss, _ = task.train_step(model, batch, 0)
+    assert math.isfinite(float(loss))
+
+
+def test_fgvc_heads_shapes_and_the_stage_learns(smoke):
+    from idckit.tasks.pcl import PretrainTask
+
+    data = birds._data(smoke, "b2w")
+    fg = data.fgvc
+    assert 0.2 < float(fg.same.float().mean()) < 0.8 and int(fg.class1.max()) < fg.n_classes
+    model_cfg = {**smoke.config["model"], "n_classes": fg.n_classes}
+    task = PretrainTask(data, model_cfg, batch_size=16, ratios={"fgvc": 1})
+    torch.manual_seed(0)
+    model = task.build_model()
+    f = data.features[fg.rows1[:5]].float()
+    classes, match, single = model.fgvc_logits(f, f)
+    assert classes.shape == (5, 2, fg.n_classes) and match.shape == (5, 2) and single.shape == (5, 2, 64)
+    batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    first = None
+    for step in range(40):
+        loss, logs = task.train_step(model, batch, step)
+        first = first if first is not None else float(loss.detach())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert set(logs) == {"fgvc_class", "fgvc_match", "fgvc_contrast"}
+    assert float(loss.detach()) < 0.5 * first
+    with pytest.raises(ConfigError, match="FGVC image pairs"):
+        PretrainTask(birds._data(smoke, "gic"), model_cfg, batch_size=16, ratios={"fgvc": 1})
+    no_heads = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={"fgvc": 1}).build_model()
+    with pytest.raises(ConfigError, match="n_classes"):
+        no_heads.fgvc_logits(f, f)
+
+
+def test_the_full_chain_runs_caches_and_scores_on_rouge(smoke):
+    r = birds.run_variant("both", setup_=smoke, progress=False)
+    assert r["label"] == "B2W + CUB + NABirds" and "ROUGE_L" in r["val"]
+    assert set(r["test"]) >= {"total", "sameSpecies"} and r["test_pairs"] == len(birds._data(smoke).splits["test"])
+    assert 0 <= r["verified_share"] <= 1 and 0 <= r["difference_recall"] <= 1
+    runs_before = sorted(p.name for p in smoke.runs_dir.iterdir())
+    again = birds.run_variant("both", setup_=smoke, progress=False)
+    assert again["run"] == r["run"] and sorted(p.name for p in smoke.runs_dir.iterdir()) == runs_before
+    assert sum(p.name.startswith("pcl-birds-gic") for p in smoke.runs_dir.iterdir()) == 1
+    rows = birds.rows([r, {**again, "seed": 1}], labels=birds.TABLE1_LABELS)
+    mean = [x for x in rows if x["seed"] == "mean"]
+    assert mean and mean[0]["variant"] == "IDC-PCL (+extra data)" and mean[0]["sd"]["ROUGE_L"] == 0.0
+    assert math.isclose(rows[0]["metrics"]["ROUGE_L"], 100 * r["test"]["total"]["ROUGE_L"])
+    with pytest.raises(ConfigError, match="unknown Birds-to-Words variant"):
+        birds.run_variant("imagenet", setup_=smoke)
+
+
+def test_baselines_are_scored_like_the_model(smoke):
+    out = {b["label"]: b for b in birds.baselines(smoke)}
+    mf = out["most frequent paragraph"]
+    assert mf["distinct_test_captions"] == 1 and 0 < mf["test"]["total"]["ROUGE_L"] < 1
+    nn = out["nearest neighbour (features of both images)"]
+    train = birds._data(smoke).splits["train"]
+    assert set(nn["captions"].values()) <= {c for refs in train.references.values() for c in refs}
+
+
+def test_nearest_feature_pair_copies_the_nearest_pairs_typical_reference():
+    import numpy as np
+
+    from idckit.baselines import NearestFeaturePair, most_frequent
+
+    f = np.zeros((2, 3, 4), dtype=np.float32)
+    f[0, :, 0], f[1, :, 1] = 1, 1
+    nn = NearestFeaturePair().fit(f, f[::-1], [["x a b", "a b", "a c"], ["q"]])
+    got = nn.predict(f[[1, 0]] * 3, f[[0, 1]], ["p", "r"])
+    assert got == {"p": "q", "r": "a b"}
+    assert most_frequent({"p": ["b", "a"], "r": ["a", "b", "c"]}) == "a"
