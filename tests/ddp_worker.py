@@ -59,6 +59,7 @@ class JudgedFinetune(FinetuneTask):
         super().__init__(data, MODEL, batch_size=8, eval_batch_size=4, mask_prob=0.15, eos_prob=0.15,
                          distractor_weight=1.0, group_by_pair=grouped, captions_per_pair=2 if grouped else 1, **kw)
         self.crash_at = crash_at
+        self.selection_metric = "score"    # FinetuneTask sets its own (CIDEr-D or ROUGE_L) per instance
 
     def train_step(self, model, batch, step):
         if self.crash_at is not None and step == self.crash_at:
