@@ -141,6 +141,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if distributed.world() > 1:
         import torch.distributed
 
+        torch.distributed.barrier()    # no rank tears gloo down while another is still in a collective
         torch.distributed.destroy_process_group()
     return 0
 

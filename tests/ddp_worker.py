@@ -179,4 +179,7 @@ if __name__ == "__main__":
     else:
         raise SystemExit(f"unknown scenario {what}")
     if distributed.world() > 1:
+        # every rank leaves its last collective before any tears gloo down (an early teardown can abort a rank
+        # that is still finishing: "terminate called without an active exception")
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
