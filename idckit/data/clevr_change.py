@@ -78,8 +78,25 @@ class Pair:
         return self.change_type != DISTRACTOR
 
 
+class PairDataset:
+    """What every pair dataset of the kit offers on top of its own ``pairs(split, check_images=...)``: the
+    evaluator's references and types per split, and iteration over all pairs (CLEVR-Change, Spot-the-Diff, IER)."""
+
+    def references(self, split: str) -> dict[str, list[str]]:
+        """pair id -> reference captions, for the evaluator."""
+        return {p.pair_id: list(p.captions) for p in self.pairs(split, check_images=False)}
+
+    def types(self, split: str) -> dict[str, str]:
+        """pair id -> change type (``distractor`` for CLEVR-Change's ``_n`` ids)."""
+        return {p.pair_id: p.change_type for p in self.pairs(split, check_images=False)}
+
+    def __iter__(self) -> Iterator[Pair]:
+        for s in SPLITS:
+            yield from self.pairs(s)
+
+
 @dataclass
-class ClevrChange:
+class ClevrChange(PairDataset):
     """A CLEVR-Change root directory. ``ClevrChange(root).pairs("test")`` lists the test pairs.
 
     Loading validates the layout and raises :class:`DatasetError` naming the file and the fix.
@@ -214,17 +231,6 @@ class ClevrChange:
             Pair(pair_id(index, True), index, before, nsc, tuple(self.no_change_captions[key]), DISTRACTOR),
         )
 
-    def references(self, split: str) -> dict[str, list[str]]:
-        """pair id -> reference captions, for the evaluator."""
-        return {p.pair_id: list(p.captions) for p in self.pairs(split, check_images=False)}
-
-    def types(self, split: str) -> dict[str, str]:
-        """pair id -> change type (``distractor`` for ``_n`` ids)."""
-        return {p.pair_id: p.change_type for p in self.pairs(split, check_images=False)}
-
-    def __iter__(self) -> Iterator[Pair]:
-        for s in SPLITS:
-            yield from self.pairs(s)
 
 
 def load_image(path: str | Path):

@@ -23,9 +23,8 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
-from idckit.data.clevr_change import Pair
+from idckit.data.clevr_change import Pair, PairDataset
 from idckit.errors import DatasetError
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -45,7 +44,7 @@ def _split(split: str) -> str:
 
 
 @dataclass
-class EditingRequest:
+class EditingRequest(PairDataset):
     """An Image-Editing-Request folder. ``EditingRequest(root).pairs("test")`` lists the test pairs.
 
     The split files are validated when first read and raise :class:`DatasetError` naming the file and the fix.
@@ -128,16 +127,7 @@ class EditingRequest:
     def indices(self, split: str) -> list[int]:
         return list(range(len(self.entries(split))))
 
-    def references(self, split: str) -> dict[str, list[str]]:
-        """uid -> the requests of that pair (3 for valid/test), raw."""
-        return {p.pair_id: list(p.captions) for p in self.pairs(split, check_images=False)}
 
-    def types(self, split: str) -> dict[str, str]:
-        return {p.pair_id: p.change_type for p in self.pairs(split, check_images=False)}
-
-    def __iter__(self) -> Iterator[Pair]:
-        for s in SPLITS:
-            yield from self.pairs(s)
 
 
 def split_counts(ds: EditingRequest) -> dict[str, dict[str, int]]:

@@ -28,9 +28,8 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
-from idckit.data.clevr_change import Pair
+from idckit.data.clevr_change import Pair, PairDataset
 from idckit.errors import DatasetError
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -61,7 +60,7 @@ def _canonical(img_id) -> bool:
 
 
 @dataclass
-class SpotTheDiff:
+class SpotTheDiff(PairDataset):
     """A Spot-the-Diff ``data/`` folder. ``SpotTheDiff(root).pairs("test")`` lists the test pairs.
 
     The annotation files are validated when first read and raise :class:`DatasetError` naming the file and the
@@ -156,12 +155,6 @@ class SpotTheDiff:
                               f"see SpotTheDiff.missing", stacklevel=2)
         return out
 
-    def references(self, split: str) -> dict[str, list[str]]:
-        """pair id -> every sentence of every annotator (the single-sentence protocol's references)."""
-        return {p.pair_id: list(p.captions) for p in self.pairs(split, check_images=False)}
-
-    def types(self, split: str) -> dict[str, str]:
-        return {p.pair_id: p.change_type for p in self.pairs(split, check_images=False)}
 
     def coco_ground_truth(self, split: str) -> dict:
         """The COCO caption ground truth CLIP4IDC scores against (``spot_total_change_captions_reformat.json``).
@@ -178,9 +171,6 @@ class SpotTheDiff:
                     annotations.append({"image_id": pair_id(img_id), "caption": sent, "id": len(annotations)})
         return {"info": "", "licenses": "", "type": "captions", "images": images, "annotations": annotations}
 
-    def __iter__(self) -> Iterator[Pair]:
-        for s in SPLITS:
-            yield from self.pairs(s)
 
 
 def split_counts(ds: SpotTheDiff) -> dict[str, dict[str, int]]:
