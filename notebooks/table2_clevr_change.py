@@ -37,7 +37,7 @@ backbone = None        # None: the profile default (efficientnet_lite0); resnet1
 import time
 
 from idckit import paths
-from idckit.experiments import pcl
+from idckit.experiments import duda, pcl
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, val_curve
 from idckit.report import paper_table, report_summary, side_by_side, write_report
@@ -48,6 +48,10 @@ setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, devi
 results = pcl.runs(setup, ["full"], seeds)
 # the same model on the faithful CLEVR-Change jitter, which the cpu budget does not learn (synthetic data only)
 hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)
+# DUDA, the field's explicit-difference baseline, on the same data and grid features
+duda_setup = duda.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
+duda_results = duda.runs(duda_setup, seeds)
+_, duda_hard = duda.hard_runs(duda_setup, seeds)
 print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.meta["weights"])
 if hard:
     print("hard rows:", hard.data.description)
@@ -56,7 +60,7 @@ if hard:
 # ## The paper's table and the kit's run (x100)
 
 # %%
-rows = pcl.rows(results) + pcl.rows(hard_results)
+rows = pcl.rows(results) + pcl.rows(hard_results) + duda.rows(duda_results) + duda.rows(duda_hard)
 paper = paper_table("idcpcl.table2")
 side_by_side(rows, paper["rows"]).round(1)
 
@@ -77,7 +81,7 @@ curve[["seed", "step", "minutes", "CIDEr-D"] + [c for c in ("judge_accuracy",) i
 # (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
 
 # %%
-diversity, collapse_notes = collapse_check(setup.runs_dir, results + hard_results)
+diversity, collapse_notes = collapse_check(setup.runs_dir, results + hard_results + duda_results + duda_hard)
 pd.DataFrame(diversity)
 
 # %% [markdown]
@@ -85,17 +89,18 @@ pd.DataFrame(diversity)
 # Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
 
 # %%
-fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results))
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results + duda_results))
 
 # %%
 mean = next(r for r in rows if r["seed"] == "mean") if len(results) > 1 else rows[0]
 hard_notes = [f"Rows marked [hard data] ran on {hard.data.description}: CLEVR-Change's own camera and lamp jitter, "
               "kept beside the learnable default so the table shows what the difficulty changes."] if hard else []
+baseline_notes = duda.compare_notes(results, duda_results) + duda.compare_notes(hard_results, duda_hard)
 path = write_report(
     report_dir, "table2_clevr_change", "idcpcl.table2", rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "IDC-PCL CIDEr-D, test total", "kit": round(mean["metrics"]["CIDEr-D"], 2),
               "paper": 128.9},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
-           f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."] + hard_notes + collapse_notes)
+           f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."] + hard_notes + baseline_notes + collapse_notes)
 report_summary(path)

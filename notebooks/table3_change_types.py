@@ -34,7 +34,7 @@ import time
 import pandas as pd
 
 from idckit import paths
-from idckit.experiments import pcl
+from idckit.experiments import duda, pcl
 from idckit.experiments.runs import captions_by_run
 from idckit.plots import per_type_bars, show_pairs
 from idckit.report import paper_table, report_summary, write_report
@@ -44,13 +44,17 @@ report_dir = report_dir or paths.reports_dir(profile)
 setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
 results = pcl.runs(setup, ["full"], seeds)
 hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)   # the faithful jitter (synthetic data only)
+# DUDA, the field's explicit-difference baseline, on the same data and features (cached: table 2 trained it)
+duda_setup = duda.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
+duda_results = duda.runs(duda_setup, seeds)
+_, duda_hard = duda.hard_runs(duda_setup, seeds)
 
 # %% [markdown]
 # ## CIDEr-D (x100) per change type: the paper's rows, then the kit's
 
 # %%
-rows = pcl.per_type_rows(results)
-hard_rows = pcl.per_type_rows(hard_results)
+rows = pcl.per_type_rows(results) + duda.per_type_rows(duda_results)
+hard_rows = pcl.per_type_rows(hard_results) + duda.per_type_rows(duda_hard)
 paper = paper_table("idcpcl.table3")
 table = pd.DataFrame([{"source": "paper (real data)", "model": r["model"], **r["metrics"]} for r in paper["rows"]]
                      + [{"source": "idckit (this run)", "model": f"{r['model']} seed {r['seed']}", **r["metrics"]}
@@ -62,18 +66,18 @@ table.round(1)
 # %%
 long = pd.DataFrame([{"model": m if src.startswith("paper") else f"{m} ({src})", "type": t, "CIDEr-D": v}
                      for (src, m), rec in table.iterrows() for t, v in rec.items()
-                     if m.startswith("IDC-PCL")])
-fig = per_type_bars(long, title="IDC-PCL CIDEr-D by change type: paper (real data) vs the kit")
+                     if m.startswith(("IDC-PCL", "DUDA"))])
+fig = per_type_bars(long, title="CIDEr-D by change type: paper (real data) vs the kit")
 
 # %% [markdown]
 # ## A few test pairs: the references and what each run wrote
 # Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
 
 # %%
-fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results))
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results + duda_results))
 
 # %%
-kit_types = pd.DataFrame([r["metrics"] for r in rows]).mean()
+kit_types = pd.DataFrame([r["metrics"] for r in rows if r["model"].startswith("IDC-PCL")]).mean()
 paper_types = pd.Series(next(r for r in paper["rows"] if r["model"] == "IDC-PCL")["metrics"])
 semantic = [t for t in ["color", "material", "add", "drop", "move"] if t in kit_types]  # tiny test splits lack some
 hardest_kit, hardest_paper = kit_types[semantic].idxmin(), paper_types[semantic].idxmin()

@@ -46,8 +46,9 @@ GRAMMAR = {"verified_share", "difference_recall"}   # SynthBirds' truth check of
 TYPES = {"color", "material", "add", "drop", "move", "distractor"}
 #: per notebook: the (model, variant) rows it must record and the metric keys every such row has
 EXPECTED = {
-    "table2_clevr_change": ({("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)")}, CAPTION),
-    "table3_change_types": ({("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)")}, {"distractor"}),
+    "table2_clevr_change": ({("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)"), ("DUDA (idckit)", "DUDA")}, CAPTION),
+    "table3_change_types": ({("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)"), ("DUDA (idckit)", "DUDA")},
+                            {"distractor"}),
     "table4_ablation": ({("IDC-PCL (idckit)", v) for v in ("w/o pre-training", "MLM", "MLM + MVCL",
                                                            "MLM + MVCL + FDA (full)",
                                                            "full w/o image difference encoder",
