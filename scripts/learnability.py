@@ -86,8 +86,19 @@ def plot(out: Path, reports: Path = OUT):
     import pandas as pd
     import seaborn as sns
 
+    import re
+
     rows = []
-    for path in sorted(reports.glob("*.json")):
+    for path in sorted(reports.glob("judge_alone_*.json")):
+        d = json.loads(path.read_text())
+        m = re.search(r"camera jitter ([0-9.]+), lamp jitter ([0-9.]+)", d.get("data", ""))
+        if d["setting"] != "data" or not m:
+            continue                    # the toy has no jitter: docs/learnability.md quotes it in words
+        lamp = "" if m.group(1) == m.group(2) else f", lamp jitter {float(m.group(2)):g}"
+        best = max(d["history"], key=lambda r: r["val"])
+        rows.append({"camera jitter": float(m.group(1)), "what": f"judge alone (no captioner), {d['steps']} steps, "
+                     f"val-selected{lamp}", "value": best["test"], "panel": "change vs distractor accuracy (test)"})
+    for path in sorted(set(reports.glob("*.json")) - set(reports.glob("judge_alone_*.json"))):
         d = json.loads(path.read_text())
         # lamps moved as much as the camera unless the label says otherwise
         lamp = "" if d["lamp_jitter"] == d["camera_jitter"] else f", lamp jitter {d['lamp_jitter']:g}"
