@@ -117,7 +117,7 @@ def to_cpu(obj: Any) -> Any:
 
 def describe() -> dict[str, Any]:
     """What this machine offers (for ``idckit doctor`` and run provenance)."""
-    out: dict[str, Any] = {"torch": torch.__version__, "auto": str(resolve("auto")),
+    out: dict[str, Any] = {"torch": torch.__version__, "cuda_build": torch.version.cuda, "auto": str(resolve("auto")),
                            "cuda_available": torch.cuda.is_available(), "gpus": [],
                            "mps_available": torch.backends.mps.is_available(),
                            "cpu_threads": torch.get_num_threads(),

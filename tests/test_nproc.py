@@ -24,7 +24,8 @@ def test_make_reproduce_nproc_trains_under_torchrun_before_the_notebooks():
     out = subprocess.run(["make", "-n", "reproduce", "NPROC=2", "PROFILE=smoke", "DEVICE=cpu",
                           "NOTEBOOKS=table2_clevr_change"], cwd=ROOT, capture_output=True, text=True, check=True)
     lines = [line.strip() for line in out.stdout.splitlines()]
-    trains = [i for i, line in enumerate(lines) if "torchrun --standalone --nproc_per_node=2 -m idckit.cli train" in line]
+    trains = [i for i, line in enumerate(lines)
+              if "torchrun --standalone --nproc_per_node=2 -m idckit.cli train" in line]
     kinds = [lines[i].split(" train ")[1].split()[0] for i in trains]
     assert kinds[:2] == ["pcl", "clip4idc"] and all("--profile smoke" in lines[i] and "--device cpu" in lines[i]
                                                    for i in trains)
