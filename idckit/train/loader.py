@@ -15,7 +15,8 @@ a resumed run skips the consumed batches of its epoch without reading them.
 
 ``workers=0`` (the configs' default) reads in the training process, between steps, as the kit always did. Workers
 pay off when a read is slow against a step: a GPU step, features paged in from disk, pixels of the 224 px cache.
-On a CPU-only machine they compete with the step for the same cores (bench/bench_loader.py measures both).
+On a CPU-only machine they compete with the step for the same cores (``bench/bench_train_loop.py``, mode
+``workers``, measures it).
 Workers are forked (Linux's default start method) and share the memory-mapped features through the page cache;
 under the spawn start method (macOS, Windows) each would pickle the task's data, so keep ``workers=0`` there.
 """
