@@ -97,9 +97,10 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def copy_to(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """A CPU batch on ``device``; to a GPU through page-locked memory, so the copy runs asynchronously."""
+    """A CPU batch on ``device``; to a GPU through page-locked memory, so the copy runs asynchronously (a DataLoader
+    with ``pin_memory`` has pinned it already; pinning again is then free)."""
     device = torch.device(device)
-    if device.type == "cuda":
+    if device.type == "cuda" and t.device.type == "cpu":
         t = t.pin_memory()
     return t.to(device, non_blocking=True)
 

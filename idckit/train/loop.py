@@ -172,6 +172,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
     Under torchrun every process calls ``fit`` with the same arguments (see the module doc).
     """
     dev = devices.resolve(device)
+    loader = LoaderConfig.from_dict(loader)     # a bad setting fails before any work
     devices.prepare(dev)
     distributed.init(dev)
     rank, world, main = distributed.rank(), distributed.world(), distributed.is_main()
@@ -220,9 +221,11 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        # find_unused_parameters: a pre-training step trains one head (MLM, MVCL or FDA) and leaves the others idle
-        step_fn = DistributedDataParallel(_Step(task, model), device_ids=[dev.index] if dev.type == "cuda" else None,
-                                          find_unused_parameters=True)
+        # find_unused_parameters: a pre-training step trains one head (MLM, MVCL or FDA) and leaves the others idle.
+        # device_ids=None (allowed for a single-device module) keeps DDP from moving the batch to the GPU: a batch
+        # holds indices into CPU tables (features, pixels, captions) and rows read into pinned memory, and the task
+        # copies what it needs itself (non_blocking)
+        step_fn = DistributedDataParallel(_Step(task, model), device_ids=None, find_unused_parameters=True)
 
     def save_checkpoint() -> None:
         states = distributed.gather(_rng_state(dev))   # a collective: every rank comes here at the same step
@@ -270,7 +273,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
             s["bad_evals"] += 1
         return cfg.patience is not None and s["bad_evals"] >= cfg.patience
 
-    batch_loader = BatchLoader(task, cfg.seed, LoaderConfig.from_dict(loader), dev)
+    batch_loader = BatchLoader(task, cfg.seed, loader, dev)
     model.train()
     bar = tqdm(total=cfg.max_steps, initial=s["step"], desc=run_dir.name, disable=not (progress and main),
                unit="step")
