@@ -1,18 +1,20 @@
 """Benchmark: the one training loop's throughput by device, process count, precision and compilation, side by side.
 
-Trains IDC-PCL pre-training (MLM steps; the kit's real task and loop, ``idckit.train.loop.fit``) on in-memory random
-features at the cpu profile's model size (d 128, 2 cross-modal layers, 49 regions of 1280-d features, 28 words)
-and reports samples/s of each mode against the first:
+Trains IDC-PCL pre-training (MLM steps; the kit's real task and loop, ``idckit.train.loop.fit``) on random float16
+features memory-mapped from a file as the feature store does, at the cpu profile's model size (d 128, 2 cross-modal
+layers, 49 regions of 1280-d features, 28 words) and reports samples/s of each mode against the first:
 
-    base      1 process  x THREADS threads, fp32, eager
+    base      1 process  x THREADS threads, fp32, eager, batches read in the training process
     amp       1 process  x THREADS threads, mixed precision (bf16 autocast on this device)
     compile   1 process  x THREADS threads, fp32, torch.compile (the first steps compile and are not timed)
     ddp       NPROC torchrun processes x THREADS/NPROC threads each (gloo on CPU, NCCL on CUDA), fp32, same
               global batch: the data-parallel overhead on this machine
+    workers   as base, with WORKERS DataLoader worker processes reading the feature rows ahead of the step
+              (pinned memory on CUDA; idckit.train.loader)
 
 Steps are timed from inside the loop (the start of step WARMUP to the start of the last step), so the model build,
 compilation and the first steps do not count. Run:
-    .venv/bin/python bench/bench_train_loop.py --threads 2 --nproc 2 --batch 64 --steps 12
+    .venv/bin/python bench/bench_train_loop.py --threads 2 --nproc 2 --workers 2 --batch 64 --steps 12
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch starts OpenMP
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from idckit.tasks.pcl import PCLData, PretrainTask, SplitData  # noqa: E402
@@ -37,8 +40,13 @@ from idckit.train.loop import TrainConfig, fit  # noqa: E402
 MODEL = {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_layers": 2, "dropout": 0.1}
 
 
-def data(n_pairs: int = 512, regions: int = 49, dim: int = 1280, max_len: int = 28) -> PCLData:
+def write_features(path: Path, n_pairs: int = 512, regions: int = 49, dim: int = 1280) -> None:
     g = torch.Generator().manual_seed(0)
+    np.save(path, torch.randn(2 * n_pairs, regions, dim, generator=g).half().numpy())
+
+
+def data(features: Path, n_pairs: int = 512, max_len: int = 28) -> PCLData:
+    g = torch.Generator().manual_seed(1)
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(80 - len(SPECIALS))])
     ids = torch.randint(vocab.n_special, 80, (n_pairs, max_len), generator=g)
     ids[:, 0], ids[:, -1] = vocab.bos_id, vocab.eos_id
@@ -46,8 +54,12 @@ def data(n_pairs: int = 512, regions: int = 49, dim: int = 1280, max_len: int = 
                       before=torch.arange(n_pairs), after=torch.arange(n_pairs, 2 * n_pairs),
                       is_change=torch.ones(n_pairs, dtype=torch.bool), references={},
                       sample_pair=torch.arange(n_pairs), sample_ids=ids)
-    return PCLData(vocab=vocab, features=torch.randn(2 * n_pairs, regions, dim, generator=g).half(),
-                   splits={"train": train}, max_len=max_len)
+    import warnings
+
+    with warnings.catch_warnings():   # read-only memmap, as idckit.tasks.pcl.load_pcl_data reads the store
+        warnings.simplefilter("ignore", UserWarning)
+        features = torch.from_numpy(np.load(features, mmap_mode="r"))
+    return PCLData(vocab=vocab, features=features, splits={"train": train}, max_len=max_len)
 
 
 class Timed(PretrainTask):
@@ -62,10 +74,11 @@ class Timed(PretrainTask):
 
 def run(mode: str, args, out: Path) -> dict:
     """One mode in this process (a torchrun worker for ddp); rank 0 returns {samples_s, ...}."""
-    task = Timed(data(), MODEL, batch_size=args.batch, ratios={"mlm": 1})
+    task = Timed(data(out / "features.npy"), MODEL, batch_size=args.batch, ratios={"mlm": 1})
     cfg = TrainConfig(max_steps=args.steps, lr=1e-4, log_every=1000, seed=0, amp=mode == "amp",
                       compile=mode == "compile")
-    fit(task, cfg, out / mode, progress=False, device=args.device)
+    fit(task, cfg, out / mode, progress=False, device=args.device,
+        loader={"workers": args.workers if mode == "workers" else 0})
     t = task.starts
     timed = len(t) - 1 - args.warmup
     return {"mode": mode, "samples_s": args.batch * timed / (t[-1] - t[args.warmup]),
@@ -80,7 +93,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch", type=int, default=64, help="global batch")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3, help="untimed first steps (compilation happens here)")
-    ap.add_argument("--modes", nargs="*", default=["base", "amp", "compile", "ddp"])
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader workers of the workers mode")
+    ap.add_argument("--modes", nargs="*", default=["base", "amp", "compile", "ddp", "workers"])
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--world", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -95,6 +109,7 @@ def main(argv=None) -> dict:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
+        write_features(out / "features.npy")
         for mode in args.modes:
             if mode == "ddp":
                 if args.nproc < 2:
@@ -115,7 +130,8 @@ def main(argv=None) -> dict:
           f"{args.steps - 1 - args.warmup} timed steps, device {args.device}, {args.threads} threads in all; "
           f"native CPU bf16: {bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}")
     labels = {"base": "1 process, fp32, eager", "amp": "1 process, mixed precision", "compile": "1 process, compiled",
-              "ddp": f"{args.nproc} processes x {max(1, args.threads // args.nproc)} thread(s), gloo/nccl"}
+              "ddp": f"{args.nproc} processes x {max(1, args.threads // args.nproc)} thread(s), gloo/nccl",
+              "workers": f"1 process, {args.workers} DataLoader workers"}
     for r in results:
         print(f"  {labels[r['mode']]:38s} {r['samples_s']:8.1f} samples/s  {r['s_per_step']:6.3f} s/step  "
               f"{r['samples_s'] / base:5.2f}x")

@@ -97,9 +97,10 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def copy_to(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """A CPU batch on ``device``; to a GPU through page-locked memory, so the copy runs asynchronously."""
+    """A CPU batch on ``device``; to a GPU through page-locked memory, so the copy runs asynchronously (a DataLoader
+    with ``pin_memory`` has pinned it already; pinning again is then free)."""
     device = torch.device(device)
-    if device.type == "cuda":
+    if device.type == "cuda" and t.device.type == "cpu":
         t = t.pin_memory()
     return t.to(device, non_blocking=True)
 
@@ -117,7 +118,7 @@ def to_cpu(obj: Any) -> Any:
 
 def describe() -> dict[str, Any]:
     """What this machine offers (for ``idckit doctor`` and run provenance)."""
-    out: dict[str, Any] = {"torch": torch.__version__, "auto": str(resolve("auto")),
+    out: dict[str, Any] = {"torch": torch.__version__, "cuda_build": torch.version.cuda, "auto": str(resolve("auto")),
                            "cuda_available": torch.cuda.is_available(), "gpus": [],
                            "mps_available": torch.backends.mps.is_available(),
                            "cpu_threads": torch.get_num_threads(),

@@ -7,6 +7,7 @@ PTB tokenizer), the weights each profile needs (found on disk, downloadable, or 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -72,6 +73,37 @@ def _clip(model: str, pretrained: str | None) -> str:
     return f"{model} {pretrained}: not cached; open_clip downloads it on first use"
 
 
+def _notebooks() -> dict[str, list[str]]:
+    """Experiment module (pcl, clip4idc, birds, ...) -> the notebooks whose main import it is."""
+    out: dict[str, list[str]] = {}
+    for nb in sorted(paths.notebooks_dir().glob("*.py")):
+        found = re.search(r"^from idckit\.experiments import (\w+)", nb.read_text(encoding="utf-8"), re.M)
+        if found:
+            out.setdefault(found.group(1), []).append(nb.stem)
+    return out
+
+
+def _distributed() -> str:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return "distributed: this torch build has no torch.distributed (one process only)"
+    backends = [b for b, ok in (("nccl", dist.is_nccl_available()), ("gloo", dist.is_gloo_available())) if ok]
+    return (f"distributed: backends {', '.join(backends) or 'none'}; "
+            "DDP with `make reproduce NPROC=N` or `torchrun --nproc_per_node=N -m idckit.cli train pcl|clip4idc`")
+
+
+def _runs_on(cfg: dict) -> str:
+    from idckit.device import resolve
+
+    try:
+        where = f"device {cfg['device']} (-> {resolve(cfg['device'])})"
+    except IdckitError as err:
+        where = f"device {cfg['device']}: {err}"
+    workers = cfg.get("loader", {}).get("workers", 0)
+    return f"{where}, {workers or 'no'} DataLoader worker{'s' if workers != 1 else ''}"
+
+
 def report(profile: str = "cpu", data_root: str | None = None, runs_dir: str | Path | None = None) -> list[tuple[bool, str]]:
     """(ok, line) pairs; ok=False marks a problem that stops a notebook."""
     from idckit.device import describe
@@ -84,27 +116,36 @@ def report(profile: str = "cpu", data_root: str | None = None, runs_dir: str | P
         lines.append((True, f"  cuda:{g['index']} {g['name']}, {g['memory_gb']} GB, compute {g['capability']}, "
                             f"mixed precision {'bf16' if g['bf16'] else 'fp16 + loss scaling'}"))
     if not d["gpus"]:
-        lines.append((True, "  no CUDA GPU" + ("; MPS available" if d["mps_available"] else "")))
+        build = f" (this torch is built for CUDA {d['cuda_build']})" if d["cuda_build"] else " (a CPU-only torch build)"
+        lines.append((True, "  no CUDA GPU" + build + ("; MPS available" if d["mps_available"] else "")))
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         lines.append((True, f"  torchrun: rank {os.environ.get('RANK')} of {os.environ['WORLD_SIZE']}"))
+    lines.append((True, _distributed()))
     ok, java = _java()
     lines.append((ok, f"java: {java}"))
 
-    pcl = load_config("pcl", profile)
+    notebooks = _notebooks()
+    named = lambda module: ", ".join(notebooks.get(module, [])) or "none"  # noqa: E731
+    for name, module in (("pcl", "pcl"), ("pcl_birds", "birds")):
+        cfg = load_config(name, profile)
+        backbone = cfg["backbone"]
+        if cfg.get("backbone_weights"):
+            local = Path(cfg["backbone_weights"]).expanduser()
+            weights = f"found ({local})" if local.is_file() else f"missing: backbone_weights {local} is not a file"
+        else:
+            weights = {"efficientnet_lite0": _efficientnet, "resnet101": _resnet101}.get(backbone, lambda: "?")()
+        what = "IDC-PCL on CLEVR-Change" if module == "pcl" else "IDC-PCL on Birds-to-Words (+ CUB, NABirds)"
+        lines.append((not weights.startswith("missing"),
+                      f"{what} ({named(module)}) at {profile}: {backbone} grid features, weights {weights}; model "
+                      f"d={cfg['model']['d_model']} x {cfg['model']['n_layers']} layers; {_runs_on(cfg)}"))
     adapt = load_config("clip4idc_adapt", profile)
-    backbone = pcl["backbone"]
-    if pcl["backbone_weights"]:
-        local = Path(pcl["backbone_weights"]).expanduser()
-        weights = f"found ({local})" if local.is_file() else f"missing: backbone_weights {local} is not a file"
-    else:
-        weights = {"efficientnet_lite0": _efficientnet, "resnet101": _resnet101}.get(backbone, lambda: "?")()
-    missing = weights.startswith("missing")
-    lines.append((not missing, f"IDC-PCL notebooks (table2-4) at {profile}: {backbone} grid features, weights "
-                               f"{weights}; model d={pcl['model']['d_model']} x {pcl['model']['n_layers']} layers; "
-                               f"device {pcl['device']}"))
     clip = _clip(adapt["clip"]["model"], adapt["clip"]["pretrained"])
     lines.append((not clip.startswith("missing") and "HF_HUB_OFFLINE=1" not in clip,
-                  f"CLIP4IDC notebooks at {profile}: CLIP {clip}; device {adapt['device']}"))
+                  f"CLIP4IDC ({named('clip4idc')}) at {profile}: CLIP {clip}; {_runs_on(adapt)}"))
+    others = sorted(set(notebooks) - {"pcl", "birds", "clip4idc"})
+    for module in others:
+        lines.append((True, f"{module} ({named(module)}): baselines on the CLEVR-Change data below, no training"
+                      if module == "walkthrough" else f"{module} ({named(module)})"))
 
     if data_root:
         from idckit.data.clevr_change import ClevrChange
@@ -119,8 +160,13 @@ def report(profile: str = "cpu", data_root: str | None = None, runs_dir: str | P
     else:
         synth = load_config("synth_clevr_change", profile)
         found = sorted(p.name for p in paths.data_dir().glob(f"synth-clevr-change-n{synth['pairs']}-*"))
-        lines.append((True, "data: no --data-root; notebooks use the synthetic default "
+        lines.append((True, "data: no --data-root; the CLEVR-Change notebooks use the synthetic default "
                             + (f"({found[0]}, generated)" if found else "(generated on first use)")))
+    birds = load_config("synth_birds", profile)
+    found = sorted(paths.data_dir().glob(f"synth-birds-n{birds['pairs']}-*"))
+    lines.append((True, "data: the birds notebooks use SynthBirds unless given a Birds-to-Words + CUB + NABirds "
+                        "root as data_root " + (f"({found[0].name}, generated)" if found
+                                                else "(generated on first use)")))
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
     stores = sorted(runs.glob("features/*/*/meta.json"))
     kinds = {}

@@ -106,12 +106,13 @@ class JudgedCaption:
         return {"score": float(len(set(preds.values())))} if distributed.is_main() else {}
 
 
-def adapt(out: Path):
+def adapt(out: Path, workers: int = 0):
     """CLIP4IDC adaptation on the stand-in CLIP: InfoNCE over all-gathered pair and text vectors."""
     from idckit.tasks.clip4idc import AdaptTask
 
     task = AdaptTask(tiny_pair_data(), "idckit-standin-ViT-T-16", None, batch_size=8, swap_prob=0.5)
-    return fit(task, TrainConfig(max_steps=4, lr=1e-3, log_every=1, seed=5), out, progress=False)
+    return fit(task, TrainConfig(max_steps=4, lr=1e-3, log_every=1, seed=5), out, progress=False,
+               loader={"workers": workers})
 
 
 def caption(out: Path):
@@ -127,9 +128,10 @@ def caption(out: Path):
     return fit(task, TrainConfig(max_steps=4, lr=1e-3, log_every=1, eval_every=2, seed=5), out, progress=False)
 
 
-def pretrain(out: Path):
+def pretrain(out: Path, workers: int = 0):
     task = PretrainTask(tiny_pcl_data(), MODEL, batch_size=6, ratios={"mlm": 2, "mvcl": 1, "fda": 1})
-    return fit(task, TrainConfig(max_steps=8, lr=3e-3, log_every=1, seed=5), out, progress=False)
+    return fit(task, TrainConfig(max_steps=8, lr=3e-3, log_every=1, seed=5), out, progress=False,
+               loader={"workers": workers})
 
 
 def finetune(out: Path, crash_at=None, grouped=False):
@@ -168,8 +170,10 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     what, out = sys.argv[1], Path(sys.argv[2])
     if what == "all":
-        pretrain(out / "pretrain")
-        adapt(out / "adapt")
+        # 2 DataLoader workers per rank read the features / pixels of its shard (the 1-process reference reads in
+        # process): sharding before the workers read must not change what a rank trains on
+        pretrain(out / "pretrain", workers=2)
+        adapt(out / "adapt", workers=2)
         caption(out / "caption")
         finetune(out / "finetune")
         finetune(out / "finetune_grouped", grouped=True)

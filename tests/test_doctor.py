@@ -17,6 +17,11 @@ def test_doctor_says_what_each_profile_needs_and_what_is_missing_offline(capsys,
     assert main(["doctor", "--profile", "paper", "--runs-dir", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "device auto -> cpu" in out and "java:" in out
+    assert "distributed: backends" in out and "gloo" in out and "NPROC=N" in out
+    # what each notebook will do: its experiment, the weights it needs, where it runs
+    assert "(table2_clevr_change, table3_change_types, table4_ablation) at paper: resnet101" in out
+    assert "Birds-to-Words" in out and "table1_birds_to_words" in out and "clip4idc_table6_retrieval" in out
+    assert out.count("device auto (-> cpu), no DataLoader workers") == 3
     problems = [line for line in out.splitlines() if line.startswith("! ")]
     assert len(problems) == 2 + (shutil.which("java") is None)
     assert any("resnet101" in p and "backbone_weights" in p for p in problems)         # the paper's features

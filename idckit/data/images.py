@@ -68,13 +68,19 @@ class ImageCache:
     def rows(self, rel_paths: Sequence[str]) -> torch.Tensor:
         return torch.tensor([self.index[p] for p in rel_paths], dtype=torch.long)
 
-    def batch(self, rows: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+    def read(self, rows: torch.Tensor) -> torch.Tensor:
+        """[B, 3, S, S] uint8 pixels of ``rows`` on the CPU (a DataLoader worker's part of :meth:`batch`)."""
+        return self.pixels[rows.cpu()]
+
+    def batch(self, rows: torch.Tensor, device: torch.device | str = "cpu",
+              pixels: torch.Tensor | None = None) -> torch.Tensor:
         """Rows -> [B, 3, S, S] float32 on ``device``, scaled to [0, 1] and normalised with CLIP's mean/std.
 
-        The uint8 pixels travel to the device (a quarter of the float32 bytes) and are converted there."""
+        The uint8 pixels travel to the device (a quarter of the float32 bytes) and are converted there.
+        ``pixels``: :meth:`read` of ``rows`` done ahead (by a DataLoader worker)."""
         from idckit.device import copy_to
 
-        x = copy_to(self.pixels[rows.cpu()], device).float().div_(255.0)
+        x = copy_to(self.read(rows) if pixels is None else pixels, device).float().div_(255.0)
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
     @classmethod

@@ -21,7 +21,7 @@ import copy
 import hashlib
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -52,6 +52,7 @@ class Setup:
     store: FeatureStore
     runs_dir: Path
     device: str | None = None   # where training, decoding and feature extraction run (not part of any run key)
+    loader: dict[str, Any] = field(default_factory=dict)   # DataLoader workers (idckit.train.loader; no run key)
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -66,6 +67,7 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     check_profile(profile)
     cfg = load_config("pcl_birds", profile, overrides)
     configured = cfg.pop("device")      # never part of a run key
+    loader = cfg.pop("loader")
     device = device or configured
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
     data = birds(profile, data_root, progress=progress)
@@ -73,7 +75,7 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     out = runs / "features" / f"{data.root.name}-{tag}" / cfg["backbone"].replace(":", "_").replace("/", "_")
     store = extract_features(data.root, cfg["backbone"], images=data.images(), out_dir=out, progress=progress,
                              device=device)
-    return Setup(profile, cfg, data, store, runs, device)
+    return Setup(profile, cfg, data, store, runs, device, loader)
 
 
 # -- data in memory -------------------------------------------------------------------------------------------
@@ -188,7 +190,7 @@ def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -
                         eos_prob=c["eos_prob"], region_prob=c["region_prob"], tau_mvcl=c["tau_mvcl"],
                         tau_fda=c["tau_fda"], init_from=None if init is None else init.dir / "best.pt")
     res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress,
-              device=s.device)
+              device=s.device, loader=s.loader)
     run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
 
 
@@ -238,7 +240,7 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
                             captions_per_pair=c["captions_per_pair"], init_from=pre.dir / "best.pt",
                             scorer=quick, selection_metric=c["selection_metric"], tokenize=False)
         res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir,
-                  progress=progress, device=s.device)
+                  progress=progress, device=s.device, loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
     write_results(run.dir / "test", preds["captions"])

@@ -65,6 +65,7 @@ class Setup:
     runs_dir: Path
     progress: bool = True
     device: dict[str, str] = field(default_factory=dict)   # per kind of run; not part of any run key
+    loader: dict[str, dict] = field(default_factory=dict)  # per kind: DataLoader workers (idckit.train.loader)
 
     @property
     def clip_model(self) -> str:
@@ -135,8 +136,10 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     devices = {kind: device or cfg[kind].pop("device") for kind in ("standin", "adapt", "caption")}
     for kind in devices:
         cfg[kind].pop("device", None)
+    loaders = {kind: cfg[kind].pop("loader") for kind in devices}
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
-    s = Setup(profile, cfg, pair_dataset(dataset, profile, data_root, progress=progress), runs, progress, devices)
+    s = Setup(profile, cfg, pair_dataset(dataset, profile, data_root, progress=progress), runs, progress, devices,
+              loaders)
     s.image_size  # noqa: B018  (fails now, with the fix, on an unknown architecture)
     _check_pretrained(clip["model"], clip["pretrained"])
     return s
@@ -277,7 +280,7 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
         task = StandinPretrainTask(data, name, batch_size=c["batch_size"], weight_decay=c["weight_decay"],
                                    eval_batch_size=c["eval_batch_size"])
         res = fit(task, _train_config(c["train"], 0, len(data.train_scenes), c["batch_size"]), run.dir,
-                  progress=progress, device=s.device.get("standin"))
+                  progress=progress, device=s.device.get("standin"), loader=s.loader.get("standin"))
         if distributed.is_main():
             save_clip_checkpoint(res.model.cpu(), path, name)
             run.complete({"val": res.best_metrics, "best_step": res.best_step, "steps": res.steps,
@@ -342,7 +345,7 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
         plain = _evaluate_plain(task, plain_model.to(dev))
         samples = len(task.samples)
         res = fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress,
-                  device=dev)
+                  device=dev, loader=s.loader.get("adapt"))
         test = task.evaluate(res.model, "test")
         if distributed.is_main():
             run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
@@ -447,7 +450,7 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
             task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder.to(_device(s, "caption")))
         scenes = len(task.scenes)
         res = fit(task, _train_config(c["train"], run.config["seed"], scenes, c["batch_size"]), run.dir,
-                  progress=progress, device=s.device.get("caption"))
+                  progress=progress, device=s.device.get("caption"), loader=s.loader.get("caption"))
         t1 = time.perf_counter()
         preds = task.predict(res.model, "test")
         decode_seconds = time.perf_counter() - t1

@@ -32,7 +32,7 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
         cfg["backbone"] = backbone
     shared = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=cfg["backbone"], hard=hard,
                        progress=progress, device=device or configured)
-    return Setup(profile, cfg, shared.data, shared.store, shared.runs_dir, shared.device)
+    return Setup(profile, cfg, shared.data, shared.store, shared.runs_dir, shared.device, loader=shared.loader)
 
 
 _DATA_CACHE: dict[tuple, Any] = {}
@@ -84,7 +84,7 @@ def _train(s: Setup, run: Run, progress: bool) -> None:
         task = DUDATask(data, run.config["model"], batch_size=c["batch_size"], attention_l1=c["attention_l1"],
                         swap_before=c["swap_before"], eval_batch_size=c["eval_batch_size"], scorer=quick)
         res = fit(task, TrainConfig.from_dict({**c["loop"], "seed": run.config["seed"]}), run.dir,
-                  progress=progress, device=s.device)
+                  progress=progress, device=s.device, loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
     write_results(run.dir / "test", preds["captions"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -44,6 +44,7 @@ class Setup:
     store: FeatureStore
     runs_dir: Path
     device: str = "auto"        # where training, decoding and feature extraction run (not part of any run key)
+    loader: dict[str, Any] = field(default_factory=dict)   # DataLoader workers (idckit.train.loader; no run key)
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -72,6 +73,7 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     cfg = load_config("pcl", profile, overrides)
     configured = cfg.pop("device")
     device = device or configured
+    loader = cfg.pop("loader")
     if backbone:
         cfg["backbone"] = backbone
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
@@ -79,7 +81,7 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     out = runs / "features" / data.tag / cfg["backbone"].replace(":", "_").replace("/", "_")
     store = extract_features(data.root, cfg["backbone"], weights=cfg["backbone_weights"], out_dir=out,
                              progress=progress, device=device)
-    return Setup(profile, cfg, data, store, runs, device)
+    return Setup(profile, cfg, data, store, runs, device, loader)
 
 
 _DATA_CACHE: dict[tuple, Any] = {}
@@ -128,7 +130,7 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
                         mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
                         tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
     res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress,
-              device=s.device)
+              device=s.device, loader=s.loader)
     if distributed.is_main():
         run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds}, **_about(s))
     distributed.barrier()
@@ -180,7 +182,7 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                             captions_per_pair=c["captions_per_pair"],
                             init_from=None if pre is None else pre.dir / "best.pt", scorer=quick)
         res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir,
-                  progress=progress, device=s.device)
+                  progress=progress, device=s.device, loader=s.loader)
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
     if not distributed.is_main():      # rank 0 scores and writes; the others wait for the finished run
         distributed.barrier()

@@ -230,11 +230,13 @@ def pair_tokens(encoder: PairEncoder, images: ImageCache, before: torch.Tensor, 
 
 
 def _encode(encoder: PairEncoder, images: ImageCache, before: torch.Tensor, after: torch.Tensor,
-            intra: IntraCache | None):
+            intra: IntraCache | None, pixels: tuple[torch.Tensor, torch.Tensor] | None = None):
+    """``pixels``: the two images' uint8 pixels read ahead (by a DataLoader worker)."""
     dev = model_device(encoder)
     if intra is not None:
         return encoder.forward_from_intra(intra[before].to(dev), intra[after].to(dev))
-    return encoder(images.batch(before, dev), images.batch(after, dev))
+    pixels = pixels or (None, None)
+    return encoder(images.batch(before, dev, pixels[0]), images.batch(after, dev, pixels[1]))
 
 
 def _usable_intra(cache: IntraCache | None, encoder: PairEncoder) -> IntraCache | None:
@@ -322,6 +324,15 @@ class AdaptTask:
             swap = (torch.rand(len(s), generator=generator) < self.swap_prob) & (train.distractor_row[pairs] >= 0)
             yield {"pairs": pairs, "ids": train.sample_ids[s], "swap": swap}
 
+    def load(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The batch with its images' uint8 pixels read (a DataLoader worker's part of the step); with frozen intra
+        blocks the step reads the intra cache instead."""
+        if self.freeze_intra:
+            return batch
+        images, before = self.data.images, self.swapped_before(batch["pairs"], batch["swap"])
+        after = self.data.splits["train"].after[batch["pairs"]]
+        return {**batch, "pixels": (images.read(before), images.read(after))}
+
     def swapped_before(self, pairs: torch.Tensor, swap: torch.Tensor) -> torch.Tensor:
         """Before-image rows with the distractor swap applied: (nsc, sc) instead of (default, sc) where swap."""
         train = self.data.splits["train"]
@@ -341,7 +352,7 @@ class AdaptTask:
         dev = model_device(model)
         before = self.swapped_before(batch["pairs"], batch["swap"])
         _, pair = _encode(model.pair_encoder, self.data.images, before, train.after[batch["pairs"]],
-                          self._intra(model))
+                          self._intra(model), batch.get("pixels"))
         text = model.encode_text(batch["ids"].to(dev))
         text = distributed.gather_with_grad(F.normalize(text, dim=-1))     # the global batch's negatives
         pair = distributed.gather_with_grad(F.normalize(pair, dim=-1))
@@ -429,12 +440,16 @@ class CaptionTask:
         groups = model.param_groups(self.visual_lr_scale, 1.0)
         return [{"params": g["params"], "lr_scale": g["lr"]} for g in groups if g["params"]]
 
-    def _visual(self, model: CLIP4IDCCaptioner, split: str, pairs: torch.Tensor):
-        """What the captioner reads for ``pairs``: cached pair tokens (frozen encoder) or the two images."""
+    def _visual(self, model: CLIP4IDCCaptioner, split: str, pairs: torch.Tensor,
+                pixels: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """What the captioner reads for ``pairs``: cached pair tokens (frozen encoder) or the two images (``pixels``:
+        their uint8 pixels read ahead by a DataLoader worker)."""
         s = self.data.splits[split]
         dev = model_device(model)
         if not self.frozen:
-            return self.data.images.batch(s.before[pairs], dev), self.data.images.batch(s.after[pairs], dev)
+            pixels = pixels or (None, None)
+            return (self.data.images.batch(s.before[pairs], dev, pixels[0]),
+                    self.data.images.batch(s.after[pairs], dev, pixels[1]))
         key = frozen_key(model.pair_encoder, "all", list(model.pair_encoder.parameters()))
         if self._tokens_key != key:
             self._tokens, self._tokens_key = {}, key
@@ -453,12 +468,20 @@ class CaptionTask:
             pick = self.offsets[pairs] + (torch.rand(len(pairs), generator=generator) * self.counts[pairs]).long()
             yield {"pairs": pairs, "ids": self.data.splits["train"].sample_ids[pick]}
 
+    def load(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The batch with its images' uint8 pixels read (a DataLoader worker's part of the step); a frozen pair
+        encoder's step reads the cached pair tokens instead."""
+        if self.frozen:
+            return batch
+        s, images = self.data.splits["train"], self.data.images
+        return {**batch, "pixels": (images.read(s.before[batch["pairs"]]), images.read(s.after[batch["pairs"]]))}
+
     def shard(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         rows = distributed.shard(torch.arange(len(batch["pairs"])))
         return {k: v[rows] for k, v in batch.items()}
 
     def train_step(self, model: CLIP4IDCCaptioner, batch: dict[str, torch.Tensor], step: int):
-        memories = model.memories(self._visual(model, "train", batch["pairs"]))
+        memories = model.memories(self._visual(model, "train", batch["pairs"], batch.get("pixels")))
         ids = batch["ids"].to(model_device(model))
         words = int((ids[:, 1:] != model.pad_id).sum())
         loss = distributed.global_mean(model.caption_loss(memories, ids, "sum"), words)

@@ -214,6 +214,10 @@ class StandinPretrainTask:
             texts = [self.data.text(int(r), generator) for r in rows]
             yield {"rows": rows, "tokens": _tokenize(texts, self.data.context_length)}
 
+    def load(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch with its uint8 pixels read: a DataLoader worker's part of the step."""
+        return {**batch, "pixels": self.data.images.read(batch["rows"])}
+
     def shard(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         rows = distributed.shard(torch.arange(len(batch["rows"])))
         return {k: v[rows] for k, v in batch.items()}
@@ -222,7 +226,8 @@ class StandinPretrainTask:
         with torch.no_grad():                      # the clamp after the previous step, as OpenAI and CLIP4IDC do
             model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
         dev = model_device(model)
-        logits = contrastive_logits(model, self.data.images.batch(batch["rows"], dev), batch["tokens"].to(dev))
+        images = self.data.images.batch(batch["rows"], dev, batch.get("pixels"))
+        logits = contrastive_logits(model, images, batch["tokens"].to(dev))
         loss = symmetric_infonce(logits)
         acc = (logits.argmax(1) == torch.arange(len(logits), device=dev)).float().mean()
         return loss, {"t2i_acc": float(acc), "logit_scale": float(model.logit_scale.detach().exp())}

@@ -103,11 +103,18 @@ class DUDATask:
             yield {"before": torch.cat([before, before]),
                    "after": torch.cat([changed, torch.where(swap, default, view)]), "ids": ids}
 
-    def loss(self, model: DUDA, before: torch.Tensor, after: torch.Tensor, ids: torch.Tensor):
+    def load(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The batch with its feature rows read (float16, CPU): a DataLoader worker's part of the step."""
+        return {**batch, "features": (self.data.features[batch["before"]], self.data.features[batch["after"]])}
+
+    def loss(self, model: DUDA, before: torch.Tensor, after: torch.Tensor, ids: torch.Tensor,
+             read: tuple[torch.Tensor, torch.Tensor] | None = None):
         """(loss, logs) for feature rows ``before``, ``after`` [2B] whose first half are change pairs and second
-        half distractor pairs, with their reference ``ids`` [2B, L]."""
+        half distractor pairs, with their reference ``ids`` [2B, L]; ``read``: their features read ahead."""
+        if read is None:
+            read = self.data.features[before], self.data.features[after]
         dev = model_device(model)
-        f1, f2 = copy_to(self.data.features[before], dev).float(), copy_to(self.data.features[after], dev).float()
+        f1, f2 = copy_to(read[0], dev).float(), copy_to(read[1], dev).float()
         inputs, labels = targets(ids.to(dev), self.data.vocab.pad_id)
         out = model(f1, f2, inputs)
         b = len(before) // 2
@@ -120,7 +127,7 @@ class DUDATask:
                       "attention_mass": float(mass.detach())}
 
     def train_step(self, model: DUDA, batch: dict[str, torch.Tensor], step: int):
-        return self.loss(model, batch["before"], batch["after"], batch["ids"])
+        return self.loss(model, batch["before"], batch["after"], batch["ids"], batch.get("features"))
 
     def evaluate(self, model: DUDA, split: str = "val") -> dict[str, float]:
         from idckit.eval.captions import evaluate_pairs

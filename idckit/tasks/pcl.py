@@ -77,13 +77,18 @@ class PCLData:
     def feat_dim(self) -> int:
         return self.features.shape[2]
 
-    def pair_features(self, split: str, idx: torch.Tensor,
-                      device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """float32 features [len(idx), n, dim] of the pairs' before and after images, on ``device``."""
+    def read_pairs(self, split: str, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """float16 features [len(idx), n, dim] of the pairs' before and after images, read on the CPU."""
         s = self.splits[split]
         idx = idx.cpu()
-        return (copy_to(self.features[s.before[idx]], device).float(),
-                copy_to(self.features[s.after[idx]], device).float())
+        return self.features[s.before[idx]], self.features[s.after[idx]]
+
+    def pair_features(self, split: str, idx: torch.Tensor, device: torch.device | str = "cpu",
+                      read: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 features [len(idx), n, dim] of the pairs' before and after images, on ``device``; ``read``:
+        :meth:`read_pairs` of them done ahead (by a DataLoader worker)."""
+        f1, f2 = self.read_pairs(split, idx) if read is None else read
+        return copy_to(f1, device).float(), copy_to(f2, device).float()
 
 
 def subsample_by_before(pairs: Sequence, fraction: float, seed: int = 0) -> list:
@@ -303,6 +308,16 @@ class PretrainTask(_PCLTask):
                 batch["regions"] = regions
             yield batch
 
+    def load(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The batch with its feature rows read (float16, CPU): a DataLoader worker's part of the step."""
+        if batch["task"] == "fgvc":
+            fg, idx = self.data.fgvc, batch["pairs"]
+            return {**batch, "features": (self.data.features[fg.rows1[idx]], self.data.features[fg.rows2[idx]])}
+        out = {**batch, "features": self.data.read_pairs("train", batch["pairs"])}
+        if "negative_pairs" in batch:
+            out["negative_features"] = self.data.read_pairs("train", batch["negative_pairs"])
+        return out
+
     def shard(self, batch: dict[str, Any]) -> dict[str, Any]:
         """This rank's rows of a global batch (whole FDA groups); MVCL keeps the global batch for its negatives."""
         if batch["task"] == "fda":
@@ -320,8 +335,8 @@ class PretrainTask(_PCLTask):
         dev = model_device(model)
         task = batch["task"]
         if task == "fgvc":
-            return self._fgvc_step(model, batch["pairs"])
-        f1, f2 = self.data.pair_features("train", batch["pairs"], dev)
+            return self._fgvc_step(model, batch["pairs"], batch.get("features"))
+        f1, f2 = self.data.pair_features("train", batch["pairs"], dev, batch.get("features"))
         if task == "mlm":
             out = model(f1, f2, batch["text"].to(dev), mode="pretrain")
             labels = batch["labels"].to(dev)
@@ -337,7 +352,7 @@ class PretrainTask(_PCLTask):
             pred = model.mvcl_regress(visual[regions])
             if "negative_pairs" in batch:      # a rank's shard: the negatives are those of the whole batch
                 neg_pairs, free = batch["negative_pairs"], ~batch["negative_regions"].to(dev)
-                g1, g2 = self.data.pair_features("train", neg_pairs, dev)
+                g1, g2 = self.data.pair_features("train", neg_pairs, dev, batch.get("negative_features"))
                 pool = torch.stack([g1, g2], dim=1)
             else:
                 neg_pairs, free, pool = batch["pairs"], ~regions, original
@@ -356,12 +371,13 @@ class PretrainTask(_PCLTask):
             raise ConfigError(f"unknown pre-training task {task!r}")
         return loss, {task: float(loss.detach())}
 
-    def _fgvc_step(self, model: PCL, idx: torch.Tensor):
+    def _fgvc_step(self, model: PCL, idx: torch.Tensor, read: tuple[torch.Tensor, torch.Tensor] | None):
         """Classification of each image + same-class matching of the pair + in-batch class contrast, summed
         unweighted (the public code's ``nabirds_forward``)."""
         fg, dev = self.data.fgvc, model_device(model)
-        f1 = self.data.features[fg.rows1[idx]].float().to(dev)
-        f2 = self.data.features[fg.rows2[idx]].float().to(dev)
+        if read is None:
+            read = self.data.features[fg.rows1[idx]], self.data.features[fg.rows2[idx]]
+        f1, f2 = copy_to(read[0], dev).float(), copy_to(read[1], dev).float()
         classes, match, single = model.fgvc_logits(f1, f2)
         labels = torch.stack([fg.class1[idx], fg.class2[idx]], 1).to(dev)
         cls = F.cross_entropy(classes.flatten(0, 1).float(), labels.flatten())
@@ -441,6 +457,10 @@ class FinetuneTask(_PCLTask):
             yield {"pairs": pairs, "text": text.view(len(pairs), k, length),
                    "labels": labels.view(len(pairs), k, length)}
 
+    def load(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The batch with its pairs' features read (float16, CPU): a DataLoader worker's part of the step."""
+        return {**batch, "features": self.data.read_pairs("train", batch["pairs"])}
+
     def shard(self, batch: dict[str, Any]) -> dict[str, Any]:
         """This rank's rows of a global batch: pairs (with all their captions when grouped)."""
         rows = distributed.shard(torch.arange(len(batch["pairs"])))
@@ -448,7 +468,7 @@ class FinetuneTask(_PCLTask):
 
     def train_step(self, model: PCL, batch: dict[str, Any], step: int):
         dev = model_device(model)
-        f1, f2 = self.data.pair_features("train", batch["pairs"], dev)
+        f1, f2 = self.data.pair_features("train", batch["pairs"], dev, batch.get("features"))
         text, labels = batch["text"].to(dev), batch["labels"].to(dev)
         if text.dim() == 3:
             out = model.forward_grouped(f1, f2, text)

@@ -4,7 +4,8 @@ CLIP, CLIP4IDC adaptation and captioning).
 What a run needs that is not specific to its task lives here: the optimiser and lr schedule, evaluation on
 val at a fixed cadence, keeping the val-best weights (never test), early stopping, a wall-clock budget,
 mixed precision and the device (:mod:`idckit.device`), data-parallel training under torchrun
-(:mod:`idckit.train.distributed`), progress bars and logs, and checkpoints that make a killed run resume to
+(:mod:`idckit.train.distributed`), batches read ahead by DataLoader workers (:mod:`idckit.train.loader`),
+progress bars and logs, and checkpoints that make a killed run resume to
 exactly the result of an uninterrupted one. The last point rests on three rules:
 
 - the data order of an epoch depends only on (seed, epoch): the task's ``batches`` draws from a generator
@@ -39,6 +40,7 @@ from idckit import device as devices
 from idckit.errors import ConfigError
 from idckit.fileio import atomic_path, write_json
 from idckit.train import distributed
+from idckit.train.loader import BatchLoader, LoaderConfig
 from idckit.train.schedules import lr_factor
 from idckit.train.task import Task
 
@@ -125,10 +127,6 @@ def _optimizer(cfg: TrainConfig, groups: list[dict[str, Any]]) -> torch.optim.Op
     raise ConfigError(f"unknown optimizer {cfg.optimizer!r}; known: adam, adamw")
 
 
-def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-
-
 def _load(path: Path) -> dict[str, Any]:
     # checkpoints hold CPU tensors; map_location also reads files that other tools wrote from a GPU
     return torch.load(path, map_location="cpu", weights_only=True)
@@ -165,14 +163,16 @@ class _Step(torch.nn.Module):
 
 
 def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = True,
-        device: str | torch.device | None = None) -> FitResult:
+        device: str | torch.device | None = None, loader: LoaderConfig | dict | None = None) -> FitResult:
     """Train ``task`` under ``cfg`` in ``run_dir`` on ``device`` (None: ``auto``); resume if a checkpoint is there;
-    return the val-best model (on ``device``).
+    return the val-best model (on ``device``). ``loader``: how batches are read (:mod:`idckit.train.loader`; None:
+    in this process); like the device, it changes the speed, not the result.
 
     A finished run (``fit.json`` present) is not trained again: its stored result and best weights come back.
     Under torchrun every process calls ``fit`` with the same arguments (see the module doc).
     """
     dev = devices.resolve(device)
+    loader = LoaderConfig.from_dict(loader)     # a bad setting fails before any work
     devices.prepare(dev)
     distributed.init(dev)
     rank, world, main = distributed.rank(), distributed.world(), distributed.is_main()
@@ -221,9 +221,11 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        # find_unused_parameters: a pre-training step trains one head (MLM, MVCL or FDA) and leaves the others idle
-        step_fn = DistributedDataParallel(_Step(task, model), device_ids=[dev.index] if dev.type == "cuda" else None,
-                                          find_unused_parameters=True)
+        # find_unused_parameters: a pre-training step trains one head (MLM, MVCL or FDA) and leaves the others idle.
+        # device_ids=None (allowed for a single-device module) keeps DDP from moving the batch to the GPU: a batch
+        # holds indices into CPU tables (features, pixels, captions) and rows read into pinned memory, and the task
+        # copies what it needs itself (non_blocking)
+        step_fn = DistributedDataParallel(_Step(task, model), device_ids=None, find_unused_parameters=True)
 
     def save_checkpoint() -> None:
         states = distributed.gather(_rng_state(dev))   # a collective: every rank comes here at the same step
@@ -271,20 +273,15 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
             s["bad_evals"] += 1
         return cfg.patience is not None and s["bad_evals"] >= cfg.patience
 
+    batch_loader = BatchLoader(task, cfg.seed, loader, dev)
     model.train()
     bar = tqdm(total=cfg.max_steps, initial=s["step"], desc=run_dir.name, disable=not (progress and main),
                unit="step")
     stopped, sums, n_logged = "max_steps", {}, 0
     try:
         while s["step"] < cfg.max_steps and stopped == "max_steps":
-            batches = task.batches(s["epoch"], _epoch_generator(cfg.seed, s["epoch"]))
-            consumed = 0
-            for batch in batches:
-                if consumed < s["batch_in_epoch"]:  # replaying a resumed epoch
-                    consumed += 1
-                    continue
-                if world > 1:
-                    batch = task.shard(batch)
+            consumed = s["batch_in_epoch"]     # a resumed epoch starts after the batches already consumed
+            for batch in batch_loader.epoch(s["epoch"], skip=consumed):
                 with devices.autocast(dev, cfg.amp):
                     loss, logs = step_fn(batch, s["step"])
                 # the mean over ranks is the one-process loss (distributed.global_mean); every rank sees the same
@@ -339,6 +336,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
                 if consumed == 0:
                     raise ConfigError("the task yielded no training batches", fix="check the training split")
     finally:
+        batch_loader.close()
         bar.close()
         if log is not None:
             log.close()

@@ -9,6 +9,10 @@ A task that trains under torchrun also has ``shard(batch) -> batch``: this rank'
 (:func:`idckit.train.distributed.shard`); its ``train_step`` moves what it reads to the model's device
 (:func:`idckit.device.model_device`) and its losses follow :mod:`idckit.train.distributed`'s rules, so N processes
 compute the one-process gradient.
+
+A task may also have ``load(batch) -> batch``: the batch with the rows its step reads (grid features, pixels)
+already read into CPU tensors, so DataLoader workers do the reading ahead of the step (:mod:`idckit.train.loader`).
+It must depend on the batch alone (no model, no random draw); ``train_step`` takes a batch with or without them.
 """
 from __future__ import annotations
 
