@@ -541,29 +541,41 @@ def test_pairs_retrieved(s: Setup) -> int:
     return sum(p.is_change for p in s.data.dataset().pairs("test", check_images=False))
 
 
-def retrieval_rows(adapted: Sequence[dict[str, Any]], *, unadapted: bool = True,
-                   n_pairs: int | None = None) -> list[dict[str, Any]]:
+def retrieval_keys(s: Setup) -> tuple[str, ...]:
+    """The retrieval metrics of this dataset's rows, both directions: R@K for :func:`retrieval_ks`, MdR, MnR
+    (:data:`RETRIEVAL_KEYS` on CLEVR-Change; Spot-the-Diff adds the paper's R@20 and R@50)."""
+    return tuple(f"{d}_{m}" for d in ("t2p", "p2t") for m in (*(f"R@{k}" for k in retrieval_ks(s)), "MdR", "MnR"))
+
+
+def _chance(n_pairs: int, keys: Sequence[str]) -> dict[str, float]:
+    from idckit.report import retrieval_chance
+
+    ks = sorted({int(k.split("@")[1]) for k in keys if "_R@" in k})
+    return {k: v for k, v in retrieval_chance(n_pairs, ks).items() if k in keys}
+
+
+def retrieval_rows(adapted: Sequence[dict[str, Any]], *, unadapted: bool = True, n_pairs: int | None = None,
+                   keys: Sequence[str] = RETRIEVAL_KEYS) -> list[dict[str, Any]]:
     """Test retrieval rows of adaptation runs and, per run, the same encoder before adaptation and plain CLIP.
 
     With ``n_pairs`` (:func:`test_pairs_retrieved`) each adapted row records the ``chance`` metrics of a random
-    ranking, and a last row shows them, so a reader sees how far above chance the encoder ranks."""
-    from idckit.report import retrieval_chance
-
-    chance = {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS} if n_pairs else None
+    ranking, and a last row shows them, so a reader sees how far above chance the encoder ranks. ``keys``: the
+    metrics of the rows (:func:`retrieval_keys` of the setup)."""
+    chance = _chance(n_pairs, keys) if n_pairs else None
     out = []
     for a in adapted:
         split = f"{a['n_intra']}/{a['n_inter']}"
         out.append({"model": MODEL, "variant": f"adapted ({split})", "split": "test", "seed": a["seed"],
-                    "run": a["run"], "metrics": {k: a["test"][k] for k in RETRIEVAL_KEYS},
+                    "run": a["run"], "metrics": {k: a["test"][k] for k in keys},
                     **({"chance": chance} if chance else {})})
         if unadapted:
             out.append({"model": MODEL, "variant": f"before adaptation ({split}, fresh e1/e2/p)", "split": "test",
-                        "seed": a["seed"], "metrics": {k: a["test_unadapted"][k] for k in RETRIEVAL_KEYS}})
+                        "seed": a["seed"], "metrics": {k: a["test_unadapted"][k] for k in keys}})
             out.append({"model": MODEL, "variant": "plain CLIP (mean of the two image embeddings)",
                         "split": "test", "seed": a["seed"],
-                        "metrics": {k: a["test_plain_clip"][k] for k in RETRIEVAL_KEYS}})
+                        "metrics": {k: a["test_plain_clip"][k] for k in keys}})
     if chance:
-        out.append(chance_row(n_pairs))
+        out.append(chance_row(n_pairs, keys))
     return out
 
 
@@ -586,12 +598,33 @@ def layer_split_rows(splits: Sequence[dict[str, Any]], adapted: Sequence[dict[st
     return out
 
 
-def chance_row(n_pairs: int) -> dict[str, Any]:
-    """A table row with the retrieval metrics of a random ranking of ``n_pairs`` test pairs."""
-    from idckit.report import retrieval_chance
-
+def chance_row(n_pairs: int, keys: Sequence[str] = RETRIEVAL_KEYS) -> dict[str, Any]:
+    """A table row with the retrieval metrics (``keys``) of a random ranking of ``n_pairs`` test pairs."""
     return {"model": "chance", "variant": f"random ranking of {n_pairs} test pairs", "split": "test",
-            "metrics": {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS}}
+            "metrics": _chance(n_pairs, keys)}
+
+
+BASELINE_MODEL = "baseline (idckit)"
+BASELINE_VARIANT = "most frequent training sentence"
+
+
+def text_baseline(s: Setup) -> dict[str, Any]:
+    """The text-only baseline as a report row (x100): the most frequent training sentence (every annotator's
+    sentences pooled, ties broken alphabetically) written for every test pair, scored like the captioners (the same
+    references, PTB tokenisation and METEOR setting). It sees no image, so a captioner below it has learned less
+    from the images than the sentence distribution alone is worth. ``sentence`` holds the sentence."""
+    from idckit.baselines import most_frequent
+    from idckit.eval.captions import evaluate_pairs
+    from idckit.report import to_paper_scale
+
+    ds = s.data.dataset()
+    sentence = most_frequent(ds.references("train"))
+    refs = ds.references("test")
+    meteor = s.config["caption"]["meteor"]
+    test = evaluate_pairs(refs, dict.fromkeys(refs, sentence), ds.types("test"), scorer=_final_scorer(meteor),
+                          meteor=meteor)
+    return {"model": BASELINE_MODEL, "variant": BASELINE_VARIANT, "split": "test", "subset": "total",
+            "sentence": sentence, "metrics": to_paper_scale(test["total"])}
 
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float,
@@ -643,5 +676,5 @@ def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, 
 
 
 __all__ = ["VARIANTS", "MODEL", "STANDIN_LABEL", "Setup", "setup", "clip_weights", "adapt", "run_variant", "runs",
-           "layer_splits", "rows", "per_type_rows", "retrieval_rows", "test_pairs_retrieved", "chance_row",
-           "layer_split_rows", "provenance", "pretrain_clip"]
+           "layer_splits", "rows", "per_type_rows", "retrieval_rows", "retrieval_keys", "test_pairs_retrieved",
+           "chance_row", "text_baseline", "BASELINE_MODEL", "layer_split_rows", "provenance", "pretrain_clip"]
