@@ -24,8 +24,8 @@
 #
 # The CLIP4IDC public code has no IER loader or script; the kit follows the paper's description with the
 # settings it uses on the other sets. Unless `data_root` points at the real set this runs on **SynthIER**
-# (procedural photos edited with PIL / numpy), and at the `smoke` and `cpu` profiles the CLIP is the **idckit stand-in CLIP (synthetic
-# pre-training)**, pre-trained here on the set's single-image descriptions.
+# (procedural photos edited with PIL / numpy), and at the `smoke` and `cpu` profiles the CLIP is the **idckit
+# stand-in CLIP (synthetic pre-training)**, pre-trained here on the set's single-image descriptions.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
