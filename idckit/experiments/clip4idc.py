@@ -17,7 +17,8 @@ Tables share runs: table 1's seed-0 CLIP4IDC run is table 2's, table 5's CLIP4ID
 config); table 6 reads table 1's adaptation run. Every table uses the one stand-in CLIP.
 
 Settings are data: ``configs/clip_standin.json``, ``configs/clip4idc_adapt.json``, ``configs/clip4idc_caption.json``
-(base = the paper's, profiles smoke / cpu / paper). ``train`` blocks may give ``epochs`` (and
+(base = the paper's, profiles smoke / cpu / paper; a ``datasets`` block holds what differs on Spot-the-Diff or
+IER, see :func:`dataset_settings`). ``train`` blocks may give ``epochs`` (and
 ``warmup_fraction``, ``eval_every_epochs``) instead of steps; they are converted with the data's size here.
 
 Frozen work is computed once per process: the intra-stage outputs of a frozen stand-in (per split depth) are shared
@@ -38,7 +39,8 @@ import torch
 
 from idckit import paths
 from idckit.errors import ConfigError, WeightsUnavailableError
-from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config
+from idckit.experiments.config import (check_profile, check_seeds, check_variants, deep_merge, load_config,
+                                       read_config_file)
 from idckit.experiments.data import DataChoice, pair_dataset
 from idckit.experiments.runs import Run, caption_counts, open_run
 from idckit.fileio import check_output_dir, check_output_file
@@ -123,9 +125,12 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     if unknown:
         raise ConfigError(f"unknown override sections {sorted(unknown)}; known: standin, adapt, caption",
                           fix="put each setting under the section of its config file: standin, adapt or caption")
-    cfg = {"standin": load_config("clip_standin", profile, overrides.get("standin")),
-           "adapt": load_config("clip4idc_adapt", profile, overrides.get("adapt")),
-           "caption": load_config("clip4idc_caption", profile, overrides.get("caption"))}
+    def settings(name: str, section: str) -> dict:
+        return deep_merge(dataset_settings(name, dataset, profile), overrides.get(section) or {})
+
+    cfg = {"standin": load_config("clip_standin", profile, settings("clip_standin", "standin")),
+           "adapt": load_config("clip4idc_adapt", profile, settings("clip4idc_adapt", "adapt")),
+           "caption": load_config("clip4idc_caption", profile, settings("clip4idc_caption", "caption"))}
     clip = dict(cfg["adapt"].pop("clip"))
     if clip_model is not None:
         clip = {"model": clip_model, "pretrained": pretrained}
@@ -140,6 +145,14 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     s.image_size  # noqa: B018  (fails now, with the fix, on an unknown architecture)
     _check_pretrained(clip["model"], clip["pretrained"])
     return s
+
+
+def dataset_settings(name: str, dataset: str, profile: str) -> dict[str, Any]:
+    """The settings config file ``name`` gives one dataset at ``profile``: its ``datasets`` block,
+    ``{"editing-request": {"cpu": {...}}}``, applied on top of the profile (and under a notebook's overrides).
+    CLEVR-Change, the files' own subject, has none."""
+    block = read_config_file(name).get("datasets", {}).get(dataset, {})
+    return copy.deepcopy(block.get(profile, {}))
 
 
 def _check_pretrained(model: str, pretrained: object) -> None:
