@@ -142,6 +142,11 @@ def report(profile: str = "cpu", data_root: str | None = None, runs_dir: str | P
     clip = _clip(adapt["clip"]["model"], adapt["clip"]["pretrained"])
     lines.append((not clip.startswith("missing") and "HF_HUB_OFFLINE=1" not in clip,
                   f"CLIP4IDC ({named('clip4idc')}) at {profile}: CLIP {clip}; {_runs_on(adapt)}"))
+    spot, ier = load_config("synth_spot_the_diff", profile), load_config("synth_editing_request", profile)
+    lines.append((True, f"CLIP4IDC tables 3 and 4 (and the Spot-the-Diff / IER parts of 5 and 6) at {profile}: "
+                        f"SynthSpot-the-Diff ({spot['pairs']} pairs) and SynthIER ({ier['pairs']} pairs), generated "
+                        "on first use; a real set is the notebook's data_root (tables 3, 4) or spot_root / ier_root "
+                        "(tables 5, 6)"))
     others = sorted(set(notebooks) - {"pcl", "birds", "clip4idc"})
     for module in others:
         lines.append((True, f"{module} ({named(module)}): baselines on the CLEVR-Change data below, no training"

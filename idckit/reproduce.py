@@ -239,8 +239,8 @@ the published number on the real dataset, shown beside it and never mixed in. <b
 runs behind a report <i>learned</i> or only <i>ran</i>: a captioner that writes fewer than {COLLAPSE_DISTINCT}
 distinct test captions is COLLAPSED, a retriever under {RETRIEVAL_CHANCE_FACTOR:g}x chance text->pair R@1 or a
 distractor judge under {JUDGE_CHANCE_BELOW:.2f} accuracy is at chance. Rows whose data says
-<i>synthetic</i> ran on SynthCLEVR-Change (synthetic scenes in the real CLEVR-Change format): they show the
-pipeline end to end, not a real-data reproduction.</p>
+<i>synthetic</i> ran on a synthetic set in the real dataset's format (SynthCLEVR-Change, SynthSpot-the-Diff,
+SynthIER, SynthBirds): they show the pipeline end to end, not a real-data reproduction.</p>
 {data_line}
 <table><thead><tr>{head_html}</tr></thead><tbody>
 {body}

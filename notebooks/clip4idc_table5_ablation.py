@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # CLIP4IDC, Table 5: ablation (CLEVR-Change columns)
+# # CLIP4IDC, Table 5: ablation (CLEVR-Change and Spot-the-Diff columns)
 #
 # Three captioners on the same CLIP: **CLIP-FT** (each image through the whole plain ViT, the two token sequences
 # concatenated; no intra/inter split, no adaptation), **CLIP4IDC without adaptation** (the split pair encoder, its
@@ -22,6 +22,10 @@
 # 2 and 7). Unless `data_root` is real this is SynthCLEVR-Change, and at `smoke`/`cpu` the CLIP is the **idckit
 # stand-in CLIP (synthetic pre-training)**. At `cpu` every pair encoder is frozen during captioning (the paper trains
 # it at lr 1e-7), so the rows compare the encoders' representations.
+#
+# The Spot-the-Diff column runs the same three captioners on SynthSpot-the-Diff (unless `spot_root` is the real
+# release's `data/` folder), under the single-sentence protocol of Table 3 (its CLIP4IDC and CLIP-FT runs are
+# Table 3's, read from the run cache).
 #
 # The kit's CLIP-FT adds a 2-row before/after segment embedding to the caption encoder (without it the model could
 # not tell "added" from "dropped"; see `idckit/models/clip4idc.py`).
@@ -35,6 +39,7 @@ seeds = [0]
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu); e.g. ViT-B-32
 pretrained = None      # None: the profile's weights; e.g. openai or a checkpoint file
+spot_root = None       # None: SynthSpot-the-Diff of the profile; else a real Spot-the-Diff data/ folder
 
 # %%
 import time
@@ -74,12 +79,35 @@ for n in notes:
     print(n)
 
 # %% [markdown]
+# ## The Spot-the-Diff column: the paper's rows and the kit's (x100)
+
+# %%
+spot = clip4idc.setup(profile, spot_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+                      device=device, dataset="spot-the-diff")
+spot_results = clip4idc.runs(spot, ["clip-ft", "no-adapt", "clip4idc"], seeds)
+spot_rows = [{**r, "dataset": "spot-the-diff"} for r in clip4idc.rows(spot_results)]
+spot_paper = [r for r in paper_table("clip4idc.table5")["rows"] if r.get("dataset") == "spot_the_diff"]
+print(spot.data.description, "|", spot_results[0]["clip"])
+side_by_side(spot_rows, spot_paper).round(1)
+
+# %%
+spot_kit = {r["variant"]: r["metrics"]["CIDEr-D"] for r in spot_rows if r["seed"] == "mean" or len(seeds) == 1}
+spot_paper_cider = {labels.get(r["variant"], r["variant"]): r["metrics"]["CIDEr-D"] for r in spot_paper}
+bars = pd.DataFrame([{"variant": v, "source": src, "CIDEr-D": d[v]} for v in labels.values()
+                     for src, d in (("idckit", spot_kit), ("paper (real data)", spot_paper_cider)) if v in d])
+fig = per_type_bars(bars, x="variant", hue="source", title="Table 5 (Spot-the-Diff): CIDEr-D (x100)")
+spot_notes = [f"Spot-the-Diff: {n}" for n in ordering_notes(spot_kit, spot_paper_cider)]
+for n in spot_notes:
+    print(n)
+
+# %% [markdown]
 # ## Does the model look at the images?
 # Distinct test captions per run. A run that writes one sentence for every pair is scored on that sentence alone
 # (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
 
 # %%
-diversity, collapse_notes = collapse_check(setup.runs_dir, results)
+named = results + [{**r, "label": f"{r['label']} (Spot-the-Diff)"} for r in spot_results]
+diversity, collapse_notes = collapse_check(setup.runs_dir, named)
 pd.DataFrame(diversity)
 
 # %% [markdown]
@@ -91,10 +119,12 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
 
 # %%
 path = write_report(
-    report_dir, "clip4idc_table5_ablation", "clip4idc.table5", rows,
-    clip4idc.provenance(setup, results, seeds, time.time() - t0),
+    report_dir, "clip4idc_table5_ablation", "clip4idc.table5", rows + spot_rows,
+    clip4idc.provenance(setup, results + spot_results, seeds, time.time() - t0),
     headline={"label": "CLIP4IDC minus CLIP-FT, CIDEr-D", "kit": round(kit["CLIP4IDC"] - kit["CLIP-FT"], 2),
               "paper": round(paper_cider["CLIP4IDC"] - paper_cider["CLIP-FT"], 2)},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {results[0]['clip']}.", *notes, *collapse_notes])
+           f"CLIP: {results[0]['clip']}.", *notes,
+           f"Spot-the-Diff column: {spot.data.description}; CLIP: {spot_results[0]['clip']}.", *spot_notes,
+           *collapse_notes])
 report_summary(path)

@@ -37,7 +37,8 @@ backbone = None        # None: the profile default (efficientnet_lite0); resnet1
 import time
 
 from idckit import paths
-from idckit.experiments import duda, pcl
+from idckit.experiments import pcl
+from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, val_curve
 from idckit.report import paper_table, report_summary, side_by_side, write_report

@@ -34,7 +34,8 @@ import time
 import pandas as pd
 
 from idckit import paths
-from idckit.experiments import duda, pcl
+from idckit.experiments import pcl
+from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
 from idckit.experiments.runs import captions_by_run
 from idckit.plots import per_type_bars, show_pairs
 from idckit.report import paper_table, report_summary, write_report

@@ -19,11 +19,16 @@ def base(tmp_path_factory):
     return tmp_path_factory.mktemp("c4pairs")
 
 
-def test_spot_the_diff_adapts_and_captions(base):
+@pytest.fixture(scope="module")
+def spot_root(base):
+    return spot_the_diff.generate(base / "spot", n_pairs=16, seed=0, workers=1, progress=False)
+
+
+def test_spot_the_diff_adapts_and_captions(base, spot_root):
     from idckit.experiments import clip4idc
     from idckit.tasks.clip4idc import CaptionTask
 
-    root = spot_the_diff.generate(base / "spot", n_pairs=16, seed=0, workers=1, progress=False)
+    root = spot_root
     s = clip4idc.setup("smoke", root, runs_dir=base / "runs", progress=False, dataset="spot-the-diff")
     assert s.data.synthetic and s.data.name == "spot-the-diff" and "SynthSpot-the-Diff" in s.data.description
     clip = clip4idc.clip_weights(s)
@@ -45,10 +50,15 @@ def test_spot_the_diff_adapts_and_captions(base):
     assert len(batch["pairs"]) == 4                   # one pair per scene, no distractor partner
 
 
-def test_editing_request_captions_and_rejects_unknown_datasets(base):
+@pytest.fixture(scope="module")
+def ier_root(base):
+    return editing_request.generate(base / "ier", n_pairs=16, seed=0, workers=1, progress=False)
+
+
+def test_editing_request_captions_and_rejects_unknown_datasets(base, ier_root):
     from idckit.experiments import clip4idc
 
-    root = editing_request.generate(base / "ier", n_pairs=16, seed=0, workers=1, progress=False)
+    root = ier_root
     s = clip4idc.setup("smoke", root, runs_dir=base / "runs", progress=False, dataset="editing-request")
     r = clip4idc.run_variant(s, "clip-ft", 0)
     assert r["adapt"] is None and set(r["test"]) >= {"total"}
@@ -56,3 +66,24 @@ def test_editing_request_captions_and_rejects_unknown_datasets(base):
     assert all(len(v) == 3 for v in refs.values())
     with pytest.raises(ConfigError, match="unknown dataset"):
         clip4idc.setup("smoke", root, runs_dir=base / "runs", progress=False, dataset="birds")
+
+
+def test_a_dataset_block_applies_on_top_of_the_profile_and_under_overrides(base, spot_root, ier_root):
+    from idckit.experiments import clip4idc
+    from idckit.experiments.config import load_config
+
+    root = spot_root
+    kw = {"runs_dir": base / "runs", "progress": False}
+    # the public code adapts 12 epochs on CLEVR-Change and 20 on Spot-the-Diff
+    assert load_config("clip4idc_adapt", "paper")["train"]["epochs"] == 12
+    assert clip4idc.setup("paper", root, dataset="spot-the-diff", **kw).config["adapt"]["train"]["epochs"] == 20
+    s = clip4idc.setup("paper", root, dataset="spot-the-diff", overrides={"adapt": {"train": {"epochs": 3}}}, **kw)
+    assert s.config["adapt"]["train"]["epochs"] == 3 and s.config["adapt"]["batch_size"] == 128
+    assert clip4idc.dataset_settings("clip4idc_adapt", "clevr-change", "paper") == {}
+    # IER's captioner trains 1,000 steps at cpu (300 on the other sets); the rest of the profile is kept
+    cpu = load_config("clip4idc_caption", "cpu")
+    ier = clip4idc.setup("cpu", ier_root, dataset="editing-request", **kw).config["caption"]
+    assert (cpu["train"]["max_steps"], ier["train"]["max_steps"], ier["train"]["eval_every"]) == (300, 1000, 100)
+    assert ier["train"]["lr"] == cpu["train"]["lr"] and ier["captioner"] == cpu["captioner"]
+    spot = clip4idc.setup("cpu", spot_root, dataset="spot-the-diff", **kw).config["caption"]
+    assert spot == {k: v for k, v in cpu.items() if k != "device"}     # setup takes the device out of the config

@@ -44,7 +44,12 @@ CAPTION = {"Bleu_4", "ROUGE_L", "CIDEr-D"}
 RETRIEVAL = {"t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10"}
 GRAMMAR = {"verified_share", "difference_recall"}   # SynthBirds' truth check of the paragraphs (percent)
 TYPES = {"color", "material", "add", "drop", "move", "distractor"}
-#: per notebook: the (model, variant) rows it must record and the metric keys every such row has
+#: Spot-the-Diff's retrieval rows are reported at the paper's R@10/20/50 (beside R@1/5/10, so chance is judged)
+SPOT_RETRIEVAL = RETRIEVAL | {"t2p_R@20", "t2p_R@50", "p2t_R@20", "p2t_R@50"}
+C4 = "CLIP4IDC (idckit)"
+BASELINE = ("baseline (idckit)", "most frequent training sentence")
+#: per notebook: the (model, variant) rows it must record -- (model, variant, dataset) for a row of another dataset
+#: than CLEVR-Change -- and the metric keys every such row has (a dict: keys per dataset)
 EXPECTED = {
     "table2_clevr_change": ({("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)"), ("DUDA (idckit)", "DUDA")}, CAPTION),
     "table3_change_types": ({("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)"), ("DUDA (idckit)", "DUDA")},
@@ -56,10 +61,13 @@ EXPECTED = {
     "clip4idc_table1_clevr_change": ({("CLIP4IDC (idckit)", "CLIP4IDC"), ("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)")},
                                      CAPTION),
     "clip4idc_table2_change_types": ({("CLIP4IDC (idckit)", "CLIP4IDC")}, {"distractor"}),
-    "clip4idc_table5_ablation": ({("CLIP4IDC (idckit)", v) for v in ("CLIP-FT", "CLIP4IDC w/o adaptation", "CLIP4IDC")},
-                                 CAPTION),
-    "clip4idc_table6_retrieval": ({("CLIP4IDC (idckit)", "adapted (4/2)"),
-                                   ("CLIP4IDC (idckit)", "plain CLIP (mean of the two image embeddings)")}, RETRIEVAL),
+    "clip4idc_table3_spot_the_diff": ({(C4, "CLIP4IDC"), (C4, "CLIP-FT"), BASELINE}, CAPTION),
+    "clip4idc_table4_editing_request": ({(C4, "CLIP4IDC"), (C4, "CLIP-FT"), BASELINE}, CAPTION),
+    "clip4idc_table5_ablation": ({(C4, v, *([d] if d else [])) for d in (None, "spot-the-diff")
+                                  for v in ("CLIP-FT", "CLIP4IDC w/o adaptation", "CLIP4IDC")}, CAPTION),
+    "clip4idc_table6_retrieval": ({(C4, v, *([d] if d else [])) for d in (None, "spot-the-diff", "editing-request")
+                                   for v in ("adapted (4/2)", "plain CLIP (mean of the two image embeddings)")},
+                                  {None: RETRIEVAL, "spot-the-diff": SPOT_RETRIEVAL, "editing-request": RETRIEVAL}),
     "table1_birds_to_words": ({("IDC-PCL (idckit)", "IDC-PCL"), ("IDC-PCL (idckit)", "IDC-PCL (+extra data)"),
                                ("baseline (idckit)", "most frequent paragraph"),
                                ("baseline (idckit)", "nearest neighbour (features of both images)")},
@@ -76,11 +84,12 @@ def _expected_rows(doc):
     """The rows each table must have, with metrics in their ranges (x100 scale; ranks >= 1)."""
     if doc["notebook"] not in EXPECTED:
         return
-    want, keys = EXPECTED[doc["notebook"]]
-    got = {(r["model"], r["variant"]): r for r in doc["rows"]}
+    want, keys_of = EXPECTED[doc["notebook"]]
+    got = {(r["model"], r["variant"], *([r["dataset"]] if r.get("dataset") else [])): r for r in doc["rows"]}
     assert want <= set(got), (doc["notebook"], sorted(want - set(got)))
     for key in want:
         m = got[key]["metrics"]
+        keys = keys_of[got[key].get("dataset")] if isinstance(keys_of, dict) else keys_of
         assert keys <= set(m), (doc["notebook"], key, sorted(keys - set(m)))
         for k in keys:
             if "MdR" in k or "MnR" in k:
@@ -96,21 +105,26 @@ def _expected_rows(doc):
 LEAKS = re.compile(r" at 0x[0-9a-f]+|Text\(\d|_tmp-|report written to")
 BIRDS = {"table1_birds_to_words", "table5_cross_task"}
 CAPTIONING = {"table2_clevr_change", "table3_change_types", "table4_ablation", "clip4idc_table1_clevr_change",
-              "clip4idc_table2_change_types", "clip4idc_table5_ablation", "clip4idc_table7_layer_split"}
+              "clip4idc_table2_change_types", "clip4idc_table5_ablation", "clip4idc_table7_layer_split",
+              "clip4idc_table3_spot_the_diff", "clip4idc_table4_editing_request"}
+#: notebooks whose provenance is a set without distractor pairs (Spot-the-Diff, IER): no jitter, no distractor subset
+PAIR_SETS = {"clip4idc_table3_spot_the_diff", "clip4idc_table4_editing_request"}
 
 
 def _tells_the_truth(doc, html):
     """The page ends with the provenance block and the JSON's notes; trained rows record their diversity."""
     assert not LEAKS.search(html), LEAKS.search(html).group(0)
     assert "<h2>Provenance</h2>" in html and doc["provenance"]["data"].split(" (")[0] in html
-    if doc["notebook"] not in BIRDS:
+    if doc["notebook"] not in BIRDS | PAIR_SETS:
         assert "jitter" in doc["provenance"]["data"]               # the synthetic set's difficulty is named
     for note in doc["notes"]:
         assert note in unescape(html), note
     if doc["notebook"] in CAPTIONING:
         trained = [r for r in doc["rows"] if "run" in r]
         assert trained and all(isinstance(r["distinct_test_captions"], int) for r in trained)
-        assert all({"total", "semantic", "distractor"} <= set(r["cider_d"]) for r in trained)
+        clevr = [r for r in trained if not r.get("dataset") and doc["notebook"] not in PAIR_SETS]
+        assert all({"total", "semantic", "distractor"} <= set(r["cider_d"]) for r in clevr)
+        assert all("distractor" not in r["cider_d"] and "total" in r["cider_d"] for r in trained if r not in clevr)
         assert all("judge_accuracy" in r for r in trained if r["variant"] == "MLM + MVCL + FDA (full)")
         # the example pairs (a figure: images, references and every run's caption) follow their heading
         examples = html.split("A few test pairs: the references and what each run wrote")
@@ -122,6 +136,20 @@ def _tells_the_truth(doc, html):
         examples = html.split("A few test pairs: the references and what each run wrote")
         assert len(examples) == 2 and "data:image/png;base64" in examples[1]
         assert any(n.startswith(("agrees", "TIES", "DIFFERS")) for n in doc["notes"])   # the ordering, in words
+    if doc["notebook"] in PAIR_SETS:
+        # the text-only baseline names its sentence; the kit's order against the paper and the baseline, in words
+        base = next(r for r in doc["rows"] if (r["model"], r["variant"]) == BASELINE)
+        assert base["sentence"] and f"{base['sentence']!r}" in " ".join(doc["notes"])
+        assert any(n.startswith(("BEATS the text-only", "DOES NOT BEAT the text-only")) for n in doc["notes"])
+        assert any(n.startswith(("agrees", "TIES", "DIFFERS", "The kit has CLIP4IDC")) for n in doc["notes"])
+    if doc["notebook"] == "clip4idc_table5_ablation":
+        assert any(n.startswith("Spot-the-Diff: ") for n in doc["notes"])
+    if doc["notebook"] == "clip4idc_table6_retrieval":
+        # one chance row per dataset, each with as many pairs as its adapted rows were ranked over
+        chance = {r.get("dataset"): r for r in doc["rows"] if r["model"] == "chance"}
+        assert set(chance) == {None, "spot-the-diff", "editing-request"}
+        assert "t2p_R@50" in chance["spot-the-diff"]["metrics"]
+        assert "t2p_R@50" not in chance["editing-request"]["metrics"]
     if doc["notebook"] in ("clip4idc_table6_retrieval", "clip4idc_table7_layer_split"):
         assert "random ranking of" in html                            # the chance row is in the table
         adapted = [r for r in doc["rows"] if r["variant"].startswith("adapted") or "n_intra" in r]

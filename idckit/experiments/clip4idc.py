@@ -17,7 +17,8 @@ Tables share runs: table 1's seed-0 CLIP4IDC run is table 2's, table 5's CLIP4ID
 config); table 6 reads table 1's adaptation run. Every table uses the one stand-in CLIP.
 
 Settings are data: ``configs/clip_standin.json``, ``configs/clip4idc_adapt.json``, ``configs/clip4idc_caption.json``
-(base = the paper's, profiles smoke / cpu / paper). ``train`` blocks may give ``epochs`` (and
+(base = the paper's, profiles smoke / cpu / paper; a ``datasets`` block holds what differs on Spot-the-Diff or
+IER, see :func:`dataset_settings`). ``train`` blocks may give ``epochs`` (and
 ``warmup_fraction``, ``eval_every_epochs``) instead of steps; they are converted with the data's size here.
 
 Frozen work is computed once per process: the intra-stage outputs of a frozen stand-in (per split depth) are shared
@@ -38,7 +39,8 @@ import torch
 
 from idckit import paths
 from idckit.errors import ConfigError, WeightsUnavailableError
-from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config
+from idckit.experiments.config import (check_profile, check_seeds, check_variants, deep_merge, load_config,
+                                       read_config_file)
 from idckit.experiments.data import DataChoice, pair_dataset
 from idckit.experiments.runs import Run, caption_counts, open_run
 from idckit.fileio import check_output_dir, check_output_file
@@ -124,9 +126,12 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     if unknown:
         raise ConfigError(f"unknown override sections {sorted(unknown)}; known: standin, adapt, caption",
                           fix="put each setting under the section of its config file: standin, adapt or caption")
-    cfg = {"standin": load_config("clip_standin", profile, overrides.get("standin")),
-           "adapt": load_config("clip4idc_adapt", profile, overrides.get("adapt")),
-           "caption": load_config("clip4idc_caption", profile, overrides.get("caption"))}
+    def settings(name: str, section: str) -> dict:
+        return deep_merge(dataset_settings(name, dataset, profile), overrides.get(section) or {})
+
+    cfg = {"standin": load_config("clip_standin", profile, settings("clip_standin", "standin")),
+           "adapt": load_config("clip4idc_adapt", profile, settings("clip4idc_adapt", "adapt")),
+           "caption": load_config("clip4idc_caption", profile, settings("clip4idc_caption", "caption"))}
     clip = dict(cfg["adapt"].pop("clip"))
     if clip_model is not None:
         clip = {"model": clip_model, "pretrained": pretrained}
@@ -143,6 +148,14 @@ def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir
     s.image_size  # noqa: B018  (fails now, with the fix, on an unknown architecture)
     _check_pretrained(clip["model"], clip["pretrained"])
     return s
+
+
+def dataset_settings(name: str, dataset: str, profile: str) -> dict[str, Any]:
+    """The settings config file ``name`` gives one dataset at ``profile``: its ``datasets`` block,
+    ``{"editing-request": {"cpu": {...}}}``, applied on top of the profile (and under a notebook's overrides).
+    CLEVR-Change, the files' own subject, has none."""
+    block = read_config_file(name).get("datasets", {}).get(dataset, {})
+    return copy.deepcopy(block.get(profile, {}))
 
 
 def _check_pretrained(model: str, pretrained: object) -> None:
@@ -544,29 +557,41 @@ def test_pairs_retrieved(s: Setup) -> int:
     return sum(p.is_change for p in s.data.dataset().pairs("test", check_images=False))
 
 
-def retrieval_rows(adapted: Sequence[dict[str, Any]], *, unadapted: bool = True,
-                   n_pairs: int | None = None) -> list[dict[str, Any]]:
+def retrieval_keys(s: Setup) -> tuple[str, ...]:
+    """The retrieval metrics of this dataset's rows, both directions: R@K for :func:`retrieval_ks`, MdR, MnR
+    (:data:`RETRIEVAL_KEYS` on CLEVR-Change; Spot-the-Diff adds the paper's R@20 and R@50)."""
+    return tuple(f"{d}_{m}" for d in ("t2p", "p2t") for m in (*(f"R@{k}" for k in retrieval_ks(s)), "MdR", "MnR"))
+
+
+def _chance(n_pairs: int, keys: Sequence[str]) -> dict[str, float]:
+    from idckit.report import retrieval_chance
+
+    ks = sorted({int(k.split("@")[1]) for k in keys if "_R@" in k})
+    return {k: v for k, v in retrieval_chance(n_pairs, ks).items() if k in keys}
+
+
+def retrieval_rows(adapted: Sequence[dict[str, Any]], *, unadapted: bool = True, n_pairs: int | None = None,
+                   keys: Sequence[str] = RETRIEVAL_KEYS) -> list[dict[str, Any]]:
     """Test retrieval rows of adaptation runs and, per run, the same encoder before adaptation and plain CLIP.
 
     With ``n_pairs`` (:func:`test_pairs_retrieved`) each adapted row records the ``chance`` metrics of a random
-    ranking, and a last row shows them, so a reader sees how far above chance the encoder ranks."""
-    from idckit.report import retrieval_chance
-
-    chance = {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS} if n_pairs else None
+    ranking, and a last row shows them, so a reader sees how far above chance the encoder ranks. ``keys``: the
+    metrics of the rows (:func:`retrieval_keys` of the setup)."""
+    chance = _chance(n_pairs, keys) if n_pairs else None
     out = []
     for a in adapted:
         split = f"{a['n_intra']}/{a['n_inter']}"
         out.append({"model": MODEL, "variant": f"adapted ({split})", "split": "test", "seed": a["seed"],
-                    "run": a["run"], "metrics": {k: a["test"][k] for k in RETRIEVAL_KEYS},
+                    "run": a["run"], "metrics": {k: a["test"][k] for k in keys},
                     **({"chance": chance} if chance else {})})
         if unadapted:
             out.append({"model": MODEL, "variant": f"before adaptation ({split}, fresh e1/e2/p)", "split": "test",
-                        "seed": a["seed"], "metrics": {k: a["test_unadapted"][k] for k in RETRIEVAL_KEYS}})
+                        "seed": a["seed"], "metrics": {k: a["test_unadapted"][k] for k in keys}})
             out.append({"model": MODEL, "variant": "plain CLIP (mean of the two image embeddings)",
                         "split": "test", "seed": a["seed"],
-                        "metrics": {k: a["test_plain_clip"][k] for k in RETRIEVAL_KEYS}})
+                        "metrics": {k: a["test_plain_clip"][k] for k in keys}})
     if chance:
-        out.append(chance_row(n_pairs))
+        out.append(chance_row(n_pairs, keys))
     return out
 
 
@@ -589,12 +614,33 @@ def layer_split_rows(splits: Sequence[dict[str, Any]], adapted: Sequence[dict[st
     return out
 
 
-def chance_row(n_pairs: int) -> dict[str, Any]:
-    """A table row with the retrieval metrics of a random ranking of ``n_pairs`` test pairs."""
-    from idckit.report import retrieval_chance
-
+def chance_row(n_pairs: int, keys: Sequence[str] = RETRIEVAL_KEYS) -> dict[str, Any]:
+    """A table row with the retrieval metrics (``keys``) of a random ranking of ``n_pairs`` test pairs."""
     return {"model": "chance", "variant": f"random ranking of {n_pairs} test pairs", "split": "test",
-            "metrics": {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS}}
+            "metrics": _chance(n_pairs, keys)}
+
+
+BASELINE_MODEL = "baseline (idckit)"
+BASELINE_VARIANT = "most frequent training sentence"
+
+
+def text_baseline(s: Setup) -> dict[str, Any]:
+    """The text-only baseline as a report row (x100): the most frequent training sentence (every annotator's
+    sentences pooled, ties broken alphabetically) written for every test pair, scored like the captioners (the same
+    references, PTB tokenisation and METEOR setting). It sees no image, so a captioner below it has learned less
+    from the images than the sentence distribution alone is worth. ``sentence`` holds the sentence."""
+    from idckit.baselines import most_frequent
+    from idckit.eval.captions import evaluate_pairs
+    from idckit.report import to_paper_scale
+
+    ds = s.data.dataset()
+    sentence = most_frequent(ds.references("train"))
+    refs = ds.references("test")
+    meteor = s.config["caption"]["meteor"]
+    test = evaluate_pairs(refs, dict.fromkeys(refs, sentence), ds.types("test"), scorer=_final_scorer(meteor),
+                          meteor=meteor)
+    return {"model": BASELINE_MODEL, "variant": BASELINE_VARIANT, "split": "test", "subset": "total",
+            "sentence": sentence, "metrics": to_paper_scale(test["total"])}
 
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float,
@@ -646,5 +692,5 @@ def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, 
 
 
 __all__ = ["VARIANTS", "MODEL", "STANDIN_LABEL", "Setup", "setup", "clip_weights", "adapt", "run_variant", "runs",
-           "layer_splits", "rows", "per_type_rows", "retrieval_rows", "test_pairs_retrieved", "chance_row",
-           "layer_split_rows", "provenance", "pretrain_clip"]
+           "layer_splits", "rows", "per_type_rows", "retrieval_rows", "retrieval_keys", "test_pairs_retrieved",
+           "chance_row", "text_baseline", "BASELINE_MODEL", "layer_split_rows", "provenance", "pretrain_clip"]
