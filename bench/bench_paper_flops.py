@@ -19,6 +19,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from idckit.experiments.config import load_config
+from idckit.losses import mlm_loss
 from idckit.tasks.pcl import FinetuneTask, PCLData, PretrainTask, SplitData
 from idckit.text.vocab import SPECIALS, Vocab
 
@@ -84,7 +85,7 @@ def clip4idc_flops(per: int = 2) -> dict[str, float]:
     captioner = CLIP4IDCCaptioner(load_clip(adapt["clip"]["model"], None)[0],
                                   CaptionerConfig(**{**cap["captioner"], "max_len": cap["max_len"]})).train()
     ids = torch.randint(1, 49000, (per, cap["max_len"]))
-    out["caption"] = _count(lambda: captioner.loss(*images, ids)) / per
+    out["caption"] = _count(lambda: mlm_loss(*captioner.teacher_forcing(captioner.encode(*images), ids))) / per
     return out
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from idckit.data.clevr_change import ClevrChange
+from idckit.losses import mlm_loss
 from idckit.models.clip4idc import CLIP4IDCCaptioner, CaptionerConfig, tokenize_captions
 from idckit.models.clip_loader import load_clip, save_clip_checkpoint
 from idckit.tasks.clip4idc import AdaptTask, CaptionTask, IntraCache, decode_ids, load_pair_data
@@ -214,10 +215,10 @@ def test_caption_task_learns_with_cached_frozen_encoder_equal_to_images(pairs, c
     torch.manual_seed(0)
     m = cached.build_model().eval()
     with torch.no_grad():
-        a = m.caption_loss(m.memories(cached._visual(m, "train", batch["pairs"])), batch["ids"])
+        a = mlm_loss(*m.teacher_forcing(m.memories(cached._visual(m, "train", batch["pairs"])), batch["ids"]))
         s = pairs.splits["train"]
         imgs = (pairs.images.batch(s.before[batch["pairs"]]), pairs.images.batch(s.after[batch["pairs"]]))
-        b = m.caption_loss(m.memories(imgs), batch["ids"])
+        b = mlm_loss(*m.teacher_forcing(m.memories(imgs), batch["ids"]))
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert cached.param_groups(m) and all(not p.requires_grad for p in m.pair_encoder.parameters())
     losses = _learns(cached, m, batch, steps=10, lr=3e-3)
@@ -255,7 +256,7 @@ def test_trimmed_vocabulary_is_the_full_model_restricted(pairs):
         la = torch.nn.functional.cross_entropy(full.decode(mem, s.sample_ids[:2, :-1])[..., keep].flatten(0, 1),
                                                trimmed.to_rows(s.sample_ids[:2, 1:]).flatten(),
                                                ignore_index=int(trimmed.to_rows(torch.tensor([0]))[0]))
-        lb = trimmed.caption_loss(trimmed.memories(visual), s.sample_ids[:2])
+        lb = mlm_loss(*trimmed.teacher_forcing(trimmed.memories(visual), s.sample_ids[:2]))
     torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="trimmed vocabulary"):
         trimmed.embed_tokens(torch.tensor([[1000]]))

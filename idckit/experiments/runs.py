@@ -34,7 +34,7 @@ from idckit.fileio import check_output_dir, write_json
 #: bump when a change to the training code alters what a run learns (every cached run then retrains)
 TRAINING_CODE_VERSION = "2"  # 2: grouped IDC-PCL fine-tuning batches (device/DDP plumbing and other datasets since: same results on one CPU process)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "b335485a6aa24a92"
+TRAINING_CODE_FINGERPRINT = "a89bb98c976e7ba3"
 #: the code a run's result depends on beyond its config: the loop, models, tasks, losses, text and features
 TRAINING_MODULES = ("train/*.py", "models/*.py", "models/clip_configs/*.json", "tasks/*.py", "losses.py",
                     "text/*.py", "data/features.py", "data/images.py")

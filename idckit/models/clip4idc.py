@@ -85,6 +85,8 @@ from open_clip.transformer import LayerNorm, VisionTransformer, text_global_pool
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from idckit.losses import clip_logits
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Pair encoder
@@ -250,10 +252,10 @@ class CLIP4IDCRetrieval(nn.Module):
         return clip_text_features(self.clip, tokens)
 
     def forward(self, before, after, tokens) -> torch.Tensor:
-        """Similarity logits [B_text, B_pair] = exp(logit_scale) * cos(g_i, v_j); InfoNCE lives in idckit.losses."""
-        pair = F.normalize(self.encode_pair(before, after), dim=-1)
-        text = F.normalize(self.encode_text(tokens), dim=-1)
-        return self.logit_scale.exp() * text @ pair.t()
+        """Similarity logits [B_text, B_pair] = exp(logit_scale) * cos(g_i, v_j) (:func:`idckit.losses.clip_logits`;
+        InfoNCE lives there too)."""
+        pair = self.encode_pair(before, after)
+        return clip_logits(self.encode_text(tokens), pair, self.logit_scale)
 
     def freeze_like_public_code(self) -> None:
         """Freeze what the public code's freeze logic freezes with --freeze_layer_num 0: the patch conv, class and
@@ -262,13 +264,6 @@ class CLIP4IDCRetrieval(nn.Module):
         for p in [v.conv1.weight, v.class_embedding, v.positional_embedding, *v.ln_pre.parameters(),
                   self.clip.token_embedding.weight, self.clip.positional_embedding]:
             p.requires_grad_(False)
-
-    def param_groups(self, lr_clip: float, lr_new: float) -> list[dict]:
-        """CLIP's own weights (paper and code: 1e-7) and the new e1/e2/p/ln_mid (code: 1e-4); trainable only."""
-        new = {id(p) for p in self.pair_encoder.new_parameters()}
-        params = [p for p in self.parameters() if p.requires_grad]
-        return [{"name": "clip", "lr": lr_clip, "params": [p for p in params if id(p) not in new]},
-                {"name": "new", "lr": lr_new, "params": [p for p in params if id(p) in new]}]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -529,17 +524,14 @@ class CLIP4IDCCaptioner(nn.Module):
             return self.encode_pair_tokens(visual)
         return self.encode(*visual)
 
-    def caption_loss(self, memories: list[torch.Tensor], ids: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-        """Word-level cross-entropy of ``tokenize_captions`` output ids [B, max_len] (pad 0 ignored), the mean or
-        the sum over the predicted (non-pad) tokens."""
+    def teacher_forcing(self, memories: list[torch.Tensor], ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [B, max_len - 1, V'], labels [B, max_len - 1]) for ``tokenize_captions`` output ids [B, max_len]:
+        the next-token logits over the vocabulary rows and the targets as rows, -100 at padding, the input of
+        :func:`idckit.losses.mlm_loss` (word-level cross-entropy)."""
         logits = self.decode(memories, ids[:, :-1])
         target = self.to_rows(ids[:, 1:])
         pad_row = int(self.to_rows(torch.tensor([self.pad_id], device=ids.device))[0])
-        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=pad_row, reduction=reduction)
-
-    def loss(self, before: torch.Tensor, after: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """Word-level cross-entropy of ``tokenize_captions`` output ids [B, max_len] (pad 0 ignored)."""
-        return self.caption_loss(self.encode(before, after), ids)
+        return logits, target.masked_fill(target == pad_row, -100)
 
     def param_groups(self, lr_visual: float, lr_caption: float) -> list[dict]:
         """Pair encoder (CLIP's ViT and e1/e2/p/ln_mid; paper: 1e-7) vs the caption model (1e-4); trainable only."""

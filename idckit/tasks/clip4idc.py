@@ -45,10 +45,11 @@ from idckit.data.clevr_change import ClevrChange
 from idckit.data.images import ImageCache
 from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError
-from idckit.losses import symmetric_infonce
+from idckit.losses import clip_logits, mlm_loss, symmetric_infonce
 from idckit.models.clip4idc import (CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval, PairEncoder,
                                     clip_bpe_tokenizer, tokenize_captions)
 from idckit.train import distributed
+from idckit.train.task import weight_decay_groups
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -284,19 +285,10 @@ class AdaptTask:
         """CLIP's weights at lr * clip_lr_scale (paper 1e-7 = 1e-4 * 1e-3), the new e1/e2/p/ln_mid at lr; weight
         decay on CLIP's matrices only (not on gains, biases, embeddings, the temperature or the new parameters)."""
         new = {id(p) for p in model.pair_encoder.new_parameters()}
-        decay, no_decay, fresh = [], [], []
-        for name, p in model.named_parameters():
-            if not p.requires_grad:
-                continue
-            if id(p) in new:
-                fresh.append(p)
-            elif p.ndim < 2 or "embedding" in name or "logit_scale" in name:
-                no_decay.append(p)
-            else:
-                decay.append(p)
-        return [{"params": decay, "lr_scale": self.clip_lr_scale, "weight_decay": self.weight_decay},
-                {"params": no_decay, "lr_scale": self.clip_lr_scale, "weight_decay": 0.0},
-                {"params": fresh, "lr_scale": 1.0, "weight_decay": 0.0}]
+        clip = [(name, p) for name, p in model.named_parameters() if id(p) not in new]
+        fresh = [p for p in model.parameters() if id(p) in new and p.requires_grad]
+        return weight_decay_groups(clip, self.weight_decay, lr_scale=self.clip_lr_scale) + \
+            [{"params": fresh, "lr_scale": 1.0, "weight_decay": 0.0}]
 
     def _intra(self, model: CLIP4IDCRetrieval) -> IntraCache | None:
         """The intra cache for this model's frozen weights (computed on first use, on every image needed)."""
@@ -343,9 +335,8 @@ class AdaptTask:
         _, pair = _encode(model.pair_encoder, self.data.images, before, train.after[batch["pairs"]],
                           self._intra(model))
         text = model.encode_text(batch["ids"].to(dev))
-        text = distributed.gather_with_grad(F.normalize(text, dim=-1))     # the global batch's negatives
-        pair = distributed.gather_with_grad(F.normalize(pair, dim=-1))
-        logits = model.logit_scale.exp() * text @ pair.t()
+        # gathered: the global batch's negatives
+        logits = clip_logits(text, pair, model.logit_scale, gather=distributed.gather_with_grad)
         loss = symmetric_infonce(logits)
         acc = (logits.argmax(1) == torch.arange(len(logits), device=dev)).float().mean()
         return loss, {"t2p_acc": float(acc), "temperature": float(1 / model.logit_scale.detach().exp())}
@@ -461,7 +452,7 @@ class CaptionTask:
         memories = model.memories(self._visual(model, "train", batch["pairs"]))
         ids = batch["ids"].to(model_device(model))
         words = int((ids[:, 1:] != model.pad_id).sum())
-        loss = distributed.global_mean(model.caption_loss(memories, ids, "sum"), words)
+        loss = distributed.global_mean(mlm_loss(*model.teacher_forcing(memories, ids), "sum"), words)
         return loss, {}
 
     @torch.inference_mode()

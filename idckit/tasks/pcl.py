@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from idckit.data.clevr_change import ClevrChange
 from idckit.data.features import FeatureStore
 from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError, DatasetError
-from idckit.losses import class_contrastive, fda_nce, judge_loss, mlm_loss, mvcl_nce
+from idckit.losses import fda_nce, fgvc_loss, judge_loss, mlm_loss, mvcl_nce
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
 from idckit.text.vocab import Vocab
@@ -364,11 +363,8 @@ class PretrainTask(_PCLTask):
         f2 = self.data.features[fg.rows2[idx]].float().to(dev)
         classes, match, single = model.fgvc_logits(f1, f2)
         labels = torch.stack([fg.class1[idx], fg.class2[idx]], 1).to(dev)
-        cls = F.cross_entropy(classes.flatten(0, 1).float(), labels.flatten())
-        same = F.cross_entropy(match.float(), fg.same[idx].long().to(dev))
-        con = class_contrastive(single.flatten(0, 1), labels.flatten())
-        return cls + same + con, {"fgvc_class": float(cls.detach()), "fgvc_match": float(same.detach()),
-                                  "fgvc_contrast": float(con.detach())}
+        loss, parts = fgvc_loss(classes, match, single, labels)
+        return loss, {k: float(v.detach()) for k, v in parts.items()}
 
     def evaluate(self, model, split: str = "val") -> dict[str, float]:
         return {}
