@@ -11,9 +11,10 @@ import torch.nn.functional as F
 
 from open_clip.transformer import VisionTransformer
 
+from idckit.experiments.config import model_config
 from idckit.losses import mlm_loss
 from idckit.models import clip_loader  # registers the stand-in configs
-from idckit.models.clip4idc import (CLIP4IDCCaptioner, CLIP4IDCRetrieval, CaptionerConfig, PairEncoder,
+from idckit.models.clip4idc import (CLIP4IDCCaptioner, CLIP4IDCRetrieval, PairEncoder,
                                     clip_text_features, tokenize_captions)
 
 TINY = "idckit-test-tiny-vit"
@@ -23,7 +24,7 @@ TINY_CFG = {"embed_dim": 48,
             "vision_cfg": {"image_size": 64, "layers": 4, "width": 64, "head_width": 32, "patch_size": 16},
             "text_cfg": {"context_length": 40, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}}
 DEPTH, N1 = 4, 17
-TINY_CAPTIONER = CaptionerConfig(hidden=64, heads=2, ffn=128, max_len=12)
+TINY_CAPTIONER = model_config("clip4idc-paper", hidden=64, heads=2, ffn=128, max_len=12)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -248,9 +249,9 @@ def test_visual_width_is_projected_and_embeddings_are_tied_to_clip():
     assert torch.equal(model.word_embedding.weight, clip.token_embedding.weight)
     assert torch.equal(model.position_embedding.weight, clip.positional_embedding[:12])
     with pytest.raises(ValueError, match="tie_clip_embeddings"):
-        CLIP4IDCCaptioner(tiny_clip(), CaptionerConfig(hidden=32, heads=2, ffn=64, max_len=12))
-    untied = CLIP4IDCCaptioner(tiny_clip(), CaptionerConfig(hidden=32, heads=2, ffn=64, max_len=12,
-                                                            tie_clip_embeddings=False))
+        CLIP4IDCCaptioner(tiny_clip(), model_config("clip4idc-paper", hidden=32, heads=2, ffn=64, max_len=12))
+    untied = CLIP4IDCCaptioner(tiny_clip(), model_config("clip4idc-paper", hidden=32, heads=2, ffn=64,
+                                                         max_len=12, tie_clip_embeddings=False))
     assert untied.word_embedding.weight.shape == (49408, 32)
 
 
@@ -336,6 +337,6 @@ def test_paper_sized_captioner_matches_table5_parameter_counts():
     torch.manual_seed(0)
     clip = open_clip.create_model("ViT-B-32", pretrained=None)
     for variant, paper in (("clip-ft", 135.57e6), ("clip4idc", 135.65e6)):
-        cfg = dataclasses.replace(CaptionerConfig(), variant=variant, segment_embedding=False)
+        cfg = dataclasses.replace(model_config("clip4idc-paper"), variant=variant, segment_embedding=False)
         n = sum(p.numel() for p in CLIP4IDCCaptioner(clip, cfg).parameters()) + 45 * 512
         assert abs(n - paper) < 0.01e6, (variant, n)

@@ -19,7 +19,12 @@ from idckit.tasks.clip_pretrain import (StandinPretrainTask, join_objects, load_
                                         split_objects)
 
 MODEL = "idckit-standin-ViT-T-16"
-SMALL = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0}
+SMALL = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
+         "freeze_visual": False}
+# the tasks' settings (a profile's in the kit; here the paper's, with the embeddings and intra blocks trainable)
+ADAPT = {"batch_size": 128, "clip_lr_scale": 1e-3, "weight_decay": 0.2, "swap_prob": 0.5, "freeze_intra": False,
+         "freeze_embeddings": False, "eval_batch_size": 128}
+CAPTION = {"batch_size": 16, "visual_lr_scale": 1e-3, "trim_vocab": False, "eval_batch_size": 100}
 OBJECTS = ["a small red rubber cube", "a large blue metal sphere", "a small gray rubber cylinder",
            "a large green metal cube", "a small cyan rubber sphere", "a large purple metal cylinder",
            "a small brown rubber cube"]
@@ -82,7 +87,7 @@ def test_standin_pretraining_uses_train_images_only_and_learns(tiny_clevr, tmp_p
     assert split_objects(data.text(row)) == data.objects[row][:len(split_objects(data.text(row)))]
     data.context_length = 32
 
-    task = StandinPretrainTask(data, MODEL, batch_size=2)
+    task = StandinPretrainTask(data, MODEL, batch_size=2, weight_decay=0.2, eval_batch_size=256)
     torch.manual_seed(0)
     model = task.build_model()
     batches = list(task.batches(0, torch.Generator().manual_seed(0)))
@@ -137,15 +142,15 @@ def test_pair_data_layout(pairs):
 
 def test_swap_augmentation_replaces_the_before_image_by_the_distractor(pairs, clip_file):
     train = pairs.splits["train"]
-    task = AdaptTask(pairs, MODEL, clip_file, batch_size=4, swap_prob=1.0)
+    task = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(batch_size=4, swap_prob=1.0)))
     batch = _fixed(task.batches(0, torch.Generator().manual_seed(0)))
     assert bool(batch["swap"].all()) and bool(train.is_change[batch["pairs"]].all())
     assert torch.equal(task.swapped_before(batch["pairs"], batch["swap"]), train.distractor_row[batch["pairs"]])
-    none = AdaptTask(pairs, MODEL, clip_file, batch_size=4, swap_prob=0.0)
+    none = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(batch_size=4, swap_prob=0.0)))
     b0 = _fixed(none.batches(0, torch.Generator().manual_seed(0)))
     assert not bool(b0["swap"].any())
     assert torch.equal(none.swapped_before(b0["pairs"], b0["swap"]), train.before[b0["pairs"]])
-    half = AdaptTask(pairs, MODEL, clip_file, batch_size=1, swap_prob=0.5)
+    half = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(batch_size=1, swap_prob=0.5)))
     draws = torch.cat([b["swap"] for e in range(50) for b in half.batches(e, torch.Generator().manual_seed(e))])
     assert 0.35 < draws.float().mean() < 0.65
     with pytest.raises(ValueError, match="non-semantic"):   # a distractor pair has no distractor to swap in
@@ -153,8 +158,9 @@ def test_swap_augmentation_replaces_the_before_image_by_the_distractor(pairs, cl
 
 
 def test_adaptation_learns_and_the_intra_cache_changes_nothing(pairs, clip_file):
-    plain = AdaptTask(pairs, MODEL, clip_file, n_intra=4, batch_size=4, swap_prob=0.5)
-    cached = AdaptTask(pairs, MODEL, clip_file, n_intra=4, batch_size=4, swap_prob=0.5, freeze_intra=True)
+    plain = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(n_intra=4, batch_size=4, swap_prob=0.5)))
+    cached = AdaptTask(pairs, MODEL, clip_file,
+                       **(ADAPT | dict(n_intra=4, batch_size=4, swap_prob=0.5, freeze_intra=True)))
     batch = _fixed(plain.batches(0, torch.Generator().manual_seed(1)))
     torch.manual_seed(0)
     m1 = plain.build_model()
@@ -181,7 +187,7 @@ def test_adaptation_learns_and_the_intra_cache_changes_nothing(pairs, clip_file)
 
 
 def test_retrieval_evaluation_shapes(pairs, clip_file):
-    task = AdaptTask(pairs, MODEL, clip_file, batch_size=4)
+    task = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(batch_size=4)))
     torch.manual_seed(0)
     model = task.build_model()
     sim, text_pair = task.similarity(model, "val")
@@ -203,8 +209,9 @@ def test_retrieval_evaluation_shapes(pairs, clip_file):
 # -- captioning -----------------------------------------------------------------------------------------------
 
 def test_caption_task_learns_with_cached_frozen_encoder_equal_to_images(pairs, clip_file):
-    live = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "freeze_visual": True}, batch_size=2)
-    cached = CaptionTask(pairs, MODEL, clip_file, SMALL, batch_size=2, visual_lr_scale=0.0)
+    live = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "freeze_visual": True}, **(CAPTION | dict(batch_size=2)))
+    cached = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "freeze_visual": True},
+                         **(CAPTION | dict(batch_size=2, visual_lr_scale=0.0)))
     assert cached.frozen and live.frozen
     batch = _fixed(cached.batches(0, torch.Generator().manual_seed(0)))
     train = pairs.splits["train"]
@@ -230,7 +237,7 @@ def test_caption_task_learns_with_cached_frozen_encoder_equal_to_images(pairs, c
 def test_trimmed_vocabulary_is_the_full_model_restricted(pairs):
     torch.manual_seed(0)
     clip, _, _ = load_clip(MODEL, None)
-    cfg = CaptionerConfig(**SMALL)
+    cfg = CaptionerConfig(**SMALL, max_len=32)
     ids = pairs.caption_ids()
     torch.manual_seed(1)
     full = CLIP4IDCCaptioner(clip, cfg).eval()
@@ -263,13 +270,13 @@ def test_trimmed_vocabulary_is_the_full_model_restricted(pairs):
 
 
 def test_captioner_starts_from_the_adapted_encoder(pairs, clip_file, tmp_path):
-    adapt = AdaptTask(pairs, MODEL, clip_file, n_intra=4)
+    adapt = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(n_intra=4)))
     torch.manual_seed(3)
     retrieval = adapt.build_model()
     with torch.no_grad():
         retrieval.pair_encoder.bef_embedding.fill_(0.5)
     torch.save(retrieval.state_dict(), tmp_path / "best.pt")
-    task = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "n_intra": 4}, init_from=tmp_path / "best.pt")
+    task = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "n_intra": 4}, init_from=tmp_path / "best.pt", **CAPTION)
     model = task.build_model()
     assert torch.equal(model.pair_encoder.bef_embedding, retrieval.pair_encoder.bef_embedding)
     assert torch.equal(model.pair_encoder.visual.proj, retrieval.pair_encoder.visual.proj)

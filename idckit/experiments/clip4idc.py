@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ import torch
 
 from idckit import paths
 from idckit.errors import ConfigError, WeightsUnavailableError
-from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config
+from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config, train_config
 from idckit.experiments.data import DataChoice, pair_dataset
 from idckit.experiments.runs import Run, caption_counts, open_run
 from idckit.fileio import check_output_dir, check_output_file
@@ -205,20 +204,8 @@ def _device(s: Setup, kind: str):
 
 
 def _train_config(c: dict, seed: int, samples_per_epoch: int, batch_size: int):
-    """The loop's TrainConfig from a ``train`` block; ``epochs``, ``warmup_fraction`` and ``eval_every_epochs``
-    become steps for this data size."""
-    from idckit.train.loop import TrainConfig
-
-    t = dict(c)
-    steps_per_epoch = max(1, samples_per_epoch // batch_size)
-    epochs, warmup, every = t.pop("epochs", None), t.pop("warmup_fraction", None), t.pop("eval_every_epochs", None)
-    if epochs is not None:                       # a profile sets these to null to give steps directly
-        t["max_steps"] = int(math.ceil(epochs * steps_per_epoch))
-    if warmup is not None:
-        t["warmup_steps"] = int(round(warmup * t["max_steps"]))
-    if every is not None:
-        t["eval_every"] = max(1, int(every * steps_per_epoch))
-    return TrainConfig.from_dict({**t, "seed": seed})
+    """The loop's TrainConfig from a ``train`` block in epochs of ``samples_per_epoch`` samples."""
+    return train_config(c, seed, steps_per_epoch=max(1, samples_per_epoch // batch_size))
 
 
 # -- 1. the CLIP ----------------------------------------------------------------------------------------------
@@ -410,7 +397,7 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
     clip = clip_weights(s, progress=progress)
     ad = adapt(s, n_intra, 0, progress=progress) if v["adapt"] else None
     c = copy.deepcopy(s.config["caption"])
-    frozen = c["visual_lr_scale"] == 0 if freeze_visual is None else bool(freeze_visual)
+    frozen = c["captioner"]["freeze_visual"] if freeze_visual is None else bool(freeze_visual)
     if frozen:
         c["visual_lr_scale"] = 0.0
     captioner = {**c.pop("captioner"), **v["captioner"], "freeze_visual": frozen}
@@ -614,7 +601,7 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
                              "train_seconds": round(train_seconds, 1),
                              "caption_model": s.config["caption"]["captioner"],
                              "visual_encoder_in_captioning": "frozen (pair tokens computed once)"
-                             if s.config["caption"]["visual_lr_scale"] == 0 else
+                             if s.config["caption"]["captioner"]["freeze_visual"] else
                              f"fine-tuned at {s.config['caption']['visual_lr_scale']} x the caption lr"})
 
 

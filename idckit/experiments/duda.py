@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from idckit.errors import ConfigError
 from idckit.experiments import pcl
-from idckit.experiments.config import load_config
+from idckit.experiments.config import load_config, train_config
 from idckit.experiments.pcl import Setup
 from idckit.experiments.runs import Run, open_run
 
@@ -71,7 +71,7 @@ def run_variant(variant: str = "duda", profile: str = "cpu", data_root: str | Pa
 def _train(s: Setup, run: Run, progress: bool) -> None:
     from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
     from idckit.tasks.duda import DUDATask, caption_judge_accuracy, no_change_sentences, predict
-    from idckit.train.loop import TrainConfig, fit
+    from idckit.train.loop import fit
 
     t0 = time.perf_counter()
     data = _data(s)
@@ -79,7 +79,7 @@ def _train(s: Setup, run: Run, progress: bool) -> None:
     with CaptionScorer(meteor=False) as quick:
         task = DUDATask(data, run.config["model"], batch_size=c["batch_size"], attention_l1=c["attention_l1"],
                         swap_before=c["swap_before"], eval_batch_size=c["eval_batch_size"], scorer=quick)
-        res = fit(task, TrainConfig.from_dict({**c["loop"], "seed": run.config["seed"]}), run.dir,
+        res = fit(task, train_config(c["loop"], run.config["seed"]), run.dir,
                   progress=progress)
     data.vocab.save(run.dir / "vocab.json")
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)

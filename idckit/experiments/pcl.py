@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from idckit import paths
 from idckit.data.features import FeatureStore, extract_features
 from idckit.errors import ConfigError, DatasetError
-from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config
+from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config, train_config
 from idckit.experiments.data import DataChoice, clevr_change
 from idckit.experiments.runs import Run, caption_counts, open_run
 from idckit.fileio import check_output_dir
@@ -119,7 +119,7 @@ def _pretrain_run(s: Setup, variant: dict, seed: int) -> Run | None:
 
 def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
     from idckit.tasks.pcl import PretrainTask
-    from idckit.train.loop import TrainConfig, fit
+    from idckit.train.loop import fit
 
     if run.is_complete():
         return
@@ -127,7 +127,7 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
     task = PretrainTask(_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
                         mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
                         tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
-    res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress,
+    res = fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
               device=s.device)
     if distributed.is_main():
         run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds}, **_about(s))
@@ -166,7 +166,7 @@ def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Pa
 def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
     from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
     from idckit.tasks.pcl import FinetuneTask, predict
-    from idckit.train.loop import TrainConfig, fit
+    from idckit.train.loop import fit
 
     t0 = time.perf_counter()
     if pre is not None:
@@ -179,7 +179,7 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                             eval_batch_size=c["eval_batch_size"], group_by_pair=c["group_by_pair"],
                             captions_per_pair=c["captions_per_pair"],
                             init_from=None if pre is None else pre.dir / "best.pt", scorer=quick)
-        res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir,
+        res = fit(task, train_config(c["train"], run.config["seed"]), run.dir,
                   progress=progress, device=s.device)
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
     if not distributed.is_main():      # rank 0 scores and writes; the others wait for the finished run

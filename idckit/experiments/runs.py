@@ -34,10 +34,11 @@ from idckit.fileio import check_output_dir, write_json
 #: bump when a change to the training code alters what a run learns (every cached run then retrains)
 TRAINING_CODE_VERSION = "2"  # 2: grouped IDC-PCL fine-tuning batches (device/DDP plumbing and other datasets since: same results on one CPU process)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "a89bb98c976e7ba3"
-#: the code a run's result depends on beyond its config: the loop, models, tasks, losses, text and features
-TRAINING_MODULES = ("train/*.py", "models/*.py", "models/clip_configs/*.json", "tasks/*.py", "losses.py",
-                    "text/*.py", "data/features.py", "data/images.py")
+TRAINING_CODE_FINGERPRINT = "2779849fdc14f57d"
+#: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
+#: models, tasks, losses, text and features
+TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
+                    "tasks/*.py", "losses.py", "text/*.py", "data/features.py", "data/images.py")
 
 
 def training_fingerprint(package: Path | None = None) -> str:

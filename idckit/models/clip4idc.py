@@ -285,29 +285,27 @@ def tokenize_captions(texts: list[str], max_len: int = 32) -> torch.LongTensor:
 
 @dataclass(frozen=True)
 class CaptionerConfig:
-    """Sizes and switches of the captioner; defaults are the paper's (appendix B) and the public code's."""
+    """Sizes and switches of the captioner. The sizes have no defaults here: they come from the ``captioner``
+    section of a profile (``idckit/experiments/configs/clip4idc_caption.json``, named ``clip4idc-<profile>`` by
+    :func:`idckit.experiments.config.model_config`); base is the paper's (appendix B) and the public code's."""
+    hidden: int
+    heads: int
+    ffn: int
+    enc_layers: int
+    dec_layers: int
+    dropout: float                         # hidden and attention-probability dropout, as the public code
+    max_len: int                           # tokens including SOT/EOT; greedy decoding runs at most this many steps
+    freeze_visual: bool                    # the pair encoder frozen (paper table 7; the cpu profile by choice)
+    # what a run chooses, not a profile: the experiment's variant and layer split, and switches kept at the paper's
     variant: str = "clip4idc"              # "clip4idc" (split ViT) or "clip-ft" (plain CLIP per image, table 5)
     n_intra: int | None = None             # None: 3/4 of the ViT depth (9 of 12); ignored for clip-ft
-    hidden: int = 512
-    heads: int = 8
-    ffn: int = 2048
-    enc_layers: int = 3
-    dec_layers: int = 3
-    dropout: float = 0.1                   # hidden and attention-probability dropout, as the public code
-    max_len: int = 32                      # tokens including SOT/EOT; greedy decoding runs at most this many steps
     cross_attention: str = "layerwise"     # "layerwise" (decoder i <- encoder i, public code) or "last"
     tie_clip_embeddings: bool = True       # word/position embeddings start from CLIP's text tower
     segment_embedding: bool | None = None  # before/after segment embedding in the caption encoder; None: clip-ft only
-    freeze_visual: bool = False            # paper table 7 (captioning with the adapted encoder frozen)
 
     @property
     def use_segment_embedding(self) -> bool:
         return self.variant == "clip-ft" if self.segment_embedding is None else self.segment_embedding
-
-
-PAPER_CAPTIONER = CaptionerConfig()
-# Smaller caption transformer for the CPU profile; hidden 256 matches the stand-in CLIP's text width so ties work.
-CPU_CAPTIONER = CaptionerConfig(hidden=256, heads=4, ffn=1024)
 
 
 class Attention(nn.Module):
@@ -385,7 +383,7 @@ class CLIP4IDCCaptioner(nn.Module):
     the text tower is not kept). To start from an adapted retrieval model, load its pair encoder's weights:
     ``captioner.pair_encoder.load_state_dict(retrieval.pair_encoder.state_dict())``."""
 
-    def __init__(self, clip: nn.Module, cfg: CaptionerConfig = PAPER_CAPTIONER,
+    def __init__(self, clip: nn.Module, cfg: CaptionerConfig,
                  output_ids: "list[int] | torch.Tensor | None" = None):
         super().__init__()
         if cfg.variant not in ("clip4idc", "clip-ft"):

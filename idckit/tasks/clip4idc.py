@@ -31,7 +31,6 @@ over the ranks and gathered.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import weakref
 from dataclasses import dataclass, field
@@ -253,11 +252,10 @@ class AdaptTask:
 
     selection_metric = "t2p_R@1"
 
-    def __init__(self, data: PairData, clip_model: str, pretrained: str | None, *, n_intra: int | None = None,
-                 batch_size: int = 128, clip_lr_scale: float = 1e-3, weight_decay: float = 0.2,
-                 swap_prob: float = 0.5, freeze_intra: bool = False, freeze_embeddings: bool = False,
-                 eval_batch_size: int = 128, intra_cache: IntraCache | None = None, progress: bool = False,
-                 ks: Sequence[int] = (1, 5, 10)):
+    def __init__(self, data: PairData, clip_model: str, pretrained: str | None, *, batch_size: int,
+                 clip_lr_scale: float, weight_decay: float, swap_prob: float, freeze_intra: bool,
+                 freeze_embeddings: bool, eval_batch_size: int, n_intra: int | None = None,
+                 intra_cache: IntraCache | None = None, progress: bool = False, ks: Sequence[int] = (1, 5, 10)):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
         self.ks = tuple(sorted({1, *ks}))                      # R@1 always: it selects the checkpoint
         self.n_intra, self.batch_size, self.clip_lr_scale = n_intra, batch_size, clip_lr_scale
@@ -375,13 +373,14 @@ class CaptionTask:
     selection_metric = "CIDEr-D"
 
     def __init__(self, data: PairData, clip_model: str, pretrained: str | None, captioner: Mapping[str, Any], *,
-                 batch_size: int = 16, visual_lr_scale: float = 1e-3, init_from: str | Path | None = None,
-                 trim_vocab: bool = False, eval_batch_size: int = 100, intra_cache: IntraCache | None = None,
-                 scorer=None, progress: bool = False):
+                 batch_size: int, visual_lr_scale: float, trim_vocab: bool, eval_batch_size: int,
+                 init_from: str | Path | None = None, intra_cache: IntraCache | None = None, scorer=None,
+                 progress: bool = False):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
         self.cfg = CaptionerConfig(**{**dict(captioner), "max_len": data.max_len})
         if visual_lr_scale == 0 and not self.cfg.freeze_visual:
-            self.cfg = dataclasses.replace(self.cfg, freeze_visual=True)
+            raise ConfigError("visual_lr_scale 0 would train the pair encoder at lr 0",
+                              fix="freeze it explicitly: captioner.freeze_visual = true")
         self.batch_size, self.visual_lr_scale = batch_size, visual_lr_scale
         self.init_from = Path(init_from) if init_from else None
         self.trim_vocab, self.eval_batch_size = trim_vocab, eval_batch_size

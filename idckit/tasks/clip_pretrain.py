@@ -171,8 +171,8 @@ class StandinPretrainTask:
 
     selection_metric = "R@1"
 
-    def __init__(self, data: DescriptionData, model_name: str, *, batch_size: int, weight_decay: float = 0.2,
-                 eval_batch_size: int = 256):
+    def __init__(self, data: DescriptionData, model_name: str, *, batch_size: int, weight_decay: float,
+                 eval_batch_size: int):
         self.data, self.model_name, self.batch_size = data, model_name, batch_size
         self.weight_decay, self.eval_batch_size = weight_decay, eval_batch_size
 

@@ -62,8 +62,8 @@ def targets(ids: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]
 class DUDATask:
     selection_metric = "CIDEr-D"
 
-    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, attention_l1: float = 2.5e-3,
-                 swap_before: float = 0.5, eval_batch_size: int = 200, scorer=None):
+    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, attention_l1: float,
+                 swap_before: float, eval_batch_size: int, scorer=None):
         self.data, self.model_settings, self.batch_size = data, dict(model), batch_size
         self.attention_l1, self.swap_before = attention_l1, swap_before
         self.eval_batch_size, self.scorer = eval_batch_size, scorer

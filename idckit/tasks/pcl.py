@@ -234,8 +234,8 @@ class PretrainTask(_PCLTask):
     selection_metric = None  # the public code keeps the last pre-training checkpoint
 
     def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, ratios: Mapping[str, int],
-                 steps_per_epoch: int | None = None, mask_prob: float = 0.15, eos_prob: float = 0.15,
-                 region_prob: float = 0.15, tau_mvcl: float = 1.0, tau_fda: float = 1.0, init_from=None):
+                 mask_prob: float, eos_prob: float, region_prob: float, tau_mvcl: float, tau_fda: float,
+                 steps_per_epoch: int | None = None, init_from=None):
         super().__init__(data, model, batch_size=batch_size, init_from=init_from)
         unknown = set(ratios) - set(PRETRAIN_TASKS)
         if unknown or not any(ratios.values()):
