@@ -72,7 +72,8 @@ def _clip(model: str, pretrained: str | None) -> str:
     return f"{model} {pretrained}: not cached; open_clip downloads it on first use"
 
 
-def report(profile: str = "cpu", data_root: str | None = None, runs_dir: str | Path | None = None) -> list[tuple[bool, str]]:
+def report(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
+           runs_dir: str | Path | None = None) -> list[tuple[bool, str]]:
     """(ok, line) pairs; ok=False marks a problem that stops a notebook."""
     from idckit.device import describe
 
@@ -131,7 +132,8 @@ def report(profile: str = "cpu", data_root: str | None = None, runs_dir: str | P
     return lines
 
 
-def main(profile: str = "cpu", data_root: str | None = None, runs_dir: str | Path | None = None) -> int:
+def main(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
+         runs_dir: str | Path | None = None) -> int:
     lines = report(profile, data_root, runs_dir)
     for ok, line in lines:
         print(("  " if ok else "! ") + line)

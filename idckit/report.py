@@ -54,6 +54,15 @@ def paper_table(table_id: str) -> dict:
     return tables[table_id]
 
 
+def paper_value(table_id: str, metric: str, **row: Any) -> float:
+    """One published number: ``metric`` of the one row of ``table_id`` whose fields equal ``row`` (e.g.
+    ``paper_value("idcpcl.table2", "CIDEr-D", model="IDC-PCL")`` = 128.9), so a headline is read, never typed."""
+    found = [r for r in paper_table(table_id)["rows"] if all(r.get(k) == v for k, v in row.items())]
+    if len(found) != 1 or metric not in found[0]["metrics"]:
+        raise ConfigError(f"{table_id} has {len(found)} rows with {row} (need exactly one with {metric!r})")
+    return found[0]["metrics"][metric]
+
+
 def to_paper_scale(metrics: Mapping[str, float]) -> dict[str, float]:
     """pycocoevalcap's scale (0-1; CIDEr-D ~0-10) -> the papers' x100 scale. Retrieval metrics pass through."""
     return {k: (100.0 * v if k in CAPTION_METRICS else v) for k, v in metrics.items()}

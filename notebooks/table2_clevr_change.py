@@ -40,7 +40,7 @@ from idckit import paths
 from idckit.experiments import pcl
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, val_curve
-from idckit.report import paper_table, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -95,7 +95,7 @@ path = write_report(
     report_dir, "table2_clevr_change", "idcpcl.table2", rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "IDC-PCL CIDEr-D, test total", "kit": round(mean["metrics"]["CIDEr-D"], 2),
-              "paper": 128.9},
+              "paper": paper_value("idcpcl.table2", "CIDEr-D", model="IDC-PCL")},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."] + hard_notes + collapse_notes)
 report_summary(path)

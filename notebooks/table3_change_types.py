@@ -34,6 +34,7 @@ import time
 import pandas as pd
 
 from idckit import paths
+from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.experiments import pcl
 from idckit.experiments.runs import captions_by_run
 from idckit.plots import per_type_bars, show_pairs
@@ -75,7 +76,7 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
 # %%
 kit_types = pd.DataFrame([r["metrics"] for r in rows]).mean()
 paper_types = pd.Series(next(r for r in paper["rows"] if r["model"] == "IDC-PCL")["metrics"])
-semantic = [t for t in ["color", "material", "add", "drop", "move"] if t in kit_types]  # tiny test splits lack some
+semantic = [t for t in CHANGE_TYPES if t in kit_types]  # tiny test splits lack some
 hardest_kit, hardest_paper = kit_types[semantic].idxmin(), paper_types[semantic].idxmin()
 notes = [f"Hardest change type: {hardest_paper} in the paper, {hardest_kit} in the kit's run "
          + ("(agrees)." if hardest_kit == hardest_paper else "(differs; the synthetic scenes differ from CLEVR's)."),

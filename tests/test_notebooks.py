@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.reproduce import discover, run_one
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def _finite_metrics(doc):
 CAPTION = {"Bleu_4", "ROUGE_L", "CIDEr-D"}
 RETRIEVAL = {"t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10"}
 GRAMMAR = {"verified_share", "difference_recall"}   # SynthBirds' truth check of the paragraphs (percent)
-TYPES = {"color", "material", "add", "drop", "move", "distractor"}
+TYPES = {*CHANGE_TYPES, DISTRACTOR}
 #: per notebook: the (model, variant) rows it must record and the metric keys every such row has
 EXPECTED = {
     "table2_clevr_change": ({("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)")}, CAPTION),

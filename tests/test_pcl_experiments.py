@@ -227,7 +227,7 @@ def test_grouped_forward_equals_the_per_caption_forward(smoke):
     grouped = model.forward_grouped(f1, f2, b["text"])
     flat = model(f1.repeat_interleave(2, 0), f2.repeat_interleave(2, 0), b["text"].flatten(0, 1), mode="finetune")
     torch.testing.assert_close(grouped.text, flat.text, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(model.distractor_logits(grouped), model.distractor_logits(flat)[::2],
+    torch.testing.assert_close(model.judge_logits(grouped), model.judge_logits(flat)[::2],
                                atol=1e-5, rtol=1e-5)
     with pytest.raises(ConfigError, match="captions_per_pair"):
         FinetuneTask(data, smoke.config["model"], batch_size=4, group_by_pair=True, captions_per_pair=4, **FINETUNE)

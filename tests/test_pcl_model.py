@@ -65,7 +65,7 @@ def test_shapes_in_both_modes():
     assert ft.cls is None and ft.text.shape == (3, 10, D) and ft.visual.shape == (3, 2 + 2 * N, D)
     assert m.mlm_logits(ft.text).shape == (3, 10, len(VOCAB))
     assert m.mvcl_regress(pre.visual).shape == (3, 2 + 2 * N, F_DIM)
-    assert m.distractor_logits(ft).shape == (3, 2)
+    assert m.judge_logits(ft).shape == (3, 2)
     with pytest.raises(ConfigError, match="mode"):
         m(f1, f2, t, mode="decode")
     with pytest.raises(ConfigError, match="features must be"):
@@ -191,11 +191,11 @@ def test_heads():
     pre = m(f1, f2, t, mode="pretrain")
     want = F.cosine_similarity((pre.visual[:, 0] + pre.visual[:, 1 + N]) / 2, pre.cls, dim=-1)
     assert torch.allclose(m.fda_similarity(pre), want)
-    assert torch.allclose(m.distractor_logits(pre), m.judge(torch.cat([pre.visual[:, 0], pre.visual[:, 1 + N]], 1)))
+    assert torch.allclose(m.judge_logits(pre), m.judge(torch.cat([pre.visual[:, 0], pre.visual[:, 1 + N]], 1)))
     with pytest.raises(ConfigError, match="pre-training layout"):
         m.fda_similarity(m(f1, f2, t, mode="finetune"))
     with pytest.raises(ConfigError, match="distractor_head=False"):
-        tiny(distractor_head=False).distractor_logits(pre)
+        tiny(distractor_head=False).judge_logits(pre)
     assert not hasattr(tiny(distractor_head=False), "judge")
 
 

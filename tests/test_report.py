@@ -30,6 +30,18 @@ def test_paper_numbers_are_transcribed_from_the_papers():
         paper_table("idcpcl.table9")
 
 
+def test_paper_value_reads_one_published_number():
+    from idckit.report import paper_value
+
+    assert paper_value("idcpcl.table2", "CIDEr-D", model="IDC-PCL") == 128.9
+    assert paper_value("idcpcl.table5", "ROUGE_L", model="IDC-PCL", variant="B2W + CUB + NABirds") == 49.1
+    assert paper_value("clip4idc.table6", "t2p_R@1", dataset="clevr_change") == 26.8
+    with pytest.raises(ConfigError, match="3 rows"):
+        paper_value("clip4idc.table6", "t2p_R@1", model="CLIP4IDC")        # one row per dataset: ambiguous
+    with pytest.raises(ConfigError, match="0 rows"):
+        paper_value("idcpcl.table2", "CIDEr-D", model="nobody")
+
+
 def test_scale_conversion_only_touches_caption_metrics():
     assert to_paper_scale({"CIDEr-D": 1.289, "Bleu_4": 0.512, "t2p_R@1": 26.8}) == pytest.approx(
         {"CIDEr-D": 128.9, "Bleu_4": 51.2, "t2p_R@1": 26.8})

@@ -59,7 +59,7 @@ class Setup:
                 "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
 
 
-def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
+def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
           overrides: dict | None = None, progress: bool = True, device: str | None = None) -> Setup:
     """Data (SynthBirds generated on first use unless ``data_root``) and the grid features of every image of its
     three datasets (extracted once, cached). ``device``: None (auto), ``cpu``, ``cuda:1``, ..."""
@@ -192,7 +192,7 @@ def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -
     run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
 
 
-def run_variant(variant: str = "both", profile: str = "cpu", data_root: str | Path | None = None, *,
+def run_variant(variant: str = "both", profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
                 seed: int = 0, runs_dir: str | Path | None = None, overrides: dict | None = None,
                 progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
     """GIC (with CUB), Birds-to-Words pre-training (+ FGVC with NABirds), fine-tuning, val selection on ROUGE-L,

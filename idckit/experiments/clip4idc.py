@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import torch
 
 from idckit import paths
+from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.errors import ConfigError, WeightsUnavailableError
 from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config, train_config
 from idckit.experiments.data import DataChoice, pair_dataset
@@ -51,7 +52,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 MODEL = "CLIP4IDC (idckit)"
 STANDIN_LABEL = "idckit stand-in CLIP (synthetic pre-training)"
-TYPES = ("color", "material", "add", "drop", "move", "distractor")
+TYPES = (*CHANGE_TYPES, DISTRACTOR)
 RETRIEVAL_KEYS = ("t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10",
                   "p2t_MdR", "p2t_MnR")
 
@@ -102,7 +103,7 @@ class Setup:
         return default_n_intra(self.depth)
 
 
-def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
+def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
           clip_model: str | None = None, pretrained: str | None = None, overrides: dict | None = None,
           progress: bool = True, device: str | None = None, dataset: str = "clevr-change") -> Setup:
     """The data (generated on first use when synthetic) and every setting of ``profile``.
@@ -606,7 +607,7 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
 
 
 # -- the `idckit pretrain-clip` command -------------------------------------------------------------------------
-def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
+def pretrain_clip(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
                   out: str | Path | None = None, progress: bool = True, device: str | None = None,
                   dataset: str = "clevr-change") -> dict[str, Any]:
     """Pre-train (or find in the run cache) the offline stand-in CLIP; ``out`` also copies the checkpoint there.

@@ -16,12 +16,13 @@ from idckit.experiments import pcl
 from idckit.experiments.config import load_config, train_config
 from idckit.experiments.pcl import Setup
 from idckit.experiments.runs import Run, open_run
+from idckit.paths import DEFAULT_PROFILE
 
 MODEL = "DUDA (idckit)"
 VARIANTS: dict[str, dict[str, Any]] = {"duda": {"label": "DUDA"}}
 
 
-def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
+def setup(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
           backbone: str | None = None, overrides: dict | None = None, progress: bool = True) -> Setup:
     """Data (generated on first use when synthetic) and its grid features (extracted once, shared with IDC-PCL)."""
     cfg = load_config("duda", profile, overrides)
@@ -45,7 +46,7 @@ def _data(s: Setup):
     return _DATA_CACHE[key]
 
 
-def run_variant(variant: str = "duda", profile: str = "cpu", data_root: str | Path | None = None, *,
+def run_variant(variant: str = "duda", profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *,
                 seed: int = 0, runs_dir: str | Path | None = None, backbone: str | None = None,
                 overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
     """Train (select on val CIDEr-D), decode and score test; cached by config.

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from idckit import paths
+from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.data.features import FeatureStore, extract_features
 from idckit.errors import ConfigError, DatasetError
 from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config, train_config
@@ -60,7 +61,7 @@ class Setup:
         return float(self.config.get("train_fraction", 1.0))
 
 
-def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
+def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
           backbone: str | None = None, overrides: dict | None = None, hard: bool = False,
           progress: bool = True, device: str | None = None) -> Setup:
     """Data (generated on first use when synthetic) and its grid features (extracted once, cached).
@@ -134,7 +135,7 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
     distributed.barrier()
 
 
-def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Path | None = None, *,
+def run_variant(variant: str = "full", profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
                 seed: int = 0, runs_dir: str | Path | None = None, backbone: str | None = None,
                 overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None,
                 device: str | None = None) -> dict[str, Any]:
@@ -280,7 +281,7 @@ __all__ = ["VARIANTS", "Setup", "setup", "run_variant", "runs", "hard_runs", "pr
 
 
 # -- what the table notebooks show --------------------------------------------------------------------------
-TYPES = ("color", "material", "add", "drop", "move", "distractor")
+TYPES = (*CHANGE_TYPES, DISTRACTOR)
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:

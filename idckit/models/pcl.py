@@ -379,7 +379,7 @@ class PCL(nn.Module):
             raise ConfigError("FDA needs the pre-training layout (mode='pretrain')")
         return F.cosine_similarity(0.5 * (out.img1 + out.img2), out.cls, dim=-1)
 
-    def distractor_logits(self, out: PCLOutput) -> torch.Tensor:
+    def judge_logits(self, out: PCLOutput) -> torch.Tensor:
         """[B, 2]: class 1 = a real (semantic) change, 0 = a distractor (viewpoint/lighting only)."""
         if not self.cfg.distractor_head:
             raise ConfigError("this model was built without the distractor-judging head (distractor_head=False)")

@@ -457,7 +457,7 @@ class FinetuneTask(_PCLTask):
         logs = {"mlm": float(loss.detach())}
         if model.cfg.distractor_head and self.distractor_weight:
             target = self.data.splits["train"].is_change[batch["pairs"]].to(dev)
-            judge = distributed.global_mean(judge_loss(model.distractor_logits(out), target, reduction="sum"),
+            judge = distributed.global_mean(judge_loss(model.judge_logits(out), target, reduction="sum"),
                                             len(target))
             loss = loss + self.distractor_weight * judge
             logs["judge"] = float(judge.detach())
@@ -513,7 +513,7 @@ def predict(model: PCL, data: PCLData, split: str, *, batch_size: int = 100, bea
             bos = torch.full((len(idx), 1), data.vocab.bos_id, dtype=torch.long, device=dev)
             out = model(f1, f2, bos, mode="finetune")
             judged.update(zip((s.pair_ids[j] for j in idx.tolist()),
-                              model.distractor_logits(out).argmax(-1).bool().tolist()))
+                              model.judge_logits(out).argmax(-1).bool().tolist()))
     model.train(was_training)
     if distributed.world() > 1:
         parts = distributed.gather((captions, judged))
