@@ -89,7 +89,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(80 - len(SPECIALS))])
-    model = PCL(model_config("idcpcl-paper", vocab_size=80, feat_dim=2048, n_regions=49,
+    model = PCL(model_config("pcl-paper", vocab_size=80, feat_dim=2048, n_regions=49,
                              max_text_len=args.steps + 1), vocab).eval()
     with torch.no_grad():
         model.mlm_head.bias[vocab.eos_id] = -1e4   # run every step, like the public code

@@ -58,7 +58,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(80 - len(SPECIALS))])
-    model = PCL(model_config("idcpcl-paper", vocab_size=80, feat_dim=2048, n_regions=49), vocab).train()
+    model = PCL(model_config("pcl-paper", vocab_size=80, feat_dim=2048, n_regions=49), vocab).train()
     opt = torch.optim.Adam(model.parameters(), 1e-4)
 
     def make_batch(b: int):

@@ -62,7 +62,7 @@ print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.met
 # %%
 METRICS = ["Bleu_4", "METEOR", "CIDEr-D", "ROUGE_L", "verified_share", "difference_recall"]
 rows = birds.rows(results, labels=birds.TABLE1_LABELS) + birds.baseline_rows(base)
-paper = paper_table("idcpcl.table1")
+paper = paper_table("pcl.table1")
 side_by_side(rows, paper["rows"], METRICS).round(1)
 
 # %% [markdown]
@@ -112,10 +112,10 @@ margins = [f"{v} (test, mean of {len(seeds)} seed(s)): ROUGE-L {kit_rouge[v]:.1f
            f"against the best baseline ({best_base['variant']}) {best_base['metrics']['ROUGE_L']:.1f} and "
            f"{best_base['metrics']['CIDEr-D']:.1f}." for v in birds.TABLE1_LABELS.values()]
 path = write_report(
-    report_dir, "table1_birds_to_words", "idcpcl.table1", rows,
+    report_dir, "table1_birds_to_words", "pcl.table1", rows,
     birds.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "IDC-PCL ROUGE-L, test", "kit": round(kit_rouge["IDC-PCL"], 2),
-              "paper": paper_value("idcpcl.table1", "ROUGE_L", model="IDC-PCL")},
+              "paper": paper_value("pcl.table1", "ROUGE_L", model="IDC-PCL")},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            "Scored without PTB tokenisation, as the text is pre-tokenised; the checkpoint is chosen on val ROUGE-L."]
     + margins + order_notes + collapse_notes)

@@ -57,7 +57,7 @@ if hard:
 
 # %%
 rows = pcl.rows(results) + pcl.rows(hard_results)
-paper = paper_table("idcpcl.table2")
+paper = paper_table("pcl.table2")
 side_by_side(rows, paper["rows"]).round(1)
 
 # %% [markdown]
@@ -92,10 +92,10 @@ mean = next(r for r in rows if r["seed"] == "mean") if len(results) > 1 else row
 hard_notes = [f"Rows marked [hard data] ran on {hard.data.description}: CLEVR-Change's own camera and lamp jitter, "
               "kept beside the learnable default so the table shows what the difficulty changes."] if hard else []
 path = write_report(
-    report_dir, "table2_clevr_change", "idcpcl.table2", rows,
+    report_dir, "table2_clevr_change", "pcl.table2", rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "IDC-PCL CIDEr-D, test total", "kit": round(mean["metrics"]["CIDEr-D"], 2),
-              "paper": paper_value("idcpcl.table2", "CIDEr-D", model="IDC-PCL")},
+              "paper": paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL")},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."] + hard_notes + collapse_notes)
 report_summary(path)

@@ -52,7 +52,7 @@ hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)   # the faithful jitt
 # %%
 rows = pcl.per_type_rows(results)
 hard_rows = pcl.per_type_rows(hard_results)
-paper = paper_table("idcpcl.table3")
+paper = paper_table("pcl.table3")
 table = pd.DataFrame([{"source": "paper (real data)", "model": r["model"], **r["metrics"]} for r in paper["rows"]]
                      + [{"source": "idckit (this run)", "model": f"{r['model']} seed {r['seed']}", **r["metrics"]}
                         for r in rows]
@@ -87,7 +87,7 @@ if hard:
 for n in notes:
     print(n)
 path = write_report(
-    report_dir, "table3_change_types", "idcpcl.table3", rows + hard_rows,
+    report_dir, "table3_change_types", "pcl.table3", rows + hard_rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "IDC-PCL CIDEr-D, mean of the five change types",
               "kit": round(float(kit_types[semantic].mean()), 2), "paper": round(float(paper_types[semantic].mean()), 2)},

@@ -51,7 +51,7 @@ results = pcl.runs(setup, list(pcl.VARIANTS), seeds)
 
 # %%
 rows = pcl.rows(results)
-paper = paper_table("idcpcl.table4")
+paper = paper_table("pcl.table4")
 side_by_side(rows, paper["rows"]).round(1)
 
 # %%
@@ -109,9 +109,9 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
 # %%
 full = next(r for r in rows if r["variant"] == order[3] and r["seed"] != "mean")
 path = write_report(
-    report_dir, "table4_ablation", "idcpcl.table4", rows,
+    report_dir, "table4_ablation", "pcl.table4", rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "full model CIDEr-D, test total", "kit": round(full["metrics"]["CIDEr-D"], 2),
-              "paper": paper_value("idcpcl.table4", "CIDEr-D", model="IDC-PCL", variant="MLM+MVCL+FDA")},
+              "paper": paper_value("pcl.table4", "CIDEr-D", model="IDC-PCL", variant="MLM+MVCL+FDA")},
     notes=notes + collapse_notes + ["Synthetic-data numbers are not comparable with the paper's real-data numbers."])
 report_summary(path)

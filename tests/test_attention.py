@@ -53,7 +53,7 @@ def test_idc_pcl_attention_with_every_mask(checked):
     from idckit.models.decoding import beam_search, greedy_decode
 
     vocab = Vocab.build(["the red cube changed to blue", "no change was made"])
-    model = PCL(model_config("idcpcl-paper", vocab_size=len(vocab), feat_dim=12, n_regions=5, d_model=32, n_heads=4,
+    model = PCL(model_config("pcl-paper", vocab_size=len(vocab), feat_dim=12, n_regions=5, d_model=32, n_heads=4,
                              d_ff=64, n_layers=2, dropout=0.0, max_text_len=12), vocab).eval()
     with torch.no_grad():
         for m in model.modules():

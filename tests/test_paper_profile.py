@@ -74,22 +74,22 @@ def test_named_model_configs_are_the_profiles_model_sections():
     from idckit.experiments.config import model_config, model_names
 
     sizes = {"vocab_size": 80, "feat_dim": 1280, "n_regions": 49}
-    assert {"idcpcl-cpu", "idcpcl-paper", "clip4idc-cpu", "duda-smoke"} <= set(model_names())
+    assert {"pcl-cpu", "pcl-paper", "clip4idc-cpu", "duda-smoke"} <= set(model_names())
     for name in model_names():
         cfg = model_config(name) if name.startswith("clip4idc") else model_config(name, **sizes)
-        file, section = {"idcpcl": ("pcl", "model"), "idcpcl-birds": ("pcl_birds", "model"),
+        file, section = {"pcl": ("pcl", "model"), "pcl-birds": ("pcl_birds", "model"),
                          "clip4idc": ("clip4idc_caption", "captioner"), "duda": ("duda", "model")}[
             name.rpartition("-")[0]]
         profile = load_config(file, name.rpartition("-")[2])
         assert all(getattr(cfg, k) == v for k, v in profile[section].items()), name
     cpu, paper = model_config("clip4idc-cpu"), model_config("clip4idc-paper")
     assert (cpu.hidden, cpu.freeze_visual, cpu.max_len) == (128, True, 32) and not paper.freeze_visual
-    assert model_config("idcpcl-cpu", **sizes).max_text_len == load_config("pcl", "cpu")["max_len"]
-    assert model_config("idcpcl-paper", **sizes, d_model=64).d_model == 64          # fields override
+    assert model_config("pcl-cpu", **sizes).max_text_len == load_config("pcl", "cpu")["max_len"]
+    assert model_config("pcl-paper", **sizes, d_model=64).d_model == 64          # fields override
     with pytest.raises(ConfigError, match="unknown model config"):
-        model_config("idcpcl-gpu")
+        model_config("pcl-gpu")
     with pytest.raises(ConfigError, match="vocab_size"):
-        model_config("idcpcl-cpu")
+        model_config("pcl-cpu")
 
 
 

@@ -28,8 +28,8 @@ def one_thread():
 
 
 def pcl_config(**fields) -> PCLConfig:
-    """``idcpcl-paper`` (the paper's sizes) on an EfficientNet-Lite0 7x7 grid unless ``fields`` say otherwise."""
-    return model_config("idcpcl-paper", **{"feat_dim": 1280, "n_regions": 49, **fields})
+    """``pcl-paper`` (the paper's sizes) on an EfficientNet-Lite0 7x7 grid unless ``fields`` say otherwise."""
+    return model_config("pcl-paper", **{"feat_dim": 1280, "n_regions": 49, **fields})
 
 
 def tiny(seed=0, **kw) -> PCL:

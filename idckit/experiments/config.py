@@ -111,15 +111,15 @@ def load_config(name: str, profile: str, overrides: Mapping[str, Any] | None = N
 #: model family -> (config file, its model section, the section's caption-length key in the model config);
 #: a model config is named ``<family>-<profile>``, as open_clip names architectures, and built by :func:`model_config`
 MODEL_FAMILIES: dict[str, tuple[str, str, str | None]] = {
-    "idcpcl": ("pcl", "model", "max_text_len"),
-    "idcpcl-birds": ("pcl_birds", "model", "max_text_len"),
+    "pcl": ("pcl", "model", "max_text_len"),
+    "pcl-birds": ("pcl_birds", "model", "max_text_len"),
     "clip4idc": ("clip4idc_caption", "captioner", "max_len"),
     "duda": ("duda", "model", None),
 }
 
 
 def model_names() -> list[str]:
-    """Every named model config, e.g. ``idcpcl-cpu``, ``clip4idc-paper``."""
+    """Every named model config, e.g. ``pcl-cpu``, ``clip4idc-paper``."""
     return [f"{family}-{profile}" for family in MODEL_FAMILIES for profile in PROFILES]
 
 
@@ -137,7 +137,7 @@ def model_config(name: str, **fields: Any):
     settings = dict(cfg[section])
     if length_key is not None:
         settings[length_key] = cfg["max_len"]
-    if family.startswith("idcpcl"):
+    if family.startswith("pcl"):
         from idckit.models.pcl import PCLConfig as cls
     elif family == "clip4idc":
         from idckit.models.clip4idc import CaptionerConfig as cls

@@ -79,7 +79,7 @@ SPECIAL_KEYS = ("pad", "bos", "eos", "mask", "img1", "img2", "cls")
 class PCLConfig:
     """Sizes and switches of the model. No defaults here: the sizes only data knows (vocabulary, feature grid,
     caption length) come from the data, the rest from the ``model`` section of a profile
-    (``idckit/experiments/configs/pcl.json``, named ``idcpcl-<profile>`` by
+    (``idckit/experiments/configs/pcl.json``, named ``pcl-<profile>`` by
     :func:`idckit.experiments.config.model_config`)."""
     vocab_size: int
     feat_dim: int                   # 1280 for the efficientnet_lite0 grid; 2048 for resnet101 (the paper's)
