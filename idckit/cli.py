@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="score RCC-format results against a dataset (BLEU, METEOR, ROUGE-L, CIDEr-D)")
     e.add_argument("results", type=Path,
                    help="a results directory with sc_results.json + nsc_results.json, or one JSON list")
-    e.add_argument("--data", type=Path, required=True, help="dataset root (CLEVR-Change layout)")
+    e.add_argument("--data", type=Path, required=True,
+                   help="dataset root: CLEVR-Change, Spot-the-Diff or Image-Editing-Request layout (detected)")
     e.add_argument("--split", default="test", choices=["train", "val", "test"])
     e.add_argument("--json", type=Path, default=None, help="write {subset: {metric: value}} here")
     e.add_argument("--no-tokenize", action="store_true",

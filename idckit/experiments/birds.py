@@ -59,8 +59,9 @@ class Setup:
                 "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
 
 
-def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          overrides: dict | None = None, progress: bool = True, device: str | None = None) -> Setup:
+def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
+          runs_dir: str | Path | None = None, overrides: dict | None = None, progress: bool = True,
+          device: str | None = None) -> Setup:
     """Data (SynthBirds generated on first use unless ``data_root``) and the grid features of every image of its
     three datasets (extracted once, cached). ``device``: None (auto), ``cpu``, ``cuda:1``, ..."""
     check_profile(profile)

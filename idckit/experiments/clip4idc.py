@@ -103,9 +103,10 @@ class Setup:
         return default_n_intra(self.depth)
 
 
-def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          clip_model: str | None = None, pretrained: str | None = None, overrides: dict | None = None,
-          progress: bool = True, device: str | None = None, dataset: str = "clevr-change") -> Setup:
+def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
+          runs_dir: str | Path | None = None, clip_model: str | None = None, pretrained: str | None = None,
+          overrides: dict | None = None, progress: bool = True, device: str | None = None,
+          dataset: str = "clevr-change") -> Setup:
     """The data (generated on first use when synthetic) and every setting of ``profile``.
 
     ``dataset``: ``clevr-change``, ``spot-the-diff`` or ``editing-request`` (``data_root`` in that layout).
@@ -607,9 +608,9 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
 
 
 # -- the `idckit pretrain-clip` command -------------------------------------------------------------------------
-def pretrain_clip(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-                  out: str | Path | None = None, progress: bool = True, device: str | None = None,
-                  dataset: str = "clevr-change") -> dict[str, Any]:
+def pretrain_clip(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
+                  runs_dir: str | Path | None = None, out: str | Path | None = None, progress: bool = True,
+                  device: str | None = None, dataset: str = "clevr-change") -> dict[str, Any]:
     """Pre-train (or find in the run cache) the offline stand-in CLIP; ``out`` also copies the checkpoint there.
 
     ``dataset`` names the layout of ``data_root`` (and whose synthetic default is used without one).

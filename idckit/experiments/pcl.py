@@ -61,9 +61,9 @@ class Setup:
         return float(self.config.get("train_fraction", 1.0))
 
 
-def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          backbone: str | None = None, overrides: dict | None = None, hard: bool = False,
-          progress: bool = True, device: str | None = None) -> Setup:
+def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
+          runs_dir: str | Path | None = None, backbone: str | None = None, overrides: dict | None = None,
+          hard: bool = False, progress: bool = True, device: str | None = None) -> Setup:
     """Data (generated on first use when synthetic) and its grid features (extracted once, cached).
 
     ``hard=True``: the synthetic set at CLEVR-Change's own jitter instead of the profile's learnable default.

@@ -32,9 +32,11 @@ from idckit.errors import ConfigError
 from idckit.fileio import check_output_dir, write_json
 
 #: bump when a change to the training code alters what a run learns (every cached run then retrains)
-TRAINING_CODE_VERSION = "2"  # 2: grouped IDC-PCL fine-tuning batches (device/DDP plumbing and other datasets since: same results on one CPU process)
+#: 2: grouped IDC-PCL fine-tuning batches (device/DDP plumbing, other datasets and the settings tidy-up since: same
+#: results on one CPU process)
+TRAINING_CODE_VERSION = "2"
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "445073fffb143b66"
+TRAINING_CODE_FINGERPRINT = "9b37f7ee7dc92a27"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text and features
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
