@@ -61,8 +61,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -105,17 +104,6 @@ class PCLConfig:
             raise ConfigError(f"visual_activation must be 'sigmoid' or 'none', got {self.visual_activation!r}")
         if self.n_layers < 1:
             raise ConfigError(f"the cross-modal transformer needs at least one layer, got n_layers={self.n_layers}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PCLConfig":
-        unknown = set(d) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ConfigError(f"unknown IDC-PCL config keys {sorted(unknown)}",
-                              fix=f"use only {[f.name for f in fields(cls)]}")
-        return cls(**d)
 
 
 def sinusoid_table(n: int, d: int) -> torch.Tensor:
