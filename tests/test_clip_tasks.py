@@ -121,7 +121,7 @@ def test_standin_needs_scene_descriptions(tiny_clevr):
 
 @pytest.fixture
 def pairs(tiny_clevr, tmp_path):
-    return load_pair_data(ClevrChange(tiny_clevr), 112, cache_dir=tmp_path / "pairs")
+    return load_pair_data(ClevrChange(tiny_clevr), 112, max_len=32, cache_dir=tmp_path / "pairs")
 
 
 @pytest.fixture

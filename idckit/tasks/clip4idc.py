@@ -96,7 +96,7 @@ class PairData:
         return sorted(set(self.splits["train"].sample_ids.flatten().tolist()))
 
 
-def load_pair_data(dataset: ClevrChange, size: int, *, max_len: int = 32, cache_dir: str | Path | None = None,
+def load_pair_data(dataset: ClevrChange, size: int, *, max_len: int, cache_dir: str | Path | None = None,
                    splits: Sequence[str] = ("train", "val", "test"), progress: bool = False) -> PairData:
     """Every pair of ``splits`` with its images (decoded once, ``size`` px) and tokenised captions.
 

@@ -152,7 +152,7 @@ def caption_judge_accuracy(captions: Mapping[str, str], split: SplitData, no_cha
 
 
 @torch.inference_mode()
-def predict(model: DUDA, data: PCLData, split: str, *, batch_size: int = 200, beam: int = 1,
+def predict(model: DUDA, data: PCLData, split: str, *, batch_size: int, beam: int = 1,
             progress: bool = False) -> dict[str, Any]:
     """Greedy (or beam) captions for every pair of ``split``: ``{"captions": {pair_id: caption}}``."""
     from tqdm.auto import tqdm

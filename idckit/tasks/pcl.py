@@ -485,7 +485,7 @@ class FinetuneTask(_PCLTask):
 
 
 @torch.inference_mode()
-def predict(model: PCL, data: PCLData, split: str, *, batch_size: int = 100, beam: int = 1,
+def predict(model: PCL, data: PCLData, split: str, *, batch_size: int, beam: int = 1,
             progress: bool = False) -> dict[str, Any]:
     """Greedy (or beam) captions for every pair of ``split``, and the distractor judgment's accuracy.
 
