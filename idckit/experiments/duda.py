@@ -22,14 +22,18 @@ MODEL = "DUDA (idckit)"
 VARIANTS: dict[str, dict[str, Any]] = {"duda": {"label": "DUDA"}}
 
 
-def setup(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          backbone: str | None = None, overrides: dict | None = None, progress: bool = True) -> Setup:
-    """Data (generated on first use when synthetic) and its grid features (extracted once, shared with IDC-PCL)."""
+def setup(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *,
+          runs_dir: str | Path | None = None, backbone: str | None = None, overrides: dict | None = None,
+          hard: bool = False, progress: bool = True, device: str | None = None) -> Setup:
+    """Data (generated on first use when synthetic) and its grid features (extracted once, shared with IDC-PCL).
+    ``hard`` and ``device`` as in :func:`idckit.experiments.pcl.setup`."""
     cfg = load_config("duda", profile, overrides)
+    configured = cfg.pop("device")
     if backbone:
         cfg["backbone"] = backbone
-    shared = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=cfg["backbone"], progress=progress)
-    return Setup(profile, cfg, shared.data, shared.store, shared.runs_dir)
+    shared = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=cfg["backbone"], hard=hard,
+                       progress=progress, device=device or configured)
+    return Setup(profile, cfg, shared.data, shared.store, shared.runs_dir, shared.device)
 
 
 _DATA_CACHE: dict[tuple, Any] = {}
@@ -80,8 +84,7 @@ def _train(s: Setup, run: Run, progress: bool) -> None:
     with CaptionScorer(meteor=False) as quick:
         task = DUDATask(data, run.config["model"], batch_size=c["batch_size"], attention_l1=c["attention_l1"],
                         swap_before=c["swap_before"], eval_batch_size=c["eval_batch_size"], scorer=quick)
-        res = fit(task, train_config(c["loop"], run.config["seed"]), run.dir,
-                  progress=progress)
+        res = fit(task, train_config(c["loop"], run.config["seed"]), run.dir, progress=progress, device=s.device)
     data.vocab.save(run.dir / "vocab.json")
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
     write_results(run.dir / "test", preds["captions"])
@@ -100,6 +103,22 @@ def runs(s: Setup, seeds: Sequence[int] = (0,), *, progress: bool = True) -> lis
     return [run_variant("duda", s.profile, seed=seed, setup_=s, progress=progress) for seed in seeds]
 
 
+def hard_runs(s: Setup, seeds: Sequence[int] = (0,), *, progress: bool = True
+              ) -> tuple[Setup | None, list[dict[str, Any]]]:
+    """DUDA on the hard twin of a synthetic setup, labelled as such, as :func:`idckit.experiments.pcl.hard_runs`."""
+    from idckit.experiments.data import synth_settings
+
+    if not s.data.synthetic or synth_settings(s.profile, hard=True) == synth_settings(s.profile):
+        return None, []
+    h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.config["backbone"], hard=True, progress=progress,
+              device=s.device)
+    results = runs(h, seeds, progress=progress)
+    for r in results:
+        r["label"] = f"{r['label']} [hard data]"
+        r["data"] = h.data.description
+    return h, results
+
+
 def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
     """Report rows (x100 scale) as :func:`idckit.experiments.pcl.rows`, under the model name DUDA (idckit)."""
     return [{**r, "model": MODEL} for r in pcl.rows(results, subset)]
@@ -110,4 +129,4 @@ def per_type_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**r, "model": MODEL} for r in pcl.per_type_rows(results)]
 
 
-__all__ = ["MODEL", "VARIANTS", "setup", "run_variant", "runs", "rows", "per_type_rows"]
+__all__ = ["MODEL", "VARIANTS", "setup", "run_variant", "runs", "hard_runs", "rows", "per_type_rows"]

@@ -20,6 +20,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from idckit.device import copy_to, model_device
 from idckit.errors import DatasetError
 from idckit.losses import mlm_loss
 from idckit.models.decoding import beam_search, greedy_decode
@@ -105,8 +106,9 @@ class DUDATask:
     def loss(self, model: DUDA, before: torch.Tensor, after: torch.Tensor, ids: torch.Tensor):
         """(loss, logs) for feature rows ``before``, ``after`` [2B] whose first half are change pairs and second
         half distractor pairs, with their reference ``ids`` [2B, L]."""
-        f1, f2 = self.data.features[before].float(), self.data.features[after].float()
-        inputs, labels = targets(ids, self.data.vocab.pad_id)
+        dev = model_device(model)
+        f1, f2 = copy_to(self.data.features[before], dev).float(), copy_to(self.data.features[after], dev).float()
+        inputs, labels = targets(ids.to(dev), self.data.vocab.pad_id)
         out = model(f1, f2, inputs)
         b = len(before) // 2
         change = mlm_loss(out.logits[:b], labels[:b])
@@ -163,7 +165,7 @@ def predict(model: DUDA, data: PCLData, split: str, *, batch_size: int, beam: in
     captions: dict[str, str] = {}
     for i in tqdm(range(0, len(s), batch_size), desc=f"decode {split}", disable=not progress):
         idx = torch.arange(i, min(i + batch_size, len(s)))
-        visual = data.pair_features(split, idx)
+        visual = data.pair_features(split, idx, model_device(model))
         if beam > 1:
             tokens = beam_search(model, visual, data.max_len - 1, beam)
         else:
