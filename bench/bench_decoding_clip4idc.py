@@ -23,13 +23,14 @@ import time
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
+from idckit.experiments.config import load_config, model_config
 from idckit.models import decoding
-from idckit.models.clip4idc import CPU_CAPTIONER, PAPER_CAPTIONER, CLIP4IDCCaptioner
-from idckit.models.clip_loader import STANDIN_CLIP, load_clip
+from idckit.models.clip4idc import CLIP4IDCCaptioner
+from idckit.models.clip_loader import load_clip
 
-MODELS = {  # name -> (open_clip architecture, captioner config, image size)
-    "vitb32": ("ViT-B-32", PAPER_CAPTIONER, 224),        # the paper's shapes
-    "standin": (STANDIN_CLIP, CPU_CAPTIONER, None),      # the kit's offline stand-in, cpu-profile captioner
+MODELS = {  # name -> the profile measured: its CLIP (clip4idc_adapt.json) and its captioner (clip4idc-<profile>)
+    "vitb32": "paper",        # the paper's shapes
+    "standin": "cpu",         # the kit's offline stand-in and the cpu profile's captioner
 }
 
 
@@ -81,7 +82,7 @@ def main(argv=None) -> dict:
     # An evaluation batch. At batch 4 the cached decoder is bound by reading the 49408x512 LM head (101 MB fp32)
     # once per step; measured 7.5x (batch 4) vs 13.3x (batch 16) over the public way, decoding after the ViT.
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--max-len", type=int, default=32)
+    parser.add_argument("--max-len", type=int, default=32, help="decoding steps (the profiles' max_len is 32)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--skip-naive", action="store_true", help="skip the everything-every-step baseline")
@@ -89,9 +90,11 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    arch, cfg, size = MODELS[args.model]
+    profile = MODELS[args.model]
+    arch = load_config("clip4idc_adapt", profile)["clip"]["model"]
+    cfg = model_config(f"clip4idc-{profile}", freeze_visual=False)     # the encoder's cost is measured, not skipped
     clip, _, _ = load_clip(arch, None)
-    size = size or clip.visual.image_size[0]
+    size = clip.visual.image_size[0]
     model = CLIP4IDCCaptioner(clip, cfg).eval()
     g = torch.Generator().manual_seed(1)
     visual = tuple(torch.randn(args.batch, 3, size, size, generator=g) for _ in range(2))

@@ -39,7 +39,8 @@ import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from idckit.models.decoding import greedy_decode, naive_greedy_decode  # noqa: E402
-from idckit.models.pcl import PCL, PCLConfig  # noqa: E402
+from idckit.experiments.config import model_config  # noqa: E402
+from idckit.models.pcl import PCL  # noqa: E402
 from idckit.text.vocab import SPECIALS, Vocab  # noqa: E402
 
 
@@ -88,7 +89,8 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(80 - len(SPECIALS))])
-    model = PCL(PCLConfig(vocab_size=80, feat_dim=2048, max_text_len=args.steps + 1), vocab).eval()
+    model = PCL(model_config("pcl-paper", vocab_size=80, feat_dim=2048, n_regions=49,
+                             max_text_len=args.steps + 1), vocab).eval()
     with torch.no_grad():
         model.mlm_head.bias[vocab.eos_id] = -1e4   # run every step, like the public code
     visual = (torch.randn(args.batch, 49, 2048), torch.randn(args.batch, 49, 2048))

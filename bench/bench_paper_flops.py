@@ -18,7 +18,8 @@ import argparse
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from idckit.experiments.config import load_config
+from idckit.experiments.config import load_config, model_config
+from idckit.losses import mlm_loss
 from idckit.tasks.pcl import FinetuneTask, PCLData, PretrainTask, SplitData
 from idckit.text.vocab import SPECIALS, Vocab
 
@@ -52,12 +53,18 @@ def pcl_flops(per: int = 7) -> dict[str, float]:
     data = _pcl_data(per, cfg["max_len"])
     out = {}
     for kind in ("mlm", "mvcl", "fda"):
-        task = PretrainTask(data, cfg["model"], batch_size=per, ratios={kind: 1})
+        p = cfg["pretrain"]
+        task = PretrainTask(data, cfg["model"], batch_size=per, ratios={kind: 1}, mask_prob=p["mask_prob"],
+                            eos_prob=p["eos_prob"], region_prob=p["region_prob"], tau_mvcl=p["tau_mvcl"],
+                            tau_fda=p["tau_fda"])
         torch.manual_seed(0)
         model = task.build_model().train()
         batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
         out[kind] = _count(lambda: task.train_step(model, batch, 0)[0]) / len(batch["pairs"])
-    task = FinetuneTask(data, cfg["model"], batch_size=per)
+    f = cfg["finetune"]
+    task = FinetuneTask(data, cfg["model"], batch_size=per, mask_prob=f["mask_prob"], eos_prob=f["eos_prob"],
+                        distractor_weight=f["distractor_weight"], eval_batch_size=f["eval_batch_size"],
+                        group_by_pair=f["group_by_pair"], captions_per_pair=f["captions_per_pair"])
     model = task.build_model().train()
     batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
     out["finetune"] = _count(lambda: task.train_step(model, batch, 0)[0]) / per
@@ -65,7 +72,7 @@ def pcl_flops(per: int = 7) -> dict[str, float]:
 
 
 def clip4idc_flops(per: int = 2) -> dict[str, float]:
-    from idckit.models.clip4idc import CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval
+    from idckit.models.clip4idc import CLIP4IDCCaptioner, CLIP4IDCRetrieval
     from idckit.models.clip_loader import load_clip
 
     adapt, cap = load_config("clip4idc_adapt", "paper"), load_config("clip4idc_caption", "paper")
@@ -82,9 +89,9 @@ def clip4idc_flops(per: int = 2) -> dict[str, float]:
 
     out = {"adapt": _count(adapt_step) / per}
     captioner = CLIP4IDCCaptioner(load_clip(adapt["clip"]["model"], None)[0],
-                                  CaptionerConfig(**{**cap["captioner"], "max_len": cap["max_len"]})).train()
+                                  model_config("clip4idc-paper")).train()
     ids = torch.randint(1, 49000, (per, cap["max_len"]))
-    out["caption"] = _count(lambda: captioner.loss(*images, ids)) / per
+    out["caption"] = _count(lambda: mlm_loss(*captioner.teacher_forcing(captioner.encode(*images), ids))) / per
     return out
 
 

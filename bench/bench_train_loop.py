@@ -35,7 +35,8 @@ import torch  # noqa: E402
 from idckit.tasks.pcl import PCLData, PretrainTask, SplitData  # noqa: E402
 from idckit.text.vocab import SPECIALS, Vocab  # noqa: E402
 from idckit.train import distributed  # noqa: E402
-from idckit.train.loop import TrainConfig, fit  # noqa: E402
+from idckit.experiments.config import train_config  # noqa: E402
+from idckit.train.loop import fit  # noqa: E402
 
 MODEL = {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_layers": 2, "dropout": 0.1}
 
@@ -75,8 +76,8 @@ class Timed(PretrainTask):
 def run(mode: str, args, out: Path) -> dict:
     """One mode in this process (a torchrun worker for ddp); rank 0 returns {samples_s, ...}."""
     task = Timed(data(out / "features.npy"), MODEL, batch_size=args.batch, ratios={"mlm": 1})
-    cfg = TrainConfig(max_steps=args.steps, lr=1e-4, log_every=1000, seed=0, amp=mode == "amp",
-                      compile=mode == "compile")
+    cfg = train_config(dict(max_steps=args.steps, lr=1e-4, log_every=1000, seed=0, amp=mode == "amp",
+                      compile=mode == "compile"))
     fit(task, cfg, out / mode, progress=False, device=args.device,
         loader={"workers": args.workers if mode == "workers" else 0})
     t = task.starts

@@ -27,8 +27,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
+from idckit.experiments.config import model_config  # noqa: E402
 from idckit.losses import mlm_loss  # noqa: E402
-from idckit.models.pcl import PCL, PCLConfig, mask_tokens  # noqa: E402
+from idckit.models.pcl import PCL, mask_tokens  # noqa: E402
 from idckit.text.vocab import SPECIALS, Vocab  # noqa: E402
 
 
@@ -57,7 +58,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(80 - len(SPECIALS))])
-    model = PCL(PCLConfig(vocab_size=80, feat_dim=2048), vocab).train()
+    model = PCL(model_config("pcl-paper", vocab_size=80, feat_dim=2048, n_regions=49), vocab).train()
     opt = torch.optim.Adam(model.parameters(), 1e-4)
 
     def make_batch(b: int):

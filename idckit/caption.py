@@ -218,7 +218,7 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
         changed = p = None
         if pcl.cfg.distractor_head:
             out = pcl(f1, f2, torch.full((1, 1), vocab.bos_id, device=dev), mode="finetune")
-            p = float(pcl.distractor_logits(out).softmax(-1)[0, 1])
+            p = float(pcl.judge_logits(out).softmax(-1)[0, 1])
             changed = p >= 0.5
     return Captioned(caption=text, changed=changed, p_changed=p, run=run, why=why)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from idckit import paths
 from idckit.errors import DatasetError, IdckitError
+from idckit.experiments.config import PROFILES
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -205,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="score RCC-format results against a dataset (BLEU, METEOR, ROUGE-L, CIDEr-D)")
     e.add_argument("results", type=Path,
                    help="a results directory with sc_results.json + nsc_results.json, or one JSON list")
-    e.add_argument("--data", type=Path, required=True, help="dataset root (CLEVR-Change layout)")
+    e.add_argument("--data", type=Path, required=True,
+                   help="dataset root: CLEVR-Change, Spot-the-Diff or Image-Editing-Request layout (detected)")
     e.add_argument("--split", default="test", choices=["train", "val", "test"])
     e.add_argument("--json", type=Path, default=None, help="write {subset: {metric: value}} here")
     e.add_argument("--no-tokenize", action="store_true",
@@ -225,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("reproduce", help="run notebooks with papermill into HTML reports + reports/index.html")
     r.add_argument("notebooks", nargs="*", help="notebook names (default: all in notebooks/)")
-    r.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"])
+    r.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
     r.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
     r.add_argument("--report-dir", type=Path, default=None)
     r.add_argument("--runs-dir", type=Path, default=None)
@@ -248,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pc = sub.add_parser("pretrain-clip", help="train the offline stand-in CLIP (open_clip checkpoint; cached) and "
                                               "print its path, to pass as pretrained=")
-    pc.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"], help="training length")
+    pc.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES, help="training length")
     pc.add_argument("--data-root", default=None,
                     help="a CLEVR-Change root with scene_descriptions.json (default: the profile's synthetic data)")
     pc.add_argument("--runs-dir", type=Path, default=None, help="run cache (default runs/)")
@@ -259,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train the runs behind the notebooks into the run cache; under "
                                      "`torchrun --nproc_per_node=N -m idckit.cli train ...` on N processes (DDP)")
     t.add_argument("kind", choices=["pcl", "clip4idc"])
-    t.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"])
+    t.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
     t.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
     t.add_argument("--variants", nargs="*", default=None, help="default: every variant the notebooks show")
     t.add_argument("--seeds", nargs="*", type=int, default=[0])
@@ -268,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_train)
 
     dr = sub.add_parser("doctor", help="what this machine offers: devices, bf16, Java, weights, datasets")
-    dr.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"])
+    dr.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
     dr.add_argument("--data-root", default=None, help="a real dataset root to check")
     dr.add_argument("--runs-dir", type=Path, default=None)
     dr.set_defaults(func=cmd_doctor)

@@ -104,7 +104,8 @@ def _runs_on(cfg: dict) -> str:
     return f"{where}, {workers or 'no'} DataLoader worker{'s' if workers != 1 else ''}"
 
 
-def report(profile: str = "cpu", data_root: str | None = None, runs_dir: str | Path | None = None) -> list[tuple[bool, str]]:
+def report(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
+           runs_dir: str | Path | None = None) -> list[tuple[bool, str]]:
     """(ok, line) pairs; ok=False marks a problem that stops a notebook."""
     from idckit.device import describe
 
@@ -182,7 +183,8 @@ def report(profile: str = "cpu", data_root: str | None = None, runs_dir: str | P
     return lines
 
 
-def main(profile: str = "cpu", data_root: str | None = None, runs_dir: str | Path | None = None) -> int:
+def main(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
+         runs_dir: str | Path | None = None) -> int:
     lines = report(profile, data_root, runs_dir)
     for ok, line in lines:
         print(("  " if ok else "! ") + line)

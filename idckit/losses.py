@@ -5,18 +5,22 @@ normalises by anything the caller cannot see: "mean" is over the terms named in 
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
 
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Masked-LM cross-entropy: the sum or mean, over the positions i with labels[i] != -100, of
+    """Token cross-entropy (masked LM, and teacher-forced captioning): the sum or mean, over the positions i with
+    labels[i] != -100, of
 
         -log softmax(logits[i])[labels[i]]
 
-    ``logits`` [.., V], ``labels`` [..] (the masked tokens' original ids, -100 elsewhere). With no labelled position
-    the loss is 0 (connected to the graph), not the NaN of an empty mean. IDC-PCL's pre-training averages
-    (``raw_loss.mean()``); its fine-tuning sums (``reduction="sum"``).
+    ``logits`` [.., V], ``labels`` [..] (the masked tokens' original ids, or a caption's next tokens, -100
+    elsewhere: unmasked positions, padding). With no labelled position the loss is 0 (connected to the graph),
+    not the NaN of an empty mean. IDC-PCL's pre-training averages (``raw_loss.mean()``); its fine-tuning sums
+    (``reduction="sum"``); DUDA and CLIP4IDC's captioner average or sum over the caption words.
     """
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
@@ -69,6 +73,19 @@ def fda_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float = 1.0, reduction: s
                                    reduction="none"), reduction)
 
 
+def clip_logits(text: torch.Tensor, image: torch.Tensor, logit_scale: torch.Tensor,
+                gather: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """CLIP's score matrix [B_text, B_image] = exp(logit_scale) * cos(text_i, image_j), the input of
+    :func:`symmetric_infonce` (CLIP pre-training, CLIP4IDC's adaptation on pair vectors).
+
+    ``gather`` (e.g. :func:`idckit.train.distributed.gather_with_grad`) is applied to the unit vectors, so under
+    torchrun the scores cover the rows of every rank."""
+    text, image = F.normalize(text, dim=-1), F.normalize(image, dim=-1)
+    if gather is not None:
+        text, image = gather(text), gather(image)
+    return logit_scale.exp() * text @ image.t()
+
+
 def symmetric_infonce(logits: torch.Tensor) -> torch.Tensor:
     """CLIP's (and CLIP4IDC's retrieval) loss on a [B, B] score matrix whose diagonal holds the matching pairs:
 
@@ -91,7 +108,6 @@ def judge_loss(logits: torch.Tensor, is_change: torch.Tensor, reduction: str = "
     return F.cross_entropy(logits.float(), is_change.long(), reduction=reduction)
 
 
-
 def class_contrastive(z: torch.Tensor, labels: torch.Tensor, margin: float = 0.4) -> torch.Tensor:
     """The FGVC stage's in-batch contrastive loss over N image vectors (the public code's ``con_loss``):
 
@@ -106,3 +122,23 @@ def class_contrastive(z: torch.Tensor, labels: torch.Tensor, margin: float = 0.4
     same = labels[:, None] == labels[None, :]
     terms = torch.where(same, 1 - cos, (cos - margin).clamp(min=0))
     return terms.sum() / len(z) ** 2
+
+
+def fgvc_loss(class_logits: torch.Tensor, match_logits: torch.Tensor, features: torch.Tensor,
+              labels: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The FGVC stage's objective on N image pairs (the public code's ``nabirds_forward``), summed unweighted:
+
+        L = CE(class_logits, labels) + CE(match_logits, [labels[:, 0] == labels[:, 1]]) + class_contrastive
+
+    each cross-entropy the mean over its terms (2N images, N pairs); ``class_logits`` [N, 2, C], ``match_logits``
+    [N, 2] (class 1 = same class), ``features`` [N, 2, d] (each image alone), ``labels`` [N, 2]. Returns
+    (L, its three terms)."""
+    if class_logits.shape[:2] != labels.shape or match_logits.shape != (len(labels), 2) or \
+            features.shape[:2] != labels.shape:
+        raise ValueError(f"expected class_logits [N, 2, C], match_logits [N, 2], features [N, 2, d] and labels "
+                         f"[N, 2], got {tuple(class_logits.shape)}, {tuple(match_logits.shape)}, "
+                         f"{tuple(features.shape)} and {tuple(labels.shape)}")
+    parts = {"fgvc_class": F.cross_entropy(class_logits.flatten(0, 1).float(), labels.flatten()),
+             "fgvc_match": F.cross_entropy(match_logits.float(), (labels[:, 0] == labels[:, 1]).long()),
+             "fgvc_contrast": class_contrastive(features.flatten(0, 1), labels.flatten())}
+    return parts["fgvc_class"] + parts["fgvc_match"] + parts["fgvc_contrast"], parts

@@ -2,7 +2,7 @@
 
 Every notebook writes ``<report_dir>/<notebook>.json``::
 
-    {"notebook": "table2_clevr_change", "table": "idcpcl.table2", "scale": "x100",
+    {"notebook": "table2_clevr_change", "table": "pcl.table2", "scale": "x100",
      "rows":  [{"model", "variant", "split", "metrics": {"Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D", ...}}, ...],
      "paper": [...the paper's rows, from idckit/experiments/paper_numbers.json...],
      "provenance": {"profile", "data", "data_version", "backbone", "weights", "seeds", "selection_split",
@@ -47,11 +47,20 @@ def _paper() -> dict:
 
 
 def paper_table(table_id: str) -> dict:
-    """The published table ``table_id`` (e.g. ``"idcpcl.table2"``), rows on the paper's x100 scale."""
+    """The published table ``table_id`` (e.g. ``"pcl.table2"``), rows on the paper's x100 scale."""
     tables = _paper()
     if table_id not in tables:
         raise ConfigError(f"unknown paper table {table_id!r}; known: {', '.join(tables)}")
     return tables[table_id]
+
+
+def paper_value(table_id: str, metric: str, **row: Any) -> float:
+    """One published number: ``metric`` of the one row of ``table_id`` whose fields equal ``row`` (e.g.
+    ``paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL")`` = 128.9), so a headline is read, never typed."""
+    found = [r for r in paper_table(table_id)["rows"] if all(r.get(k) == v for k, v in row.items())]
+    if len(found) != 1 or metric not in found[0]["metrics"]:
+        raise ConfigError(f"{table_id} has {len(found)} rows with {row} (need exactly one with {metric!r})")
+    return found[0]["metrics"][metric]
 
 
 def to_paper_scale(metrics: Mapping[str, float]) -> dict[str, float]:

@@ -120,7 +120,7 @@ def _read_status(path: Path) -> dict:
     return status
 
 
-def reproduce(names: Sequence[str] = (), *, profile: str = "cpu", data_root: str | None = None,
+def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
               report_dir: str | Path | None = None, runs_dir: str | Path | None = None,
               extra_parameters: dict | None = None, notebooks_dir: Path | None = None) -> list[Outcome]:
     check_profile(profile)

@@ -49,7 +49,7 @@ from idckit import paths
 from idckit.experiments import clip4idc
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, val_curve
-from idckit.report import paper_table, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -121,7 +121,7 @@ path = write_report(
     report_dir, "clip4idc_table1_clevr_change", "clip4idc.table1", rows,
     clip4idc.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "CLIP4IDC CIDEr-D, test total (mean over seeds)", "kit": round(mean["metrics"]["CIDEr-D"], 2),
-              "paper": 150.7},
+              "paper": paper_value("clip4idc.table1", "CIDEr-D", model="CLIP4IDC")},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.", summary, *collapse_notes])
 report_summary(path)

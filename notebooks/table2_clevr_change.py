@@ -41,7 +41,7 @@ from idckit.experiments import pcl
 from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, val_curve
-from idckit.report import paper_table, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -62,7 +62,7 @@ if hard:
 
 # %%
 rows = pcl.rows(results) + pcl.rows(hard_results) + duda.rows(duda_results) + duda.rows(duda_hard)
-paper = paper_table("idcpcl.table2")
+paper = paper_table("pcl.table2")
 side_by_side(rows, paper["rows"]).round(1)
 
 # %% [markdown]
@@ -98,10 +98,10 @@ hard_notes = [f"Rows marked [hard data] ran on {hard.data.description}: CLEVR-Ch
               "kept beside the learnable default so the table shows what the difficulty changes."] if hard else []
 baseline_notes = duda.compare_notes(results, duda_results) + duda.compare_notes(hard_results, duda_hard)
 path = write_report(
-    report_dir, "table2_clevr_change", "idcpcl.table2", rows,
+    report_dir, "table2_clevr_change", "pcl.table2", rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "IDC-PCL CIDEr-D, test total", "kit": round(mean["metrics"]["CIDEr-D"], 2),
-              "paper": 128.9},
+              "paper": paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL")},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."] + hard_notes + baseline_notes + collapse_notes)
 report_summary(path)

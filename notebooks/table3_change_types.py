@@ -34,6 +34,7 @@ import time
 import pandas as pd
 
 from idckit import paths
+from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.experiments import pcl
 from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
 from idckit.experiments.runs import captions_by_run
@@ -56,7 +57,7 @@ _, duda_hard = duda.hard_runs(duda_setup, seeds)
 # %%
 rows = pcl.per_type_rows(results) + duda.per_type_rows(duda_results)
 hard_rows = pcl.per_type_rows(hard_results) + duda.per_type_rows(duda_hard)
-paper = paper_table("idcpcl.table3")
+paper = paper_table("pcl.table3")
 table = pd.DataFrame([{"source": "paper (real data)", "model": r["model"], **r["metrics"]} for r in paper["rows"]]
                      + [{"source": "idckit (this run)", "model": f"{r['model']} seed {r['seed']}", **r["metrics"]}
                         for r in rows]
@@ -80,7 +81,7 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
 # %%
 kit_types = pd.DataFrame([r["metrics"] for r in rows if r["model"].startswith("IDC-PCL")]).mean()
 paper_types = pd.Series(next(r for r in paper["rows"] if r["model"] == "IDC-PCL")["metrics"])
-semantic = [t for t in ["color", "material", "add", "drop", "move"] if t in kit_types]  # tiny test splits lack some
+semantic = [t for t in CHANGE_TYPES if t in kit_types]  # tiny test splits lack some
 hardest_kit, hardest_paper = kit_types[semantic].idxmin(), paper_types[semantic].idxmin()
 notes = [f"Hardest change type: {hardest_paper} in the paper, {hardest_kit} in the kit's run "
          + ("(agrees)." if hardest_kit == hardest_paper else "(differs; the synthetic scenes differ from CLEVR's)."),
@@ -91,7 +92,7 @@ if hard:
 for n in notes:
     print(n)
 path = write_report(
-    report_dir, "table3_change_types", "idcpcl.table3", rows + hard_rows,
+    report_dir, "table3_change_types", "pcl.table3", rows + hard_rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "IDC-PCL CIDEr-D, mean of the five change types",
               "kit": round(float(kit_types[semantic].mean()), 2), "paper": round(float(paper_types[semantic].mean()), 2)},

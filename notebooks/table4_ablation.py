@@ -39,7 +39,7 @@ from idckit import paths
 from idckit.experiments import pcl
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import ordering_notes, paper_table, report_summary, side_by_side, write_report
+from idckit.report import ordering_notes, paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -51,7 +51,7 @@ results = pcl.runs(setup, list(pcl.VARIANTS), seeds)
 
 # %%
 rows = pcl.rows(results)
-paper = paper_table("idcpcl.table4")
+paper = paper_table("pcl.table4")
 side_by_side(rows, paper["rows"]).round(1)
 
 # %%
@@ -109,8 +109,9 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
 # %%
 full = next(r for r in rows if r["variant"] == order[3] and r["seed"] != "mean")
 path = write_report(
-    report_dir, "table4_ablation", "idcpcl.table4", rows,
+    report_dir, "table4_ablation", "pcl.table4", rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "full model CIDEr-D, test total", "kit": round(full["metrics"]["CIDEr-D"], 2), "paper": 128.9},
+    headline={"label": "full model CIDEr-D, test total", "kit": round(full["metrics"]["CIDEr-D"], 2),
+              "paper": paper_value("pcl.table4", "CIDEr-D", model="IDC-PCL", variant="MLM+MVCL+FDA")},
     notes=notes + collapse_notes + ["Synthetic-data numbers are not comparable with the paper's real-data numbers."])
 report_summary(path)

@@ -19,9 +19,12 @@ import torch
 from idckit.tasks.pcl import FinetuneTask, PCLData, PretrainTask, SplitData, predict
 from idckit.text.vocab import Vocab
 from idckit.train import distributed
-from idckit.train.loop import TrainConfig, fit
+from idckit.experiments.config import train_config
+from idckit.train.loop import fit
 
-MODEL = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 1, "dropout": 0.0}
+MODEL = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 1, "single_layers": 1, "pair_layers": 1,
+         "dropout": 0.0, "difference_encoder": True, "distractor_head": True}
+PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl": 1.0, "tau_fda": 1.0}
 WORDS = ["the", "red", "blue", "cube", "sphere", "moved", "changed", "color", "no", "change", "was", "added"]
 
 
@@ -110,8 +113,9 @@ def adapt(out: Path, workers: int = 0):
     """CLIP4IDC adaptation on the stand-in CLIP: InfoNCE over all-gathered pair and text vectors."""
     from idckit.tasks.clip4idc import AdaptTask
 
-    task = AdaptTask(tiny_pair_data(), "idckit-standin-ViT-T-16", None, batch_size=8, swap_prob=0.5)
-    return fit(task, TrainConfig(max_steps=4, lr=1e-3, log_every=1, seed=5), out, progress=False,
+    task = AdaptTask(tiny_pair_data(), "idckit-standin-ViT-T-16", None, batch_size=8, clip_lr_scale=1e-3,
+                     weight_decay=0.2, swap_prob=0.5, freeze_intra=False, freeze_embeddings=False, eval_batch_size=128)
+    return fit(task, train_config(dict(max_steps=4, lr=1e-3, log_every=1, seed=5)), out, progress=False,
                loader={"workers": workers})
 
 
@@ -122,21 +126,22 @@ def caption(out: Path):
     class Task(JudgedCaption, CaptionTask):
         pass
 
-    captioner = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0}
+    captioner = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
+                 "freeze_visual": True}
     task = Task(tiny_pair_data(), "idckit-standin-ViT-T-16", None, captioner, batch_size=4, visual_lr_scale=0.0,
-                eval_batch_size=6)
-    return fit(task, TrainConfig(max_steps=4, lr=1e-3, log_every=1, eval_every=2, seed=5), out, progress=False)
+                trim_vocab=False, eval_batch_size=6)
+    return fit(task, train_config(dict(max_steps=4, lr=1e-3, log_every=1, eval_every=2, seed=5)), out, progress=False)
 
 
 def pretrain(out: Path, workers: int = 0):
-    task = PretrainTask(tiny_pcl_data(), MODEL, batch_size=6, ratios={"mlm": 2, "mvcl": 1, "fda": 1})
-    return fit(task, TrainConfig(max_steps=8, lr=3e-3, log_every=1, seed=5), out, progress=False,
+    task = PretrainTask(tiny_pcl_data(), MODEL, batch_size=6, ratios={"mlm": 2, "mvcl": 1, "fda": 1}, **PRETRAIN)
+    return fit(task, train_config(dict(max_steps=8, lr=3e-3, log_every=1, seed=5)), out, progress=False,
                loader={"workers": workers})
 
 
 def finetune(out: Path, crash_at=None, grouped=False):
     task = JudgedFinetune(tiny_pcl_data(), crash_at=crash_at, grouped=grouped)
-    cfg = TrainConfig(max_steps=8, lr=3e-3, log_every=1, eval_every=3, checkpoint_every=2, seed=5)
+    cfg = train_config(dict(max_steps=8, lr=3e-3, log_every=1, eval_every=3, checkpoint_every=2, seed=5))
     return fit(task, cfg, out, progress=False)
 
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from idckit.models.pcl import PCL, PCLConfig
+from idckit.experiments.config import model_config
+from idckit.models.pcl import PCL
 from idckit.text.vocab import Vocab
 
 SDPA = F.scaled_dot_product_attention
@@ -52,8 +53,8 @@ def test_idc_pcl_attention_with_every_mask(checked):
     from idckit.models.decoding import beam_search, greedy_decode
 
     vocab = Vocab.build(["the red cube changed to blue", "no change was made"])
-    model = PCL(PCLConfig(vocab_size=len(vocab), feat_dim=12, n_regions=5, d_model=32, n_heads=4, d_ff=64,
-                          n_layers=2, dropout=0.0, max_text_len=12), vocab).eval()
+    model = PCL(model_config("pcl-paper", vocab_size=len(vocab), feat_dim=12, n_regions=5, d_model=32, n_heads=4,
+                             d_ff=64, n_layers=2, dropout=0.0, max_text_len=12), vocab).eval()
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.Linear):
@@ -71,7 +72,7 @@ def test_idc_pcl_attention_with_every_mask(checked):
 
 
 def test_clip4idc_and_open_clip_attention(checked):
-    from idckit.models.clip4idc import CaptionerConfig, CLIP4IDCCaptioner
+    from idckit.models.clip4idc import CLIP4IDCCaptioner
     from idckit.models.clip_loader import load_clip
     from idckit.models.decoding import greedy_decode
 
@@ -81,8 +82,8 @@ def test_clip4idc_and_open_clip_attention(checked):
     clip.encode_image(torch.randn(2, 3, 112, 112))
     n_clip = len(checked)
     assert n_clip >= 9 and any(c["float_mask"] for c in checked)   # the text tower's causal mask
-    cap = CLIP4IDCCaptioner(clip, CaptionerConfig(hidden=128, heads=4, ffn=64, enc_layers=1, dec_layers=1,
-                                                  dropout=0.0, max_len=8)).eval()
+    cap = CLIP4IDCCaptioner(clip, model_config("clip4idc-paper", hidden=128, heads=4, ffn=64, enc_layers=1,
+                                               dec_layers=1, dropout=0.0, max_len=8)).eval()
     pair = torch.randn(2, 3, 112, 112), torch.randn(2, 3, 112, 112)
     with torch.no_grad():
         cap(*pair, torch.randint(1, 400, (2, 8)))

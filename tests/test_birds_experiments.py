@@ -9,6 +9,8 @@ import torch
 from idckit.errors import ConfigError
 from idckit.experiments import birds
 
+PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl": 1.0, "tau_fda": 1.0}
+
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
@@ -50,7 +52,7 @@ def test_mvcl_never_masks_the_blank_image(smoke):
     from idckit.tasks.pcl import PretrainTask
 
     data = birds._data(smoke, "gic")
-    task = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={"mvcl": 1}, steps_per_epoch=20)
+    task = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={"mvcl": 1}, steps_per_epoch=20, **PRETRAIN)
     for batch in task.batches(0, torch.Generator().manual_seed(0)):
         assert not batch["regions"][:, 1].any() and batch["regions"][:, 0].any(1).all()
     model = task.build_model()
@@ -65,7 +67,7 @@ def test_fgvc_heads_shapes_and_the_stage_learns(smoke):
     fg = data.fgvc
     assert 0.2 < float(fg.same.float().mean()) < 0.8 and int(fg.class1.max()) < fg.n_classes
     model_cfg = {**smoke.config["model"], "n_classes": fg.n_classes}
-    task = PretrainTask(data, model_cfg, batch_size=16, ratios={"fgvc": 1})
+    task = PretrainTask(data, model_cfg, batch_size=16, ratios={"fgvc": 1}, **PRETRAIN)
     torch.manual_seed(0)
     model = task.build_model()
     f = data.features[fg.rows1[:5]].float()
@@ -83,8 +85,8 @@ def test_fgvc_heads_shapes_and_the_stage_learns(smoke):
     assert set(logs) == {"fgvc_class", "fgvc_match", "fgvc_contrast"}
     assert float(loss.detach()) < 0.5 * first
     with pytest.raises(ConfigError, match="FGVC image pairs"):
-        PretrainTask(birds._data(smoke, "gic"), model_cfg, batch_size=16, ratios={"fgvc": 1})
-    no_heads = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={"fgvc": 1}).build_model()
+        PretrainTask(birds._data(smoke, "gic"), model_cfg, batch_size=16, ratios={"fgvc": 1}, **PRETRAIN)
+    no_heads = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={"fgvc": 1}, **PRETRAIN).build_model()
     with pytest.raises(ConfigError, match="n_classes"):
         no_heads.fgvc_logits(f, f)
 

@@ -11,8 +11,10 @@ import torch.nn.functional as F
 
 from open_clip.transformer import VisionTransformer
 
+from idckit.experiments.config import model_config
+from idckit.losses import mlm_loss
 from idckit.models import clip_loader  # registers the stand-in configs
-from idckit.models.clip4idc import (CLIP4IDCCaptioner, CLIP4IDCRetrieval, CaptionerConfig, PairEncoder,
+from idckit.models.clip4idc import (CLIP4IDCCaptioner, CLIP4IDCRetrieval, PairEncoder,
                                     clip_text_features, tokenize_captions)
 
 TINY = "idckit-test-tiny-vit"
@@ -22,7 +24,7 @@ TINY_CFG = {"embed_dim": 48,
             "vision_cfg": {"image_size": 64, "layers": 4, "width": 64, "head_width": 32, "patch_size": 16},
             "text_cfg": {"context_length": 40, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}}
 DEPTH, N1 = 4, 17
-TINY_CAPTIONER = CaptionerConfig(hidden=64, heads=2, ffn=128, max_len=12)
+TINY_CAPTIONER = model_config("clip4idc-paper", hidden=64, heads=2, ffn=128, max_len=12)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -171,15 +173,22 @@ def _check_partition(model, groups, sizes):
         assert size is None or len(group) == size
 
 
-def test_retrieval_param_groups_partition_clip_and_new_weights():
+def test_adaptation_param_groups_partition_clip_and_new_weights():
+    from types import SimpleNamespace
+
+    from idckit.tasks.clip4idc import AdaptTask
+
     model = CLIP4IDCRetrieval(tiny_clip(), n_intra=3)
-    groups = model.param_groups(lr_clip=1e-7, lr_new=1e-4)
-    assert [g["lr"] for g in groups] == [1e-7, 1e-4]
-    _check_partition(model, groups, [None, 5])                          # e1, e2, p, ln_mid weight and bias
+    settings = SimpleNamespace(clip_lr_scale=1e-3, weight_decay=0.2)     # all AdaptTask.param_groups reads
+    groups = AdaptTask.param_groups(settings, model)
+    assert [(g["lr_scale"], g["weight_decay"]) for g in groups] == [(1e-3, 0.2), (1e-3, 0.0), (1.0, 0.0)]
+    _check_partition(model, groups, [None, None, 5])                    # e1, e2, p, ln_mid weight and bias
+    assert all(p.ndim >= 2 for p in groups[0]["params"])                # decay on CLIP's matrices only
+    assert any(p is model.logit_scale for p in groups[1]["params"])
     assert model.clip.visual is None and not any(k.startswith("clip.visual") for k in model.state_dict())
     model.freeze_like_public_code()
     frozen = {id(model.clip.token_embedding.weight), id(model.pair_encoder.visual.conv1.weight)}
-    assert not frozen & {id(p) for g in model.param_groups(1e-7, 1e-4) for p in g["params"]}
+    assert not frozen & {id(p) for g in AdaptTask.param_groups(settings, model) for p in g["params"]}
 
 
 def test_text_features_on_32_tokens_equal_open_clip_encode_text_on_the_full_context():
@@ -222,7 +231,7 @@ def test_teacher_forcing_shapes_loss_and_padding():
     with torch.no_grad():
         logits = model(before, after, ids[:, :-1])
         assert logits.shape == (2, 11, 49408)
-        loss = model.loss(before, after, ids)
+        loss = mlm_loss(*model.teacher_forcing(model.encode(before, after), ids))
         targets = ids[:, 1:]
         logp = logits.log_softmax(-1).gather(-1, targets[..., None])[..., 0]
         mask = targets != 0
@@ -240,9 +249,9 @@ def test_visual_width_is_projected_and_embeddings_are_tied_to_clip():
     assert torch.equal(model.word_embedding.weight, clip.token_embedding.weight)
     assert torch.equal(model.position_embedding.weight, clip.positional_embedding[:12])
     with pytest.raises(ValueError, match="tie_clip_embeddings"):
-        CLIP4IDCCaptioner(tiny_clip(), CaptionerConfig(hidden=32, heads=2, ffn=64, max_len=12))
-    untied = CLIP4IDCCaptioner(tiny_clip(), CaptionerConfig(hidden=32, heads=2, ffn=64, max_len=12,
-                                                            tie_clip_embeddings=False))
+        CLIP4IDCCaptioner(tiny_clip(), model_config("clip4idc-paper", hidden=32, heads=2, ffn=64, max_len=12))
+    untied = CLIP4IDCCaptioner(tiny_clip(), model_config("clip4idc-paper", hidden=32, heads=2, ffn=64,
+                                                         max_len=12, tie_clip_embeddings=False))
     assert untied.word_embedding.weight.shape == (49408, 32)
 
 
@@ -328,6 +337,6 @@ def test_paper_sized_captioner_matches_table5_parameter_counts():
     torch.manual_seed(0)
     clip = open_clip.create_model("ViT-B-32", pretrained=None)
     for variant, paper in (("clip-ft", 135.57e6), ("clip4idc", 135.65e6)):
-        cfg = dataclasses.replace(CaptionerConfig(), variant=variant, segment_embedding=False)
+        cfg = dataclasses.replace(model_config("clip4idc-paper"), variant=variant, segment_embedding=False)
         n = sum(p.numel() for p in CLIP4IDCCaptioner(clip, cfg).parameters()) + 45 * 512
         assert abs(n - paper) < 0.01e6, (variant, n)

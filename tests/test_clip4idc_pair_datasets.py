@@ -43,8 +43,10 @@ def test_spot_the_diff_adapts_and_captions(base, spot_root):
     assert {w["image_id"] for w in written} == test_ids and all(i.endswith(".png") for i in test_ids)
 
     data = clip4idc._data(s)
-    task = CaptionTask(data, clip["name"], clip["weights"], {"hidden": 128, "heads": 4, "ffn": 256,
-                                                              "enc_layers": 1, "dec_layers": 1}, batch_size=4)
+    captioner = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.1,
+                 "freeze_visual": False}
+    task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=4, visual_lr_scale=1e-3,
+                       trim_vocab=False, eval_batch_size=100)
     assert not task.with_distractors
     batch = next(task.batches(0, torch.Generator().manual_seed(0)))
     assert len(batch["pairs"]) == 4                   # one pair per scene, no distractor partner

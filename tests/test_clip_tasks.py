@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from idckit.data.clevr_change import ClevrChange
+from idckit.losses import mlm_loss
 from idckit.models.clip4idc import CLIP4IDCCaptioner, CaptionerConfig, tokenize_captions
 from idckit.models.clip_loader import load_clip, save_clip_checkpoint
 from idckit.tasks.clip4idc import AdaptTask, CaptionTask, IntraCache, decode_ids, load_pair_data
@@ -18,7 +19,12 @@ from idckit.tasks.clip_pretrain import (StandinPretrainTask, join_objects, load_
                                         split_objects)
 
 MODEL = "idckit-standin-ViT-T-16"
-SMALL = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0}
+SMALL = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
+         "freeze_visual": False}
+# the tasks' settings (a profile's in the kit; here the paper's, with the embeddings and intra blocks trainable)
+ADAPT = {"batch_size": 128, "clip_lr_scale": 1e-3, "weight_decay": 0.2, "swap_prob": 0.5, "freeze_intra": False,
+         "freeze_embeddings": False, "eval_batch_size": 128}
+CAPTION = {"batch_size": 16, "visual_lr_scale": 1e-3, "trim_vocab": False, "eval_batch_size": 100}
 OBJECTS = ["a small red rubber cube", "a large blue metal sphere", "a small gray rubber cylinder",
            "a large green metal cube", "a small cyan rubber sphere", "a large purple metal cylinder",
            "a small brown rubber cube"]
@@ -81,7 +87,7 @@ def test_standin_pretraining_uses_train_images_only_and_learns(tiny_clevr, tmp_p
     assert split_objects(data.text(row)) == data.objects[row][:len(split_objects(data.text(row)))]
     data.context_length = 32
 
-    task = StandinPretrainTask(data, MODEL, batch_size=2)
+    task = StandinPretrainTask(data, MODEL, batch_size=2, weight_decay=0.2, eval_batch_size=256)
     torch.manual_seed(0)
     model = task.build_model()
     batches = list(task.batches(0, torch.Generator().manual_seed(0)))
@@ -115,7 +121,7 @@ def test_standin_needs_scene_descriptions(tiny_clevr):
 
 @pytest.fixture
 def pairs(tiny_clevr, tmp_path):
-    return load_pair_data(ClevrChange(tiny_clevr), 112, cache_dir=tmp_path / "pairs")
+    return load_pair_data(ClevrChange(tiny_clevr), 112, max_len=32, cache_dir=tmp_path / "pairs")
 
 
 @pytest.fixture
@@ -136,15 +142,15 @@ def test_pair_data_layout(pairs):
 
 def test_swap_augmentation_replaces_the_before_image_by_the_distractor(pairs, clip_file):
     train = pairs.splits["train"]
-    task = AdaptTask(pairs, MODEL, clip_file, batch_size=4, swap_prob=1.0)
+    task = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(batch_size=4, swap_prob=1.0)))
     batch = _fixed(task.batches(0, torch.Generator().manual_seed(0)))
     assert bool(batch["swap"].all()) and bool(train.is_change[batch["pairs"]].all())
     assert torch.equal(task.swapped_before(batch["pairs"], batch["swap"]), train.distractor_row[batch["pairs"]])
-    none = AdaptTask(pairs, MODEL, clip_file, batch_size=4, swap_prob=0.0)
+    none = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(batch_size=4, swap_prob=0.0)))
     b0 = _fixed(none.batches(0, torch.Generator().manual_seed(0)))
     assert not bool(b0["swap"].any())
     assert torch.equal(none.swapped_before(b0["pairs"], b0["swap"]), train.before[b0["pairs"]])
-    half = AdaptTask(pairs, MODEL, clip_file, batch_size=1, swap_prob=0.5)
+    half = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(batch_size=1, swap_prob=0.5)))
     draws = torch.cat([b["swap"] for e in range(50) for b in half.batches(e, torch.Generator().manual_seed(e))])
     assert 0.35 < draws.float().mean() < 0.65
     with pytest.raises(ValueError, match="non-semantic"):   # a distractor pair has no distractor to swap in
@@ -152,8 +158,9 @@ def test_swap_augmentation_replaces_the_before_image_by_the_distractor(pairs, cl
 
 
 def test_adaptation_learns_and_the_intra_cache_changes_nothing(pairs, clip_file):
-    plain = AdaptTask(pairs, MODEL, clip_file, n_intra=4, batch_size=4, swap_prob=0.5)
-    cached = AdaptTask(pairs, MODEL, clip_file, n_intra=4, batch_size=4, swap_prob=0.5, freeze_intra=True)
+    plain = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(n_intra=4, batch_size=4, swap_prob=0.5)))
+    cached = AdaptTask(pairs, MODEL, clip_file,
+                       **(ADAPT | dict(n_intra=4, batch_size=4, swap_prob=0.5, freeze_intra=True)))
     batch = _fixed(plain.batches(0, torch.Generator().manual_seed(1)))
     torch.manual_seed(0)
     m1 = plain.build_model()
@@ -180,7 +187,7 @@ def test_adaptation_learns_and_the_intra_cache_changes_nothing(pairs, clip_file)
 
 
 def test_retrieval_evaluation_shapes(pairs, clip_file):
-    task = AdaptTask(pairs, MODEL, clip_file, batch_size=4)
+    task = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(batch_size=4)))
     torch.manual_seed(0)
     model = task.build_model()
     sim, text_pair = task.similarity(model, "val")
@@ -202,8 +209,9 @@ def test_retrieval_evaluation_shapes(pairs, clip_file):
 # -- captioning -----------------------------------------------------------------------------------------------
 
 def test_caption_task_learns_with_cached_frozen_encoder_equal_to_images(pairs, clip_file):
-    live = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "freeze_visual": True}, batch_size=2)
-    cached = CaptionTask(pairs, MODEL, clip_file, SMALL, batch_size=2, visual_lr_scale=0.0)
+    live = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "freeze_visual": True}, **(CAPTION | dict(batch_size=2)))
+    cached = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "freeze_visual": True},
+                         **(CAPTION | dict(batch_size=2, visual_lr_scale=0.0)))
     assert cached.frozen and live.frozen
     batch = _fixed(cached.batches(0, torch.Generator().manual_seed(0)))
     train = pairs.splits["train"]
@@ -214,10 +222,10 @@ def test_caption_task_learns_with_cached_frozen_encoder_equal_to_images(pairs, c
     torch.manual_seed(0)
     m = cached.build_model().eval()
     with torch.no_grad():
-        a = m.caption_loss(m.memories(cached._visual(m, "train", batch["pairs"])), batch["ids"])
+        a = mlm_loss(*m.teacher_forcing(m.memories(cached._visual(m, "train", batch["pairs"])), batch["ids"]))
         s = pairs.splits["train"]
         imgs = (pairs.images.batch(s.before[batch["pairs"]]), pairs.images.batch(s.after[batch["pairs"]]))
-        b = m.caption_loss(m.memories(imgs), batch["ids"])
+        b = mlm_loss(*m.teacher_forcing(m.memories(imgs), batch["ids"]))
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert cached.param_groups(m) and all(not p.requires_grad for p in m.pair_encoder.parameters())
     losses = _learns(cached, m, batch, steps=10, lr=3e-3)
@@ -229,7 +237,7 @@ def test_caption_task_learns_with_cached_frozen_encoder_equal_to_images(pairs, c
 def test_trimmed_vocabulary_is_the_full_model_restricted(pairs):
     torch.manual_seed(0)
     clip, _, _ = load_clip(MODEL, None)
-    cfg = CaptionerConfig(**SMALL)
+    cfg = CaptionerConfig(**SMALL, max_len=32)
     ids = pairs.caption_ids()
     torch.manual_seed(1)
     full = CLIP4IDCCaptioner(clip, cfg).eval()
@@ -255,20 +263,20 @@ def test_trimmed_vocabulary_is_the_full_model_restricted(pairs):
         la = torch.nn.functional.cross_entropy(full.decode(mem, s.sample_ids[:2, :-1])[..., keep].flatten(0, 1),
                                                trimmed.to_rows(s.sample_ids[:2, 1:]).flatten(),
                                                ignore_index=int(trimmed.to_rows(torch.tensor([0]))[0]))
-        lb = trimmed.caption_loss(trimmed.memories(visual), s.sample_ids[:2])
+        lb = mlm_loss(*trimmed.teacher_forcing(trimmed.memories(visual), s.sample_ids[:2]))
     torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="trimmed vocabulary"):
         trimmed.embed_tokens(torch.tensor([[1000]]))
 
 
 def test_captioner_starts_from_the_adapted_encoder(pairs, clip_file, tmp_path):
-    adapt = AdaptTask(pairs, MODEL, clip_file, n_intra=4)
+    adapt = AdaptTask(pairs, MODEL, clip_file, **(ADAPT | dict(n_intra=4)))
     torch.manual_seed(3)
     retrieval = adapt.build_model()
     with torch.no_grad():
         retrieval.pair_encoder.bef_embedding.fill_(0.5)
     torch.save(retrieval.state_dict(), tmp_path / "best.pt")
-    task = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "n_intra": 4}, init_from=tmp_path / "best.pt")
+    task = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "n_intra": 4}, init_from=tmp_path / "best.pt", **CAPTION)
     model = task.build_model()
     assert torch.equal(model.pair_encoder.bef_embedding, retrieval.pair_encoder.bef_embedding)
     assert torch.equal(model.pair_encoder.visual.proj, retrieval.pair_encoder.visual.proj)

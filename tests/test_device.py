@@ -10,7 +10,8 @@ from idckit import device as devices
 from idckit.cli import build_parser
 from idckit.errors import ConfigError
 from idckit.experiments.config import load_config
-from idckit.train.loop import TrainConfig, fit, load_best
+from idckit.experiments.config import train_config
+from idckit.train.loop import fit, load_best
 
 
 @pytest.fixture
@@ -101,8 +102,8 @@ class Linear:
 
 def test_amp_autocasts_the_step_on_the_run_device(tmp_path):
     fp32, amp = Linear(), Linear()
-    fit(fp32, TrainConfig(max_steps=2, lr=0.1, seed=0), tmp_path / "fp32", progress=False, device="cpu")
-    fit(amp, TrainConfig(max_steps=2, lr=0.1, seed=0, amp=True), tmp_path / "amp", progress=False, device="cpu")
+    fit(fp32, train_config(dict(max_steps=2, lr=0.1, seed=0)), tmp_path / "fp32", progress=False, device="cpu")
+    fit(amp, train_config(dict(max_steps=2, lr=0.1, seed=0, amp=True)), tmp_path / "amp", progress=False, device="cpu")
     assert fp32.dtypes == [torch.float32] * 2 and amp.dtypes == [torch.bfloat16] * 2
 
 
@@ -121,7 +122,7 @@ def as_if_written_on_a_gpu(path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_checkpoints_written_on_a_gpu_resume_and_load_on_the_cpu(tmp_path):
-    cfg = TrainConfig(max_steps=8, lr=0.05, eval_every=2, checkpoint_every=2, seed=1)
+    cfg = train_config(dict(max_steps=8, lr=0.05, eval_every=2, checkpoint_every=2, seed=1))
     whole = fit(Linear(), cfg, tmp_path / "whole", progress=False, device="cpu")
     with pytest.raises(KeyboardInterrupt):
         fit(Linear(crash_at=5), cfg, tmp_path / "gpu", progress=False, device="cpu")

@@ -16,7 +16,8 @@ from idckit.text.vocab import Vocab
 
 CAPTIONS = {"change": ["the red cube moved", "the small red cube changed its location", "a red cube is gone"],
             "none": ["no change", "nothing has changed", "the scene is the same"]}
-SMALL = dict(att_dim=8, att_groups=4, att_dropout=0.0, embed_dim=12, word_dim=6, rnn_dim=10, dropout=0.0)
+SMALL = dict(att_dim=8, att_groups=4, att_dropout=0.0, attention="sigmoid", embed_dim=12, word_dim=6, rnn_dim=10,
+             dropout=0.0)
 
 
 def _data(n_before=6, n_regions=9, dim=5, max_len=10, seed=0) -> PCLData:
@@ -66,9 +67,9 @@ def test_coordinates_match_rcc_spatial_info():
     xy = coordinates(4)
     assert torch.equal(xy, torch.tensor([[-1.0, -1.0], [0.0, -1.0], [-1.0, 0.0], [0.0, 0.0]]))
     with pytest.raises(ConfigError, match="square"):
-        DUDAConfig(vocab_size=10, feat_dim=4, n_regions=8)
+        DUDAConfig(vocab_size=10, feat_dim=4, n_regions=8, **SMALL)
     with pytest.raises(ConfigError, match="att_groups"):
-        DUDAConfig(vocab_size=10, feat_dim=4, n_regions=9, att_dim=10, att_groups=4)
+        DUDAConfig(vocab_size=10, feat_dim=4, n_regions=9, **{**SMALL, "att_dim": 10, "att_groups": 4})
 
 
 @pytest.mark.parametrize("attention", ["sigmoid", "softmax"])
@@ -137,7 +138,7 @@ def test_targets_trim_and_mask_padding():
 
 def test_loss_equals_hand_computed_cross_entropy():
     data = _data()
-    task = DUDATask(data, SMALL, batch_size=2, attention_l1=0.1, swap_before=0.0)
+    task = DUDATask(data, SMALL, batch_size=2, attention_l1=0.1, swap_before=0.0, eval_batch_size=200)
     model = _model(data)
     batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
     loss, logs = task.train_step(model, batch, 0)
@@ -174,7 +175,7 @@ def test_loss_equals_hand_computed_cross_entropy():
 def test_swap_puts_the_distractor_view_before_both_pairs():
     data = _data()
     train = data.splits["train"]
-    task = DUDATask(data, SMALL, batch_size=3, swap_before=1.0)
+    task = DUDATask(data, SMALL, batch_size=3, attention_l1=2.5e-3, swap_before=1.0, eval_batch_size=200)
     batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
     views = set(train.after[~train.is_change].tolist())
     defaults = set(train.before.tolist())
@@ -240,7 +241,7 @@ class _QuickTask(DUDATask):
     """Val selection on the teacher-forced val loss, so loop tests need no Java scorer."""
 
     def __init__(self, *a, crash_at: int | None = None, **kw):
-        super().__init__(*a, **kw)
+        super().__init__(*a, **{"attention_l1": 2.5e-3, "swap_before": 0.5, "eval_batch_size": 200, **kw})
         self.crash_at = crash_at
 
     def train_step(self, model, batch, step):
@@ -260,11 +261,12 @@ class _QuickTask(DUDATask):
 
 
 def test_training_through_the_loop_lowers_the_loss_and_resumes_bit_identically(tmp_path):
-    from idckit.train.loop import TrainConfig, fit
+    from idckit.experiments.config import train_config
+    from idckit.train.loop import fit
 
     data = _data()
     model_kw = {**SMALL, "dropout": 0.3}
-    cfg = TrainConfig(max_steps=60, lr=1e-2, eval_every=10, checkpoint_every=5, log_every=10, seed=2)
+    cfg = train_config(dict(max_steps=60, lr=1e-2, eval_every=10, checkpoint_every=5, log_every=10, seed=2))
     whole = fit(_QuickTask(data, model_kw, batch_size=2), cfg, tmp_path / "whole", progress=False)
     logs = [json.loads(line) for line in (tmp_path / "whole" / "log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in logs if "loss" in r]

@@ -10,7 +10,8 @@ import torch
 from idckit.errors import ConfigError
 from idckit.experiments.config import deep_merge, load_config
 from idckit.experiments.runs import open_run, run_key
-from idckit.train.loop import TrainConfig, fit
+from idckit.experiments.config import train_config
+from idckit.train.loop import fit
 from idckit.train.schedules import lr_factor
 
 
@@ -59,7 +60,8 @@ def _weights(model):
 
 
 def test_resume_after_kill_is_bit_identical(tmp_path):
-    cfg = TrainConfig(max_steps=40, lr=1e-2, schedule="warmup_cosine", warmup_steps=5, eval_every=8, checkpoint_every=4, seed=3)
+    cfg = train_config(dict(max_steps=40, lr=1e-2, schedule="warmup_cosine", warmup_steps=5, eval_every=8,
+                            checkpoint_every=4, seed=3))
     whole = fit(ToyTask(), cfg, tmp_path / "whole", progress=False)
     with pytest.raises(KeyboardInterrupt):
         fit(ToyTask(crash_at=22), cfg, tmp_path / "killed", progress=False)
@@ -76,17 +78,18 @@ def test_resume_after_kill_is_bit_identical(tmp_path):
 
 
 def test_same_seed_same_result_other_seed_differs(tmp_path):
-    cfg = TrainConfig(max_steps=12, lr=1e-2, eval_every=6, seed=1)
+    cfg = train_config(dict(max_steps=12, lr=1e-2, eval_every=6, seed=1))
     a = fit(ToyTask(), cfg, tmp_path / "a", progress=False)
     b = fit(ToyTask(), cfg, tmp_path / "b", progress=False)
-    c = fit(ToyTask(), TrainConfig(max_steps=12, lr=1e-2, eval_every=6, seed=2), tmp_path / "c", progress=False)
+    c = fit(ToyTask(), train_config(dict(max_steps=12, lr=1e-2, eval_every=6, seed=2)), tmp_path / "c", progress=False)
     assert torch.equal(_weights(a.model), _weights(b.model))
     assert not torch.equal(_weights(a.model), _weights(c.model))
 
 
 def test_selects_best_on_val_and_stops_early(tmp_path):
     task = ToyTask(scores=[0.1, 0.5, 0.3, 0.2, 0.4, 0.9, 0.9])
-    res = fit(task, TrainConfig(max_steps=100, lr=1e-2, eval_every=2, patience=3), tmp_path / "r", progress=False)
+    res = fit(task, train_config(dict(max_steps=100, lr=1e-2, eval_every=2, patience=3)), tmp_path / "r",
+              progress=False)
     assert res.stopped == "early_stop"
     assert res.best_step == 4 and res.best_metrics == {"neg_mse": 0.5}
     assert res.steps == 10 and task.evals == 5
@@ -96,7 +99,7 @@ def test_selects_best_on_val_and_stops_early(tmp_path):
 
 
 def test_finished_run_is_not_trained_again(tmp_path):
-    cfg = TrainConfig(max_steps=8, lr=1e-2, eval_every=4)
+    cfg = train_config(dict(max_steps=8, lr=1e-2, eval_every=4))
     first = fit(ToyTask(), cfg, tmp_path / "r", progress=False)
     again_task = ToyTask()
     again = fit(again_task, cfg, tmp_path / "r", progress=False)
@@ -108,9 +111,26 @@ def test_finished_run_is_not_trained_again(tmp_path):
 
 def test_param_group_lr_scale_and_unknown_setting():
     with pytest.raises(ConfigError, match="unknown training settings"):
-        TrainConfig.from_dict({"max_steps": 1, "lr": 1.0, "learning_rate": 2})
-    cfg = TrainConfig.from_dict({"max_steps": 1, "lr": 1.0, "betas": [0.9, 0.98]})
+        train_config({"max_steps": 1, "lr": 1.0, "learning_rate": 2})
+    cfg = train_config({"max_steps": 1, "lr": 1.0, "betas": [0.9, 0.98]})
     assert cfg.betas == (0.9, 0.98)
+
+
+def test_train_config_fills_train_json_and_converts_epochs():
+    from idckit.experiments.config import read_config_file
+    from idckit.train.loop import TrainConfig
+
+    defaults = read_config_file("train")["base"]
+    cfg = train_config({"max_steps": 5, "lr": 0.1}, seed=7)
+    assert cfg.seed == 7 and cfg.optimizer == defaults["optimizer"] and cfg.log_every == defaults["log_every"]
+    with pytest.raises(ConfigError, match="missing"):
+        TrainConfig.from_dict({"max_steps": 5, "lr": 0.1})                 # no defaults outside the JSON
+    # 10 steps per epoch: 3 epochs = 30 steps, 10 % warm-up = 3 steps, evaluation every half epoch = 5 steps
+    cfg = train_config({"epochs": 3, "lr": 0.1, "warmup_fraction": 0.1, "eval_every_epochs": 0.5},
+                       steps_per_epoch=10)
+    assert (cfg.max_steps, cfg.warmup_steps, cfg.eval_every) == (30, 3, 5)
+    with pytest.raises(ConfigError, match="steps per epoch"):
+        train_config({"epochs": 3, "lr": 0.1})
 
 
 def test_schedules_hand_values():

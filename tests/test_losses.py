@@ -133,3 +133,50 @@ def test_class_contrastive_hand_case():
     assert math.isclose(float(class_contrastive(z, labels, margin=0.9)), 2 * 0.5 / 9, rel_tol=1e-5)
     with pytest.raises(ValueError, match=r"z \[N, d\]"):
         class_contrastive(z, labels[:2])
+
+
+def test_clip_logits_are_scaled_cosines_and_gather_sees_unit_vectors():
+    from idckit.losses import clip_logits
+
+    text = torch.tensor([[3.0, 0.0], [1.0, 1.0]])
+    image = torch.tensor([[0.0, 2.0], [5.0, 0.0], [1.0, -1.0]])
+    scale = torch.tensor(math.log(10.0))
+    got = clip_logits(text, image, scale)
+    want = torch.tensor([[10 * cos(t, i) for i in image] for t in text])
+    torch.testing.assert_close(got, want)
+    seen = []
+    doubled = clip_logits(text, image, scale, gather=lambda x: seen.append(x.norm(dim=-1)) or torch.cat([x, x]))
+    assert doubled.shape == (4, 6) and all(torch.allclose(n, torch.ones_like(n)) for n in seen)
+    torch.testing.assert_close(doubled[:2, :3], want)
+
+
+def test_fgvc_loss_is_the_unweighted_sum_of_its_three_terms():
+    from idckit.losses import class_contrastive, fgvc_loss
+
+    classes = torch.tensor([[[0.0, math.log(3.0)], [0.0, 0.0]]])          # image 1: p(class 1) = 3/4; image 2: 1/2
+    match = torch.tensor([[math.log(4.0), 0.0]])                            # p(same) = 1/5
+    feats = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
+    labels = torch.tensor([[1, 1]])                                         # same class
+    total, parts = fgvc_loss(classes, match, feats, labels)
+    assert math.isclose(float(parts["fgvc_class"]), 0.5 * (-math.log(0.75) - math.log(0.5)), rel_tol=1e-6)
+    assert math.isclose(float(parts["fgvc_match"]), -math.log(0.2), rel_tol=1e-6)
+    assert math.isclose(float(parts["fgvc_contrast"]), float(class_contrastive(feats[0], labels[0])))
+    assert math.isclose(float(total), sum(float(v) for v in parts.values()), rel_tol=1e-6)
+    with pytest.raises(ValueError, match=r"labels \[N, 2\]"):
+        fgvc_loss(classes, match, feats, labels[:, :1])
+
+
+def test_weight_decay_groups_follow_open_clips_rule():
+    from idckit.train.task import weight_decay_groups
+
+    m = torch.nn.Module()
+    m.proj = torch.nn.Linear(3, 4)
+    m.token_embedding = torch.nn.Embedding(5, 3)
+    m.logit_scale = torch.nn.Parameter(torch.ones([]))
+    m.frozen = torch.nn.Linear(2, 2)
+    m.frozen.requires_grad_(False)
+    decay, no_decay = weight_decay_groups(m.named_parameters(), 0.2, lr_scale=0.5)
+    assert [id(p) for p in decay["params"]] == [id(m.proj.weight)]
+    assert {id(p) for p in no_decay["params"]} == {id(m.proj.bias), id(m.token_embedding.weight), id(m.logit_scale)}
+    assert (decay["weight_decay"], no_decay["weight_decay"], decay["lr_scale"], no_decay["lr_scale"]) == \
+        (0.2, 0.0, 0.5, 0.5)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.reproduce import discover, run_one
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def _finite_metrics(doc):
 CAPTION = {"Bleu_4", "ROUGE_L", "CIDEr-D"}
 RETRIEVAL = {"t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10"}
 GRAMMAR = {"verified_share", "difference_recall"}   # SynthBirds' truth check of the paragraphs (percent)
-TYPES = {"color", "material", "add", "drop", "move", "distractor"}
+TYPES = {*CHANGE_TYPES, DISTRACTOR}
 #: Spot-the-Diff's retrieval rows are reported at the paper's R@10/20/50 (beside R@1/5/10, so chance is judged)
 SPOT_RETRIEVAL = RETRIEVAL | {"t2p_R@20", "t2p_R@50", "p2t_R@20", "p2t_R@50"}
 C4 = "CLIP4IDC (idckit)"

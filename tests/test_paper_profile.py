@@ -61,12 +61,35 @@ def test_paper_profile_equals_the_papers(config, key, paper, source):
 
 def test_paper_profile_weight_decay_and_schedules():
     pcl = load_config("pcl", "paper")
-    # Table 6: weight decay 0 in both stages (the loop's default when a train block names none)
+    # Table 6: weight decay 0 in both stages (configs/train.json's default when a train block names none)
     assert "weight_decay" not in pcl["pretrain"]["train"] and "weight_decay" not in pcl["finetune"]["train"]
     assert pcl["pretrain"]["train"]["schedule"] == "noam" and pcl["finetune"]["train"]["schedule"] == "step_decay"
     assert pcl["backbone_weights"] is None        # torchvision's ImageNet weights by name; a file path otherwise
     # the smaller profiles keep the offline stand-in backbone
     assert load_config("pcl", "cpu")["backbone"] == load_config("pcl", "smoke")["backbone"] == "efficientnet_lite0"
+
+
+def test_named_model_configs_are_the_profiles_model_sections():
+    from idckit.errors import ConfigError
+    from idckit.experiments.config import model_config, model_names
+
+    sizes = {"vocab_size": 80, "feat_dim": 1280, "n_regions": 49}
+    assert {"pcl-cpu", "pcl-paper", "clip4idc-cpu", "duda-smoke"} <= set(model_names())
+    for name in model_names():
+        cfg = model_config(name) if name.startswith("clip4idc") else model_config(name, **sizes)
+        file, section = {"pcl": ("pcl", "model"), "pcl-birds": ("pcl_birds", "model"),
+                         "clip4idc": ("clip4idc_caption", "captioner"), "duda": ("duda", "model")}[
+            name.rpartition("-")[0]]
+        profile = load_config(file, name.rpartition("-")[2])
+        assert all(getattr(cfg, k) == v for k, v in profile[section].items()), name
+    cpu, paper = model_config("clip4idc-cpu"), model_config("clip4idc-paper")
+    assert (cpu.hidden, cpu.freeze_visual, cpu.max_len) == (128, True, 32) and not paper.freeze_visual
+    assert model_config("pcl-cpu", **sizes).max_text_len == load_config("pcl", "cpu")["max_len"]
+    assert model_config("pcl-paper", **sizes, d_model=64).d_model == 64          # fields override
+    with pytest.raises(ConfigError, match="unknown model config"):
+        model_config("pcl-gpu")
+    with pytest.raises(ConfigError, match="vocab_size"):
+        model_config("pcl-cpu")
 
 
 
@@ -134,7 +157,8 @@ def test_every_paper_size_model_trains_two_steps(tmp_path):
 
     from idckit.tasks.clip4idc import AdaptTask, CaptionTask
     from idckit.tasks.pcl import FinetuneTask, PretrainTask
-    from idckit.train.loop import TrainConfig, fit
+    from idckit.experiments.config import train_config
+    from idckit.train.loop import fit
 
     class Finetune(_NoScoring, FinetuneTask):
         pass
@@ -143,10 +167,13 @@ def test_every_paper_size_model_trains_two_steps(tmp_path):
         pass
 
     torch.set_num_threads(2)
-    two = TrainConfig(max_steps=2, lr=1e-4, seed=0)
+    two = train_config(dict(max_steps=2, lr=1e-4, seed=0))
     pcl = load_config("pcl", "paper")
     data = _paper_pcl_data(pcl["max_len"])
-    pre = PretrainTask(data, pcl["model"], batch_size=7, ratios=pcl["pretrain"]["ratios"])
+    p = pcl["pretrain"]
+    pre = PretrainTask(data, pcl["model"], batch_size=7, ratios=p["ratios"], mask_prob=p["mask_prob"],
+                       eos_prob=p["eos_prob"], region_prob=p["region_prob"], tau_mvcl=p["tau_mvcl"],
+                       tau_fda=p["tau_fda"])
     res = fit(pre, two, tmp_path / "pre", progress=False, device="cpu")
     assert res.steps == 2 and round(sum(p.numel() for p in res.model.parameters()) / 1e6, 2) == 18.21
     f = pcl["finetune"]
@@ -158,10 +185,13 @@ def test_every_paper_size_model_trains_two_steps(tmp_path):
     adapt, cap = load_config("clip4idc_adapt", "paper"), load_config("clip4idc_caption", "paper")
     pairs = _paper_pair_data(224, cap["max_len"])
     task = AdaptTask(pairs, adapt["clip"]["model"], None, batch_size=2, clip_lr_scale=adapt["clip_lr_scale"],
-                     freeze_embeddings=adapt["freeze_embeddings"])
+                     weight_decay=adapt["weight_decay"], swap_prob=adapt["swap_prob"],
+                     freeze_intra=adapt["freeze_intra"], freeze_embeddings=adapt["freeze_embeddings"],
+                     eval_batch_size=adapt["eval_batch_size"])
     res = fit(task, two, tmp_path / "adapt", progress=False, device="cpu")
     assert res.steps == 2 and res.model.pair_encoder.n_intra == 9          # the paper's 9 intra + 3 inter
     captioner = {**cap["captioner"], "variant": "clip4idc", "n_intra": 9}
     task = Caption(pairs, adapt["clip"]["model"], None, captioner, batch_size=1,
-                   visual_lr_scale=cap["visual_lr_scale"], init_from=tmp_path / "adapt" / "best.pt")
+                   visual_lr_scale=cap["visual_lr_scale"], trim_vocab=cap["trim_vocab"],
+                   eval_batch_size=cap["eval_batch_size"], init_from=tmp_path / "adapt" / "best.pt")
     assert fit(task, two, tmp_path / "caption", progress=False, device="cpu").steps == 2

@@ -32,16 +32,17 @@ def test_pretrain_pool_follows_the_ratios(smoke):
 
     data = pcl._data(smoke)
     task = PretrainTask(data, smoke.config["model"], batch_size=8, ratios={"mlm": 8, "mvcl": 1, "fda": 2},
-                        steps_per_epoch=1100)
+                        steps_per_epoch=1100, **PRETRAIN)
     counts = Counter(b["task"] for b in task.batches(0, torch.Generator().manual_seed(0)))
     assert abs(counts["mlm"] / 1100 - 8 / 11) < 0.04 and abs(counts["fda"] / 1100 - 2 / 11) < 0.03
     fda = next(b for b in task.batches(0, torch.Generator().manual_seed(0)) if b["task"] == "fda")
     assert fda["text"].shape[0] == fda["pairs"].shape[0] == (8 // 7) * 7   # 1 positive + 6 negatives per pair
     with pytest.raises(ConfigError, match="ratios"):
-        PretrainTask(data, smoke.config["model"], batch_size=8, ratios={"itm": 1})
+        PretrainTask(data, smoke.config["model"], batch_size=8, ratios={"itm": 1}, **PRETRAIN)
 
 
 FINETUNE = {"mask_prob": 0.15, "eos_prob": 0.15, "distractor_weight": 1.0, "eval_batch_size": 64}
+PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl": 1.0, "tau_fda": 1.0}
 
 
 @pytest.mark.parametrize("kind", ["mlm", "mvcl", "fda", "finetune", "finetune_grouped"])
@@ -54,7 +55,7 @@ def test_every_objective_learns_on_a_fixed_batch(smoke, kind):
         task = FinetuneTask(data, smoke.config["model"], batch_size=16, group_by_pair=grouped,
                             captions_per_pair=4 if grouped else 1, **FINETUNE)
     else:
-        task = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={kind: 1})
+        task = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={kind: 1}, **PRETRAIN)
     torch.manual_seed(0)
     model = task.build_model()
     batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
@@ -226,7 +227,7 @@ def test_grouped_forward_equals_the_per_caption_forward(smoke):
     grouped = model.forward_grouped(f1, f2, b["text"])
     flat = model(f1.repeat_interleave(2, 0), f2.repeat_interleave(2, 0), b["text"].flatten(0, 1), mode="finetune")
     torch.testing.assert_close(grouped.text, flat.text, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(model.distractor_logits(grouped), model.distractor_logits(flat)[::2],
+    torch.testing.assert_close(model.judge_logits(grouped), model.judge_logits(flat)[::2],
                                atol=1e-5, rtol=1e-5)
     with pytest.raises(ConfigError, match="captions_per_pair"):
         FinetuneTask(data, smoke.config["model"], batch_size=4, group_by_pair=True, captions_per_pair=4, **FINETUNE)

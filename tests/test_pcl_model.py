@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from idckit.errors import ConfigError
+from idckit.experiments.config import model_config
 from idckit.models.decoding import beam_search, greedy_decode, naive_greedy_decode
 from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
 from idckit.text.vocab import Vocab
@@ -26,13 +27,18 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def pcl_config(**fields) -> PCLConfig:
+    """``pcl-paper`` (the paper's sizes) on an EfficientNet-Lite0 7x7 grid unless ``fields`` say otherwise."""
+    return model_config("pcl-paper", **{"feat_dim": 1280, "n_regions": 49, **fields})
+
+
 def tiny(seed=0, **kw) -> PCL:
     """A small model in eval mode whose outputs depend strongly on its inputs (weights at 1/sqrt(fan_in) instead
     of 0.02, so decoded captions differ between pairs and a mix-up of batch rows would show)."""
     torch.manual_seed(seed)
     cfg = dict(vocab_size=len(VOCAB), feat_dim=F_DIM, n_regions=N, d_model=D, n_heads=4, d_ff=64, n_layers=2,
                dropout=0.0, max_text_len=12)
-    m = PCL(PCLConfig(**{**cfg, **kw}), VOCAB)
+    m = PCL(pcl_config(**{**cfg, **kw}), VOCAB)
     with torch.no_grad():
         for name, p in m.named_parameters():
             if p.dim() == 2 and "word" not in name:
@@ -59,7 +65,7 @@ def test_shapes_in_both_modes():
     assert ft.cls is None and ft.text.shape == (3, 10, D) and ft.visual.shape == (3, 2 + 2 * N, D)
     assert m.mlm_logits(ft.text).shape == (3, 10, len(VOCAB))
     assert m.mvcl_regress(pre.visual).shape == (3, 2 + 2 * N, F_DIM)
-    assert m.distractor_logits(ft).shape == (3, 2)
+    assert m.judge_logits(ft).shape == (3, 2)
     with pytest.raises(ConfigError, match="mode"):
         m(f1, f2, t, mode="decode")
     with pytest.raises(ConfigError, match="features must be"):
@@ -68,15 +74,14 @@ def test_shapes_in_both_modes():
         m(f1, f2, t, region_mask=torch.zeros(3, N, dtype=torch.bool))
 
 
-def test_config_round_trip_validation_and_vocab_ids_as_a_dict():
-    cfg = PCLConfig(vocab_size=len(VOCAB), feat_dim=F_DIM, n_regions=N, d_model=D, n_heads=4, d_ff=64)
-    assert PCLConfig.from_dict(cfg.to_dict()) == cfg
-    with pytest.raises(ConfigError, match="unknown"):
-        PCLConfig.from_dict({**cfg.to_dict(), "layers": 3})
+def test_config_validation_and_vocab_ids_as_a_dict():
+    cfg = pcl_config(vocab_size=len(VOCAB), feat_dim=F_DIM, n_regions=N, d_model=D, n_heads=4, d_ff=64)
+    with pytest.raises(ConfigError, match="layers"):
+        pcl_config(vocab_size=10, layers=3)
     with pytest.raises(ConfigError, match="divisible"):
-        PCLConfig(vocab_size=10, d_model=30, n_heads=4)
+        pcl_config(vocab_size=10, d_model=30, n_heads=4)
     with pytest.raises(ConfigError, match="visual_activation"):
-        PCLConfig(vocab_size=10, visual_activation="relu")
+        pcl_config(vocab_size=10, visual_activation="relu")
     ids = {"pad": 0, "bos": 1, "eos": 2, "mask": 4, "img1": 5, "img2": 6, "cls": 7}
     torch.manual_seed(0)
     a = PCL(cfg, ids)
@@ -84,7 +89,7 @@ def test_config_round_trip_validation_and_vocab_ids_as_a_dict():
     b = PCL(cfg, VOCAB)
     assert (a.mask_id, a.cls_id) == (4, 7) and all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
     with pytest.raises(ConfigError, match="vocab_size"):
-        PCL(PCLConfig(vocab_size=5, feat_dim=F_DIM, n_regions=N, d_model=D, n_heads=4, d_ff=64), VOCAB)
+        PCL(pcl_config(vocab_size=5, feat_dim=F_DIM, n_regions=N, d_model=D, n_heads=4, d_ff=64), VOCAB)
 
 
 # -- masks ----------------------------------------------------------------------------------------------------
@@ -185,11 +190,11 @@ def test_heads():
     pre = m(f1, f2, t, mode="pretrain")
     want = F.cosine_similarity((pre.visual[:, 0] + pre.visual[:, 1 + N]) / 2, pre.cls, dim=-1)
     assert torch.allclose(m.fda_similarity(pre), want)
-    assert torch.allclose(m.distractor_logits(pre), m.judge(torch.cat([pre.visual[:, 0], pre.visual[:, 1 + N]], 1)))
+    assert torch.allclose(m.judge_logits(pre), m.judge(torch.cat([pre.visual[:, 0], pre.visual[:, 1 + N]], 1)))
     with pytest.raises(ConfigError, match="pre-training layout"):
         m.fda_similarity(m(f1, f2, t, mode="finetune"))
     with pytest.raises(ConfigError, match="distractor_head=False"):
-        tiny(distractor_head=False).distractor_logits(pre)
+        tiny(distractor_head=False).judge_logits(pre)
     assert not hasattr(tiny(distractor_head=False), "judge")
 
 
@@ -346,7 +351,7 @@ def test_mask_regions_masks_one_image_at_least_one_region():
 # -- size -------------------------------------------------------------------------------------------------------
 def test_paper_size_parameter_count():
     words = Vocab(list(VOCAB.words[:8]) + [f"w{i}" for i in range(72)])
-    m = PCL(PCLConfig(vocab_size=80, feat_dim=2048), words)
+    m = PCL(pcl_config(vocab_size=80, feat_dim=2048), words)
     n = sum(p.numel() for p in m.parameters())
     mvcl = sum(p.numel() for p in m.mvcl_head.parameters())
     print(f"IDC-PCL at the paper's CLEVR-Change size (V=80, feat 2048): {n / 1e6:.2f}M parameters, "

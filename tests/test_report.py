@@ -15,10 +15,10 @@ def _prov(**kw):
 
 
 def test_paper_numbers_are_transcribed_from_the_papers():
-    t2 = paper_table("idcpcl.table2")
+    t2 = paper_table("pcl.table2")
     idc = next(r for r in t2["rows"] if r["model"] == "IDC-PCL")
     assert idc["metrics"] == {"Bleu_4": 51.2, "METEOR": 36.2, "ROUGE_L": 71.7, "CIDEr-D": 128.9}
-    t4 = paper_table("idcpcl.table4")["rows"]
+    t4 = paper_table("pcl.table4")["rows"]
     assert [r["metrics"]["CIDEr-D"] for r in t4] == [89.8, 94.9, 119.7, 128.9, 107.9, 123.5]
     assert t4[4]["difference_encoder"] is False
     c1 = next(r for r in paper_table("clip4idc.table1")["rows"] if r["model"] == "CLIP4IDC")
@@ -27,7 +27,19 @@ def test_paper_numbers_are_transcribed_from_the_papers():
     assert [(r["n_intra"], r["n_inter"]) for r in t7] == [(6, 6), (7, 5), (8, 4), (9, 3), (10, 2), (11, 1), (12, 0)]
     assert t7[3]["metrics"]["t2p_R@1"] == 26.8
     with pytest.raises(ConfigError, match="unknown paper table"):
-        paper_table("idcpcl.table9")
+        paper_table("pcl.table9")
+
+
+def test_paper_value_reads_one_published_number():
+    from idckit.report import paper_value
+
+    assert paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL") == 128.9
+    assert paper_value("pcl.table5", "ROUGE_L", model="IDC-PCL", variant="B2W + CUB + NABirds") == 49.1
+    assert paper_value("clip4idc.table6", "t2p_R@1", dataset="clevr_change") == 26.8
+    with pytest.raises(ConfigError, match="3 rows"):
+        paper_value("clip4idc.table6", "t2p_R@1", model="CLIP4IDC")        # one row per dataset: ambiguous
+    with pytest.raises(ConfigError, match="0 rows"):
+        paper_value("pcl.table2", "CIDEr-D", model="nobody")
 
 
 def test_scale_conversion_only_touches_caption_metrics():
@@ -37,7 +49,7 @@ def test_scale_conversion_only_touches_caption_metrics():
 
 def test_write_report_schema_and_validation(tmp_path):
     rows = [{"model": "IDC-PCL", "variant": "full", "split": "test", "metrics": {"CIDEr-D": 97.5}}]
-    path = write_report(tmp_path, "table2_clevr_change", "idcpcl.table2", rows, _prov(wall_seconds=3.0),
+    path = write_report(tmp_path, "table2_clevr_change", "pcl.table2", rows, _prov(wall_seconds=3.0),
                         headline={"label": "CIDEr-D", "kit": 97.5, "paper": 128.9})
     doc = read_report(path)
     assert doc["notebook"] == "table2_clevr_change" and doc["scale"] == "x100"
@@ -46,20 +58,20 @@ def test_write_report_schema_and_validation(tmp_path):
     assert doc["headline"]["kit"] == 97.5 and doc["title"].startswith("IDC-PCL Table 2")
 
     with pytest.raises(ValueError, match="not a finite number"):
-        write_report(tmp_path, "x", "idcpcl.table2", [{**rows[0], "metrics": {"CIDEr-D": math.nan}}], _prov())
+        write_report(tmp_path, "x", "pcl.table2", [{**rows[0], "metrics": {"CIDEr-D": math.nan}}], _prov())
     with pytest.raises(ValueError, match="lacks 'split'"):
-        write_report(tmp_path, "x", "idcpcl.table2", [{"model": "m", "variant": "v", "metrics": {}}], _prov())
+        write_report(tmp_path, "x", "pcl.table2", [{"model": "m", "variant": "v", "metrics": {}}], _prov())
     with pytest.raises(ValueError, match="headline"):
-        write_report(tmp_path, "x", "idcpcl.table2", rows, _prov(), headline={"label": "C", "kit": math.inf})
+        write_report(tmp_path, "x", "pcl.table2", rows, _prov(), headline={"label": "C", "kit": math.inf})
     assert not (tmp_path / "x.json").exists()  # nothing half-written
-    undecided = write_report(tmp_path, "y", "idcpcl.table2", rows, _prov(),
+    undecided = write_report(tmp_path, "y", "pcl.table2", rows, _prov(),
                              headline={"label": "best split (undetermined: all tie)", "kit": None})
     assert read_report(undecided)["headline"]["kit"] is None
 
 
 def test_side_by_side_keeps_sources_apart():
     rows = [{"model": "IDC-PCL", "variant": "full", "metrics": {"CIDEr-D": 97.5, "Bleu_4": 40.0}}]
-    df = side_by_side(rows, paper_table("idcpcl.table2")["rows"])
+    df = side_by_side(rows, paper_table("pcl.table2")["rows"])
     assert set(df["source"]) == {"paper (real data)", "idckit (this run)"}
     kit = df[df["source"] == "idckit (this run)"]
     assert kit["CIDEr-D"].tolist() == [97.5] and math.isnan(kit["METEOR"].iloc[0])
@@ -166,7 +178,7 @@ def test_side_by_side_labels_seed_rows_and_the_mean_row():
     rows = [{"model": "IDC-PCL", "variant": "full", "seed": s, "metrics": {"CIDEr-D": c}}
             for s, c in ((0, 1.0), (1, 3.0))]
     rows.append({"model": "IDC-PCL", "variant": "full", "seed": "mean", "n_seeds": 2, "metrics": {"CIDEr-D": 2.0}})
-    df = side_by_side(rows, paper_table("idcpcl.table2")["rows"])
+    df = side_by_side(rows, paper_table("pcl.table2")["rows"])
     kit = df[df["source"] == "idckit (this run)"]
     assert kit["run"].tolist() == ["seed 0", "seed 1", "mean of 2 seeds"]
     assert set(df[df["source"] == "paper (real data)"]["run"]) == {""}
@@ -185,7 +197,7 @@ def test_report_summary_shows_provenance_status_and_notes_but_no_paths(tmp_path)
     from idckit.report import report_summary
 
     stage = tmp_path / "_tmp-table2_clevr_change"
-    path = write_report(stage, "table2_clevr_change", "idcpcl.table2", [_trained("full", 1)],
+    path = write_report(stage, "table2_clevr_change", "pcl.table2", [_trained("full", 1)],
                         _prov(wall_seconds=90.0, extra={"train_seconds": 1530.0, "runs": ["pcl-finetune-abc"]}),
                         notes=["COLLAPSED: full wrote \"no change\" for 100 % of the 400 test pairs.", "a < b & c"])
     summary = report_summary(path)

@@ -146,7 +146,8 @@ def _clip(name: str, weights: str | None):
     visual.output_tokens = True
     size = visual.image_size[0] if isinstance(visual.image_size, (tuple, list)) else visual.image_size
     imagenet_mean, imagenet_std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
-    clip_mean = torch.tensor(getattr(visual, "image_mean", None) or (0.48145466, 0.4578275, 0.40821073)).view(1, 3, 1, 1)
+    clip_mean = torch.tensor(getattr(visual, "image_mean", None)
+                             or (0.48145466, 0.4578275, 0.40821073)).view(1, 3, 1, 1)
     clip_std = torch.tensor(getattr(visual, "image_std", None) or (0.26862954, 0.26130258, 0.27577711)).view(1, 3, 1, 1)
 
     def forward(x):
@@ -206,7 +207,8 @@ class FeatureStore:
             raise DatasetError("no feature store here", path=directory, fix="run `idckit features DATA_ROOT`")
         meta = _read_meta(directory)
         if not meta.get("complete"):
-            raise DatasetError(f"feature store is incomplete ({meta.get('rows_done')}/{meta.get('shape', [0])[0]} rows)",
+            raise DatasetError(f"feature store is incomplete "
+                               f"({meta.get('rows_done')}/{meta.get('shape', [0])[0]} rows)",
                                path=directory, fix="re-run `idckit features` on the dataset; it resumes")
         broken = "delete this feature store and extract it again with `idckit features`"
         try:

@@ -39,11 +39,11 @@ import threading
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.errors import MissingDependencyError, ResultsError
 
 METRICS: tuple[str, ...] = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
-SUBSET_ORDER: tuple[str, ...] = ("total", "semantic", "color", "material", "add", "drop", "move", "distractor")
-DISTRACTOR = "distractor"
+SUBSET_ORDER: tuple[str, ...] = ("total", "semantic", *CHANGE_TYPES, DISTRACTOR)
 RESULT_FILES = ("sc_results.json", "nsc_results.json")
 JAVA_FIX = "install a Java runtime: apt-get install -y default-jre-headless (or pass tokenize=False / meteor=False, " \
            "--no-tokenize / --no-meteor, to skip the Java parts)"

@@ -1,4 +1,5 @@
-"""How much of a CLEVR-Change score is the distractor decision? A judge of known accuracy gating real captions.
+"""The judge gate: a simulated distractor judge of known accuracy gating a run's real captions, to measure how much
+of a CLEVR-Change score is the distractor decision.
 
 Half the CLEVR-Change test pairs are distractors, and all their references say "no change" in a few words. A
 captioner's total CIDEr-D therefore depends heavily on saying "no change" exactly when nothing changed. This

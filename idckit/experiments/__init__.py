@@ -1,0 +1,1 @@
+"""Experiments: the cached runs behind each notebook, the one config system (profiles as JSON) and the run cache."""

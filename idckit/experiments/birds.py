@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from idckit import paths
 from idckit.data.features import FeatureStore, extract_features
 from idckit.errors import ConfigError
-from idckit.experiments.config import check_profile, load_config
+from idckit.experiments.config import check_profile, load_config, train_config
 from idckit.experiments.data import BirdsChoice, birds
 from idckit.experiments.runs import Run, caption_counts, open_run
 
@@ -60,8 +60,9 @@ class Setup:
                 "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
 
 
-def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          overrides: dict | None = None, progress: bool = True, device: str | None = None) -> Setup:
+def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
+          runs_dir: str | Path | None = None, overrides: dict | None = None, progress: bool = True,
+          device: str | None = None) -> Setup:
     """Data (SynthBirds generated on first use unless ``data_root``) and the grid features of every image of its
     three datasets (extracted once, cached). ``device``: None (auto), ``cpu``, ``cuda:1``, ..."""
     check_profile(profile)
@@ -177,7 +178,7 @@ def _pretrain_run(s: Setup, v: dict, seed: int, gic: Run | None) -> Run:
 
 def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -> None:
     from idckit.tasks.pcl import PretrainTask
-    from idckit.train.loop import TrainConfig, fit
+    from idckit.train.loop import fit
 
     if run.is_complete():
         return
@@ -189,12 +190,12 @@ def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -
     task = PretrainTask(data, model, batch_size=c["batch_size"], ratios=c["ratios"], mask_prob=c["mask_prob"],
                         eos_prob=c["eos_prob"], region_prob=c["region_prob"], tau_mvcl=c["tau_mvcl"],
                         tau_fda=c["tau_fda"], init_from=None if init is None else init.dir / "best.pt")
-    res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress,
+    res = fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
               device=s.device, loader=s.loader)
     run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
 
 
-def run_variant(variant: str = "both", profile: str = "cpu", data_root: str | Path | None = None, *,
+def run_variant(variant: str = "both", profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
                 seed: int = 0, runs_dir: str | Path | None = None, overrides: dict | None = None,
                 progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
     """GIC (with CUB), Birds-to-Words pre-training (+ FGVC with NABirds), fine-tuning, val selection on ROUGE-L,
@@ -229,7 +230,7 @@ def run_variant(variant: str = "both", profile: str = "cpu", data_root: str | Pa
 def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: float, t0: float) -> None:
     from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
     from idckit.tasks.pcl import FinetuneTask, predict
-    from idckit.train.loop import TrainConfig, fit
+    from idckit.train.loop import fit
 
     data = _data(s, "b2w")
     c = run.config["finetune"]
@@ -239,7 +240,7 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
                             eval_batch_size=c["eval_batch_size"], group_by_pair=c["group_by_pair"],
                             captions_per_pair=c["captions_per_pair"], init_from=pre.dir / "best.pt",
                             scorer=quick, selection_metric=c["selection_metric"], tokenize=False)
-        res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir,
+        res = fit(task, train_config(c["train"], run.config["seed"]), run.dir,
                   progress=progress, device=s.device, loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)

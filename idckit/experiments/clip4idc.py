@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -38,9 +37,10 @@ from typing import Any, Sequence
 import torch
 
 from idckit import paths
+from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.errors import ConfigError, WeightsUnavailableError
 from idckit.experiments.config import (check_profile, check_seeds, check_variants, deep_merge, load_config,
-                                       read_config_file)
+                                       read_config_file, train_config)
 from idckit.experiments.data import DataChoice, pair_dataset
 from idckit.experiments.runs import Run, caption_counts, open_run
 from idckit.fileio import check_output_dir, check_output_file
@@ -54,7 +54,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 MODEL = "CLIP4IDC (idckit)"
 STANDIN_LABEL = "idckit stand-in CLIP (synthetic pre-training)"
-TYPES = ("color", "material", "add", "drop", "move", "distractor")
+TYPES = (*CHANGE_TYPES, DISTRACTOR)
 RETRIEVAL_KEYS = ("t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10",
                   "p2t_MdR", "p2t_MnR")
 
@@ -106,9 +106,10 @@ class Setup:
         return default_n_intra(self.depth)
 
 
-def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          clip_model: str | None = None, pretrained: str | None = None, overrides: dict | None = None,
-          progress: bool = True, device: str | None = None, dataset: str = "clevr-change") -> Setup:
+def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
+          runs_dir: str | Path | None = None, clip_model: str | None = None, pretrained: str | None = None,
+          overrides: dict | None = None, progress: bool = True, device: str | None = None,
+          dataset: str = "clevr-change") -> Setup:
     """The data (generated on first use when synthetic) and every setting of ``profile``.
 
     ``dataset``: ``clevr-change``, ``spot-the-diff`` or ``editing-request`` (``data_root`` in that layout).
@@ -221,20 +222,8 @@ def _device(s: Setup, kind: str):
 
 
 def _train_config(c: dict, seed: int, samples_per_epoch: int, batch_size: int):
-    """The loop's TrainConfig from a ``train`` block; ``epochs``, ``warmup_fraction`` and ``eval_every_epochs``
-    become steps for this data size."""
-    from idckit.train.loop import TrainConfig
-
-    t = dict(c)
-    steps_per_epoch = max(1, samples_per_epoch // batch_size)
-    epochs, warmup, every = t.pop("epochs", None), t.pop("warmup_fraction", None), t.pop("eval_every_epochs", None)
-    if epochs is not None:                       # a profile sets these to null to give steps directly
-        t["max_steps"] = int(math.ceil(epochs * steps_per_epoch))
-    if warmup is not None:
-        t["warmup_steps"] = int(round(warmup * t["max_steps"]))
-    if every is not None:
-        t["eval_every"] = max(1, int(every * steps_per_epoch))
-    return TrainConfig.from_dict({**t, "seed": seed})
+    """The loop's TrainConfig from a ``train`` block in epochs of ``samples_per_epoch`` samples."""
+    return train_config(c, seed, steps_per_epoch=max(1, samples_per_epoch // batch_size))
 
 
 # -- 1. the CLIP ----------------------------------------------------------------------------------------------
@@ -426,7 +415,7 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
     clip = clip_weights(s, progress=progress)
     ad = adapt(s, n_intra, 0, progress=progress) if v["adapt"] else None
     c = copy.deepcopy(s.config["caption"])
-    frozen = c["visual_lr_scale"] == 0 if freeze_visual is None else bool(freeze_visual)
+    frozen = c["captioner"]["freeze_visual"] if freeze_visual is None else bool(freeze_visual)
     if frozen:
         c["visual_lr_scale"] = 0.0
     captioner = {**c.pop("captioner"), **v["captioner"], "freeze_visual": frozen}
@@ -663,14 +652,14 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
                              "train_seconds": round(train_seconds, 1),
                              "caption_model": s.config["caption"]["captioner"],
                              "visual_encoder_in_captioning": "frozen (pair tokens computed once)"
-                             if s.config["caption"]["visual_lr_scale"] == 0 else
+                             if s.config["caption"]["captioner"]["freeze_visual"] else
                              f"fine-tuned at {s.config['caption']['visual_lr_scale']} x the caption lr"})
 
 
 # -- the `idckit pretrain-clip` command -------------------------------------------------------------------------
-def pretrain_clip(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-                  out: str | Path | None = None, progress: bool = True, device: str | None = None,
-                  dataset: str = "clevr-change") -> dict[str, Any]:
+def pretrain_clip(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
+                  runs_dir: str | Path | None = None, out: str | Path | None = None, progress: bool = True,
+                  device: str | None = None, dataset: str = "clevr-change") -> dict[str, Any]:
     """Pre-train (or find in the run cache) the offline stand-in CLIP; ``out`` also copies the checkpoint there.
 
     ``dataset`` names the layout of ``data_root`` (and whose synthetic default is used without one).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -104,3 +105,69 @@ def load_config(name: str, profile: str, overrides: Mapping[str, Any] | None = N
         raise ConfigError(f"unknown settings in overrides for {name!r}: {', '.join(unknown)}",
                           path=CONFIG_DIR / f"{name}.json", fix="use the setting names of this config file")
     return deep_merge(resolved, overrides or {})
+
+
+# -- named model configs -----------------------------------------------------------------------------------------
+#: model family -> (config file, its model section, the section's caption-length key in the model config);
+#: a model config is named ``<family>-<profile>``, as open_clip names architectures, and built by :func:`model_config`
+MODEL_FAMILIES: dict[str, tuple[str, str, str | None]] = {
+    "pcl": ("pcl", "model", "max_text_len"),
+    "pcl-birds": ("pcl_birds", "model", "max_text_len"),
+    "clip4idc": ("clip4idc_caption", "captioner", "max_len"),
+    "duda": ("duda", "model", None),
+}
+
+
+def model_names() -> list[str]:
+    """Every named model config, e.g. ``pcl-cpu``, ``clip4idc-paper``."""
+    return [f"{family}-{profile}" for family in MODEL_FAMILIES for profile in PROFILES]
+
+
+def model_config(name: str, **fields: Any):
+    """The model config ``name`` = ``<family>-<profile>`` (:func:`model_names`): the model section of that
+    profile's JSON (plus its caption length), with ``fields`` on top: the sizes only data knows (``vocab_size``,
+    ``feat_dim``, ``n_regions`` for IDC-PCL and DUDA) and any override. Returns the family's dataclass
+    (:class:`~idckit.models.pcl.PCLConfig`, :class:`~idckit.models.clip4idc.CaptionerConfig`,
+    :class:`~idckit.models.duda.DUDAConfig`)."""
+    family, _, profile = str(name).rpartition("-")
+    if family not in MODEL_FAMILIES or profile not in PROFILES:
+        raise ConfigError(f"unknown model config {name!r}; known: {', '.join(model_names())}")
+    file, section, length_key = MODEL_FAMILIES[family]
+    cfg = load_config(file, profile)
+    settings = dict(cfg[section])
+    if length_key is not None:
+        settings[length_key] = cfg["max_len"]
+    if family.startswith("pcl"):
+        from idckit.models.pcl import PCLConfig as cls
+    elif family == "clip4idc":
+        from idckit.models.clip4idc import CaptionerConfig as cls
+    else:
+        from idckit.models.duda import DUDAConfig as cls
+    try:
+        return cls(**{**settings, **fields})
+    except TypeError as exc:   # a missing data size or a misspelt override
+        raise ConfigError(f"cannot build {name!r}: {exc}", path=CONFIG_DIR / f"{file}.json",
+                          fix="pass the data's sizes (vocab_size, feat_dim, n_regions) and only known fields") from exc
+
+
+# -- the training loop's settings ----------------------------------------------------------------------------------
+def train_config(block: Mapping[str, Any], seed: int | None = None, *, steps_per_epoch: int | None = None):
+    """The loop's :class:`~idckit.train.loop.TrainConfig` from a profile's ``train`` section (the one dialect of
+    every run): ``configs/train.json``'s defaults <- ``block`` <- ``seed``. ``epochs``, ``warmup_fraction`` and
+    ``eval_every_epochs`` (null or absent: not used) become steps for ``steps_per_epoch`` optimiser steps per epoch."""
+    from idckit.train.loop import TrainConfig
+
+    t = dict(block)
+    epochs, warmup, every = t.pop("epochs", None), t.pop("warmup_fraction", None), t.pop("eval_every_epochs", None)
+    if (epochs is not None or every is not None) and steps_per_epoch is None:
+        raise ConfigError("a train section in epochs needs the data's steps per epoch",
+                          fix="give max_steps and eval_every instead of epochs and eval_every_epochs")
+    if epochs is not None:                       # a profile sets these to null to give steps directly
+        t["max_steps"] = int(math.ceil(epochs * steps_per_epoch))
+    if warmup is not None:
+        t["warmup_steps"] = int(round(warmup * t["max_steps"]))
+    if every is not None:
+        t["eval_every"] = max(1, int(every * steps_per_epoch))
+    if seed is not None:
+        t["seed"] = seed
+    return TrainConfig.from_dict({**read_config_file("train")["base"], **t})

@@ -13,17 +13,18 @@ from typing import Any, Sequence
 
 from idckit.errors import ConfigError
 from idckit.experiments import pcl
-from idckit.experiments.config import load_config
+from idckit.experiments.config import load_config, train_config
 from idckit.experiments.pcl import Setup
 from idckit.experiments.runs import Run, open_run
+from idckit.paths import DEFAULT_PROFILE
 
 MODEL = "DUDA (idckit)"
 VARIANTS: dict[str, dict[str, Any]] = {"duda": {"label": "DUDA"}}
 
 
-def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          backbone: str | None = None, overrides: dict | None = None, hard: bool = False, progress: bool = True,
-          device: str | None = None) -> Setup:
+def setup(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *,
+          runs_dir: str | Path | None = None, backbone: str | None = None, overrides: dict | None = None,
+          hard: bool = False, progress: bool = True, device: str | None = None) -> Setup:
     """Data (generated on first use when synthetic) and its grid features (extracted once, shared with IDC-PCL).
     ``hard`` and ``device`` as in :func:`idckit.experiments.pcl.setup`."""
     cfg = load_config("duda", profile, overrides)
@@ -49,7 +50,7 @@ def _data(s: Setup):
     return _DATA_CACHE[key]
 
 
-def run_variant(variant: str = "duda", profile: str = "cpu", data_root: str | Path | None = None, *,
+def run_variant(variant: str = "duda", profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *,
                 seed: int = 0, runs_dir: str | Path | None = None, backbone: str | None = None,
                 overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
     """Train (select on val CIDEr-D), decode and score test; cached by config.
@@ -75,7 +76,7 @@ def run_variant(variant: str = "duda", profile: str = "cpu", data_root: str | Pa
 def _train(s: Setup, run: Run, progress: bool) -> None:
     from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
     from idckit.tasks.duda import DUDATask, caption_judge_accuracy, no_change_sentences, predict
-    from idckit.train.loop import TrainConfig, fit
+    from idckit.train.loop import fit
 
     t0 = time.perf_counter()
     data = _data(s)
@@ -83,8 +84,8 @@ def _train(s: Setup, run: Run, progress: bool) -> None:
     with CaptionScorer(meteor=False) as quick:
         task = DUDATask(data, run.config["model"], batch_size=c["batch_size"], attention_l1=c["attention_l1"],
                         swap_before=c["swap_before"], eval_batch_size=c["eval_batch_size"], scorer=quick)
-        res = fit(task, TrainConfig.from_dict({**c["loop"], "seed": run.config["seed"]}), run.dir,
-                  progress=progress, device=s.device, loader=s.loader)
+        res = fit(task, train_config(c["loop"], run.config["seed"]), run.dir, progress=progress, device=s.device,
+                  loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
     write_results(run.dir / "test", preds["captions"])

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from idckit import paths
+from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.data.features import FeatureStore, extract_features
 from idckit.errors import ConfigError, DatasetError
-from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config
+from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config, train_config
 from idckit.experiments.data import DataChoice, clevr_change
 from idckit.experiments.runs import Run, caption_counts, open_run
 from idckit.fileio import check_output_dir
@@ -61,9 +62,9 @@ class Setup:
         return float(self.config.get("train_fraction", 1.0))
 
 
-def setup(profile: str = "cpu", data_root: str | Path | None = None, *, runs_dir: str | Path | None = None,
-          backbone: str | None = None, overrides: dict | None = None, hard: bool = False,
-          progress: bool = True, device: str | None = None) -> Setup:
+def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
+          runs_dir: str | Path | None = None, backbone: str | None = None, overrides: dict | None = None,
+          hard: bool = False, progress: bool = True, device: str | None = None) -> Setup:
     """Data (generated on first use when synthetic) and its grid features (extracted once, cached).
 
     ``hard=True``: the synthetic set at CLEVR-Change's own jitter instead of the profile's learnable default.
@@ -121,7 +122,7 @@ def _pretrain_run(s: Setup, variant: dict, seed: int) -> Run | None:
 
 def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
     from idckit.tasks.pcl import PretrainTask
-    from idckit.train.loop import TrainConfig, fit
+    from idckit.train.loop import fit
 
     if run.is_complete():
         return
@@ -129,14 +130,14 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
     task = PretrainTask(_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
                         mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
                         tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
-    res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir, progress=progress,
+    res = fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
               device=s.device, loader=s.loader)
     if distributed.is_main():
         run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds}, **_about(s))
     distributed.barrier()
 
 
-def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Path | None = None, *,
+def run_variant(variant: str = "full", profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
                 seed: int = 0, runs_dir: str | Path | None = None, backbone: str | None = None,
                 overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None,
                 device: str | None = None) -> dict[str, Any]:
@@ -168,7 +169,7 @@ def run_variant(variant: str = "full", profile: str = "cpu", data_root: str | Pa
 def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
     from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
     from idckit.tasks.pcl import FinetuneTask, predict
-    from idckit.train.loop import TrainConfig, fit
+    from idckit.train.loop import fit
 
     t0 = time.perf_counter()
     if pre is not None:
@@ -181,7 +182,7 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                             eval_batch_size=c["eval_batch_size"], group_by_pair=c["group_by_pair"],
                             captions_per_pair=c["captions_per_pair"],
                             init_from=None if pre is None else pre.dir / "best.pt", scorer=quick)
-        res = fit(task, TrainConfig.from_dict({**c["train"], "seed": run.config["seed"]}), run.dir,
+        res = fit(task, train_config(c["train"], run.config["seed"]), run.dir,
                   progress=progress, device=s.device, loader=s.loader)
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
     if not distributed.is_main():      # rank 0 scores and writes; the others wait for the finished run
@@ -282,7 +283,7 @@ __all__ = ["VARIANTS", "Setup", "setup", "run_variant", "runs", "hard_runs", "pr
 
 
 # -- what the table notebooks show --------------------------------------------------------------------------
-TYPES = ("color", "material", "add", "drop", "move", "distractor")
+TYPES = (*CHANGE_TYPES, DISTRACTOR)
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:

@@ -32,12 +32,15 @@ from idckit.errors import ConfigError
 from idckit.fileio import check_output_dir, write_json
 
 #: bump when a change to the training code alters what a run learns (every cached run then retrains)
-TRAINING_CODE_VERSION = "2"  # 2: grouped IDC-PCL fine-tuning batches (device/DDP plumbing, other datasets and the DataLoader path since: same results on one CPU process)
+#: 2: grouped IDC-PCL fine-tuning batches (device/DDP plumbing, other datasets, the DataLoader path and the settings
+#: tidy-up since: same results on one CPU process)
+TRAINING_CODE_VERSION = "2"
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "b2afc020b9813a35"
-#: the code a run's result depends on beyond its config: the loop, models, tasks, losses, text and features
-TRAINING_MODULES = ("train/*.py", "models/*.py", "models/clip_configs/*.json", "tasks/*.py", "losses.py",
-                    "text/*.py", "data/features.py", "data/images.py")
+TRAINING_CODE_FINGERPRINT = "cf5a870610b5a3c9"
+#: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
+#: models, tasks, losses, text and features
+TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
+                    "tasks/*.py", "losses.py", "text/*.py", "data/features.py", "data/images.py")
 
 
 def training_fingerprint(package: Path | None = None) -> str:

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from idckit.errors import ConfigError
+from idckit.paths import DEFAULT_PROFILE
 from idckit.train import distributed
 
 KINDS = ("pcl", "clip4idc")
 
 
-def train(kind: str, profile: str = "cpu", data_root: str | Path | None = None, *,
+def train(kind: str, profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *,
           variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), runs_dir: str | Path | None = None,
           device: str | None = None, progress: bool = True) -> list[dict[str, Any]]:
     """Every requested variant x seed of ``kind`` (default: every variant the notebooks show), each trained once."""

@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from idckit.baselines import MostFrequentCaption, NearestDifference
-from idckit.data.clevr_change import ClevrChange, split_counts
+from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR, ClevrChange, split_counts
 from idckit.experiments.data import DataChoice, clevr_change
+from idckit.paths import DEFAULT_PROFILE
 from idckit.report import Provenance, to_paper_scale
 
-SUBSETS = ("total", "semantic", "distractor", "color", "material", "add", "drop", "move")
+SUBSETS = ("total", "semantic", DISTRACTOR, *CHANGE_TYPES)
 
 
 @dataclass
@@ -40,7 +41,7 @@ class WalkthroughResult:
         return df.round(1)
 
 
-def run(profile: str = "cpu", data_root: str | Path | None = None, *, split: str = "test",
+def run(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *, split: str = "test",
         meteor: bool = True, device: str | None = None) -> WalkthroughResult:
     """The text-only baselines on ``split``. ``device`` is accepted like every notebook entry point's, and unused:
     the baselines run no model."""

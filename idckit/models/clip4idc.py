@@ -85,6 +85,8 @@ from open_clip.transformer import LayerNorm, VisionTransformer, text_global_pool
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from idckit.losses import clip_logits
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Pair encoder
@@ -250,10 +252,10 @@ class CLIP4IDCRetrieval(nn.Module):
         return clip_text_features(self.clip, tokens)
 
     def forward(self, before, after, tokens) -> torch.Tensor:
-        """Similarity logits [B_text, B_pair] = exp(logit_scale) * cos(g_i, v_j); InfoNCE lives in idckit.losses."""
-        pair = F.normalize(self.encode_pair(before, after), dim=-1)
-        text = F.normalize(self.encode_text(tokens), dim=-1)
-        return self.logit_scale.exp() * text @ pair.t()
+        """Similarity logits [B_text, B_pair] = exp(logit_scale) * cos(g_i, v_j) (:func:`idckit.losses.clip_logits`;
+        InfoNCE lives there too)."""
+        pair = self.encode_pair(before, after)
+        return clip_logits(self.encode_text(tokens), pair, self.logit_scale)
 
     def freeze_like_public_code(self) -> None:
         """Freeze what the public code's freeze logic freezes with --freeze_layer_num 0: the patch conv, class and
@@ -262,13 +264,6 @@ class CLIP4IDCRetrieval(nn.Module):
         for p in [v.conv1.weight, v.class_embedding, v.positional_embedding, *v.ln_pre.parameters(),
                   self.clip.token_embedding.weight, self.clip.positional_embedding]:
             p.requires_grad_(False)
-
-    def param_groups(self, lr_clip: float, lr_new: float) -> list[dict]:
-        """CLIP's own weights (paper and code: 1e-7) and the new e1/e2/p/ln_mid (code: 1e-4); trainable only."""
-        new = {id(p) for p in self.pair_encoder.new_parameters()}
-        params = [p for p in self.parameters() if p.requires_grad]
-        return [{"name": "clip", "lr": lr_clip, "params": [p for p in params if id(p) not in new]},
-                {"name": "new", "lr": lr_new, "params": [p for p in params if id(p) in new]}]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -290,29 +285,27 @@ def tokenize_captions(texts: list[str], max_len: int = 32) -> torch.LongTensor:
 
 @dataclass(frozen=True)
 class CaptionerConfig:
-    """Sizes and switches of the captioner; defaults are the paper's (appendix B) and the public code's."""
+    """Sizes and switches of the captioner. The sizes have no defaults here: they come from the ``captioner``
+    section of a profile (``idckit/experiments/configs/clip4idc_caption.json``, named ``clip4idc-<profile>`` by
+    :func:`idckit.experiments.config.model_config`); base is the paper's (appendix B) and the public code's."""
+    hidden: int
+    heads: int
+    ffn: int
+    enc_layers: int
+    dec_layers: int
+    dropout: float                         # hidden and attention-probability dropout, as the public code
+    max_len: int                           # tokens including SOT/EOT; greedy decoding runs at most this many steps
+    freeze_visual: bool                    # the pair encoder frozen (paper table 7; the cpu profile by choice)
+    # what a run chooses, not a profile: the experiment's variant and layer split, and switches kept at the paper's
     variant: str = "clip4idc"              # "clip4idc" (split ViT) or "clip-ft" (plain CLIP per image, table 5)
     n_intra: int | None = None             # None: 3/4 of the ViT depth (9 of 12); ignored for clip-ft
-    hidden: int = 512
-    heads: int = 8
-    ffn: int = 2048
-    enc_layers: int = 3
-    dec_layers: int = 3
-    dropout: float = 0.1                   # hidden and attention-probability dropout, as the public code
-    max_len: int = 32                      # tokens including SOT/EOT; greedy decoding runs at most this many steps
     cross_attention: str = "layerwise"     # "layerwise" (decoder i <- encoder i, public code) or "last"
     tie_clip_embeddings: bool = True       # word/position embeddings start from CLIP's text tower
     segment_embedding: bool | None = None  # before/after segment embedding in the caption encoder; None: clip-ft only
-    freeze_visual: bool = False            # paper table 7 (captioning with the adapted encoder frozen)
 
     @property
     def use_segment_embedding(self) -> bool:
         return self.variant == "clip-ft" if self.segment_embedding is None else self.segment_embedding
-
-
-PAPER_CAPTIONER = CaptionerConfig()
-# Smaller caption transformer for the CPU profile; hidden 256 matches the stand-in CLIP's text width so ties work.
-CPU_CAPTIONER = CaptionerConfig(hidden=256, heads=4, ffn=1024)
 
 
 class Attention(nn.Module):
@@ -390,7 +383,7 @@ class CLIP4IDCCaptioner(nn.Module):
     the text tower is not kept). To start from an adapted retrieval model, load its pair encoder's weights:
     ``captioner.pair_encoder.load_state_dict(retrieval.pair_encoder.state_dict())``."""
 
-    def __init__(self, clip: nn.Module, cfg: CaptionerConfig = PAPER_CAPTIONER,
+    def __init__(self, clip: nn.Module, cfg: CaptionerConfig,
                  output_ids: "list[int] | torch.Tensor | None" = None):
         super().__init__()
         if cfg.variant not in ("clip4idc", "clip-ft"):
@@ -529,17 +522,14 @@ class CLIP4IDCCaptioner(nn.Module):
             return self.encode_pair_tokens(visual)
         return self.encode(*visual)
 
-    def caption_loss(self, memories: list[torch.Tensor], ids: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-        """Word-level cross-entropy of ``tokenize_captions`` output ids [B, max_len] (pad 0 ignored), the mean or
-        the sum over the predicted (non-pad) tokens."""
+    def teacher_forcing(self, memories: list[torch.Tensor], ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [B, max_len - 1, V'], labels [B, max_len - 1]) for ``tokenize_captions`` output ids [B, max_len]:
+        the next-token logits over the vocabulary rows and the targets as rows, -100 at padding, the input of
+        :func:`idckit.losses.mlm_loss` (word-level cross-entropy)."""
         logits = self.decode(memories, ids[:, :-1])
         target = self.to_rows(ids[:, 1:])
         pad_row = int(self.to_rows(torch.tensor([self.pad_id], device=ids.device))[0])
-        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=pad_row, reduction=reduction)
-
-    def loss(self, before: torch.Tensor, after: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """Word-level cross-entropy of ``tokenize_captions`` output ids [B, max_len] (pad 0 ignored)."""
-        return self.caption_loss(self.encode(before, after), ids)
+        return logits, target.masked_fill(target == pad_row, -100)
 
     def param_groups(self, lr_visual: float, lr_caption: float) -> list[dict]:
         """Pair encoder (CLIP's ViT and e1/e2/p/ln_mid; paper: 1e-7) vs the caption model (1e-4); trainable only."""

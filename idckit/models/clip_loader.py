@@ -37,7 +37,6 @@ from idckit.fileio import atomic_path
 
 CONFIG_DIR = Path(__file__).parent / "clip_configs"
 STANDIN_CLIP = "idckit-standin-ViT-T-16"
-PAPER_CLIP = ("ViT-B-32", "openai")
 
 _OFFLINE_FIX = ("this machine may be offline (no model hub); pass a local open_clip checkpoint file as "
                 "pretrained=<path>, or run `idckit pretrain-clip` to train the offline stand-in "

@@ -52,17 +52,20 @@ ATTENTIONS = ("sigmoid", "softmax")
 
 @dataclass
 class DUDAConfig:
+    """No defaults here: the grid and vocabulary come from the data, the rest from the ``model`` section of a
+    profile (``idckit/experiments/configs/duda.json``, named ``duda-<profile>`` by
+    :func:`idckit.experiments.config.model_config`; base = RCC's public configs)."""
     vocab_size: int
     feat_dim: int            # F of the grid features (before the 2 coordinate channels)
     n_regions: int           # N = side * side
-    att_dim: int = 128       # hidden width of the dual attention (public: change_detector.dim)
-    att_groups: int = 32     # GroupNorm groups of that hidden layer
-    att_dropout: float = 0.5
-    attention: str = "sigmoid"
-    embed_dim: int = 512     # the embedded [l_bef; l_diff; l_aft] fed to the attention LSTM
-    word_dim: int = 300
-    rnn_dim: int = 512
-    dropout: float = 0.5     # public drop_prob_lm: word embedding, embedded features, h_l before the output
+    att_dim: int             # hidden width of the dual attention (public: change_detector.dim)
+    att_groups: int          # GroupNorm groups of that hidden layer
+    att_dropout: float
+    attention: str
+    embed_dim: int           # the embedded [l_bef; l_diff; l_aft] fed to the attention LSTM
+    word_dim: int
+    rnn_dim: int
+    dropout: float           # public drop_prob_lm: word embedding, embedded features, h_l before the output
 
     def __post_init__(self):
         if self.attention not in ATTENTIONS:

@@ -61,8 +61,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -77,19 +76,24 @@ SPECIAL_KEYS = ("pad", "bos", "eos", "mask", "img1", "img2", "cls")
 
 @dataclass
 class PCLConfig:
+    """Sizes and switches of the model. No defaults here: the sizes only data knows (vocabulary, feature grid,
+    caption length) come from the data, the rest from the ``model`` section of a profile
+    (``idckit/experiments/configs/pcl.json``, named ``pcl-<profile>`` by
+    :func:`idckit.experiments.config.model_config`)."""
     vocab_size: int
-    feat_dim: int = 1280            # efficientnet_lite0 grid; 2048 for resnet101 (the paper's)
-    n_regions: int = 49             # a 7x7 grid
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    n_layers: int = 3               # cross-modal layers: 3 on CLEVR-Change, 2 on Birds-to-Words
-    single_layers: int = 1          # paper table 6 "SE block"
-    pair_layers: int = 1            # paper table 6 "PE block"
-    dropout: float = 0.2
-    max_text_len: int = 40
-    difference_encoder: bool = True  # False: table 4 row 5, regions go straight to the cross-modal transformer
-    distractor_head: bool = True
+    feat_dim: int                   # 1280 for the efficientnet_lite0 grid; 2048 for resnet101 (the paper's)
+    n_regions: int                  # 49: a 7x7 grid
+    max_text_len: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    n_layers: int                   # cross-modal layers: 3 on CLEVR-Change, 2 on Birds-to-Words
+    single_layers: int              # paper table 6 "SE block"
+    pair_layers: int                # paper table 6 "PE block"
+    dropout: float
+    difference_encoder: bool        # False: table 4 row 5, regions go straight to the cross-modal transformer
+    distractor_head: bool
+    # not profile settings: the birds' FGVC stage sets n_classes from its data; the public code's variant is a switch
     n_classes: int = 0              # > 0: the FGVC stage's heads (classifier on single-image [IMG], pair matcher)
     visual_activation: str = "none"     # "none" (the paper's linear projection) or "sigmoid" (the public code)
 
@@ -100,17 +104,6 @@ class PCLConfig:
             raise ConfigError(f"visual_activation must be 'sigmoid' or 'none', got {self.visual_activation!r}")
         if self.n_layers < 1:
             raise ConfigError(f"the cross-modal transformer needs at least one layer, got n_layers={self.n_layers}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PCLConfig":
-        unknown = set(d) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ConfigError(f"unknown IDC-PCL config keys {sorted(unknown)}",
-                              fix=f"use only {[f.name for f in fields(cls)]}")
-        return cls(**d)
 
 
 def sinusoid_table(n: int, d: int) -> torch.Tensor:
@@ -374,7 +367,7 @@ class PCL(nn.Module):
             raise ConfigError("FDA needs the pre-training layout (mode='pretrain')")
         return F.cosine_similarity(0.5 * (out.img1 + out.img2), out.cls, dim=-1)
 
-    def distractor_logits(self, out: PCLOutput) -> torch.Tensor:
+    def judge_logits(self, out: PCLOutput) -> torch.Tensor:
         """[B, 2]: class 1 = a real (semantic) change, 0 = a distractor (viewpoint/lighting only)."""
         if not self.cfg.distractor_head:
             raise ConfigError("this model was built without the distractor-judging head (distractor_head=False)")

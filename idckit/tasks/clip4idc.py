@@ -31,7 +31,6 @@ over the ranks and gathered.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import weakref
 from dataclasses import dataclass, field
@@ -45,10 +44,11 @@ from idckit.data.clevr_change import ClevrChange
 from idckit.data.images import ImageCache
 from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError
-from idckit.losses import symmetric_infonce
+from idckit.losses import clip_logits, mlm_loss, symmetric_infonce
 from idckit.models.clip4idc import (CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval, PairEncoder,
                                     clip_bpe_tokenizer, tokenize_captions)
 from idckit.train import distributed
+from idckit.train.task import weight_decay_groups
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -96,7 +96,7 @@ class PairData:
         return sorted(set(self.splits["train"].sample_ids.flatten().tolist()))
 
 
-def load_pair_data(dataset: ClevrChange, size: int, *, max_len: int = 32, cache_dir: str | Path | None = None,
+def load_pair_data(dataset: ClevrChange, size: int, *, max_len: int, cache_dir: str | Path | None = None,
                    splits: Sequence[str] = ("train", "val", "test"), progress: bool = False) -> PairData:
     """Every pair of ``splits`` with its images (decoded once, ``size`` px) and tokenised captions.
 
@@ -254,11 +254,10 @@ class AdaptTask:
 
     selection_metric = "t2p_R@1"
 
-    def __init__(self, data: PairData, clip_model: str, pretrained: str | None, *, n_intra: int | None = None,
-                 batch_size: int = 128, clip_lr_scale: float = 1e-3, weight_decay: float = 0.2,
-                 swap_prob: float = 0.5, freeze_intra: bool = False, freeze_embeddings: bool = False,
-                 eval_batch_size: int = 128, intra_cache: IntraCache | None = None, progress: bool = False,
-                 ks: Sequence[int] = (1, 5, 10)):
+    def __init__(self, data: PairData, clip_model: str, pretrained: str | None, *, batch_size: int,
+                 clip_lr_scale: float, weight_decay: float, swap_prob: float, freeze_intra: bool,
+                 freeze_embeddings: bool, eval_batch_size: int, n_intra: int | None = None,
+                 intra_cache: IntraCache | None = None, progress: bool = False, ks: Sequence[int] = (1, 5, 10)):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
         self.ks = tuple(sorted({1, *ks}))                      # R@1 always: it selects the checkpoint
         self.n_intra, self.batch_size, self.clip_lr_scale = n_intra, batch_size, clip_lr_scale
@@ -286,19 +285,10 @@ class AdaptTask:
         """CLIP's weights at lr * clip_lr_scale (paper 1e-7 = 1e-4 * 1e-3), the new e1/e2/p/ln_mid at lr; weight
         decay on CLIP's matrices only (not on gains, biases, embeddings, the temperature or the new parameters)."""
         new = {id(p) for p in model.pair_encoder.new_parameters()}
-        decay, no_decay, fresh = [], [], []
-        for name, p in model.named_parameters():
-            if not p.requires_grad:
-                continue
-            if id(p) in new:
-                fresh.append(p)
-            elif p.ndim < 2 or "embedding" in name or "logit_scale" in name:
-                no_decay.append(p)
-            else:
-                decay.append(p)
-        return [{"params": decay, "lr_scale": self.clip_lr_scale, "weight_decay": self.weight_decay},
-                {"params": no_decay, "lr_scale": self.clip_lr_scale, "weight_decay": 0.0},
-                {"params": fresh, "lr_scale": 1.0, "weight_decay": 0.0}]
+        clip = [(name, p) for name, p in model.named_parameters() if id(p) not in new]
+        fresh = [p for p in model.parameters() if id(p) in new and p.requires_grad]
+        return weight_decay_groups(clip, self.weight_decay, lr_scale=self.clip_lr_scale) + \
+            [{"params": fresh, "lr_scale": 1.0, "weight_decay": 0.0}]
 
     def _intra(self, model: CLIP4IDCRetrieval) -> IntraCache | None:
         """The intra cache for this model's frozen weights (computed on first use, on every image needed)."""
@@ -354,9 +344,8 @@ class AdaptTask:
         _, pair = _encode(model.pair_encoder, self.data.images, before, train.after[batch["pairs"]],
                           self._intra(model), batch.get("pixels"))
         text = model.encode_text(batch["ids"].to(dev))
-        text = distributed.gather_with_grad(F.normalize(text, dim=-1))     # the global batch's negatives
-        pair = distributed.gather_with_grad(F.normalize(pair, dim=-1))
-        logits = model.logit_scale.exp() * text @ pair.t()
+        # gathered: the global batch's negatives
+        logits = clip_logits(text, pair, model.logit_scale, gather=distributed.gather_with_grad)
         loss = symmetric_infonce(logits)
         acc = (logits.argmax(1) == torch.arange(len(logits), device=dev)).float().mean()
         return loss, {"t2p_acc": float(acc), "temperature": float(1 / model.logit_scale.detach().exp())}
@@ -395,13 +384,14 @@ class CaptionTask:
     selection_metric = "CIDEr-D"
 
     def __init__(self, data: PairData, clip_model: str, pretrained: str | None, captioner: Mapping[str, Any], *,
-                 batch_size: int = 16, visual_lr_scale: float = 1e-3, init_from: str | Path | None = None,
-                 trim_vocab: bool = False, eval_batch_size: int = 100, intra_cache: IntraCache | None = None,
-                 scorer=None, progress: bool = False):
+                 batch_size: int, visual_lr_scale: float, trim_vocab: bool, eval_batch_size: int,
+                 init_from: str | Path | None = None, intra_cache: IntraCache | None = None, scorer=None,
+                 progress: bool = False):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
         self.cfg = CaptionerConfig(**{**dict(captioner), "max_len": data.max_len})
         if visual_lr_scale == 0 and not self.cfg.freeze_visual:
-            self.cfg = dataclasses.replace(self.cfg, freeze_visual=True)
+            raise ConfigError("visual_lr_scale 0 would train the pair encoder at lr 0",
+                              fix="freeze it explicitly: captioner.freeze_visual = true")
         self.batch_size, self.visual_lr_scale = batch_size, visual_lr_scale
         self.init_from = Path(init_from) if init_from else None
         self.trim_vocab, self.eval_batch_size = trim_vocab, eval_batch_size
@@ -484,7 +474,7 @@ class CaptionTask:
         memories = model.memories(self._visual(model, "train", batch["pairs"], batch.get("pixels")))
         ids = batch["ids"].to(model_device(model))
         words = int((ids[:, 1:] != model.pad_id).sum())
-        loss = distributed.global_mean(model.caption_loss(memories, ids, "sum"), words)
+        loss = distributed.global_mean(mlm_loss(*model.teacher_forcing(memories, ids), "sum"), words)
         return loss, {}
 
     @torch.inference_mode()

@@ -39,8 +39,9 @@ from idckit.data.clevr_change import ClevrChange
 from idckit.data.images import ImageCache
 from idckit.device import model_device
 from idckit.errors import DatasetError
-from idckit.losses import symmetric_infonce
+from idckit.losses import clip_logits, symmetric_infonce
 from idckit.train import distributed
+from idckit.train.task import weight_decay_groups
 
 MAX_LOGIT_SCALE = math.log(100.0)   # OpenAI CLIP (and CLIP4IDC's code) clamp the inverse temperature at 100
 
@@ -165,21 +166,13 @@ def _tokenize(texts: list[str], context_length: int) -> torch.Tensor:
     return tokenize_captions(texts, context_length)
 
 
-def contrastive_logits(clip, images: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """[B_text, B_image] = exp(logit_scale) * cos(text, image), CLIP's training logits; under torchrun over the
-    rows of every rank (all-gathered with their gradients)."""
-    img = distributed.gather_with_grad(F.normalize(clip.encode_image(images), dim=-1))
-    txt = distributed.gather_with_grad(F.normalize(clip.encode_text(tokens), dim=-1))
-    return clip.logit_scale.exp() * txt @ img.t()
-
-
 class StandinPretrainTask:
     """The loop's Task for the stand-in: symmetric InfoNCE on (train image, description); val R@1 selects."""
 
     selection_metric = "R@1"
 
-    def __init__(self, data: DescriptionData, model_name: str, *, batch_size: int, weight_decay: float = 0.2,
-                 eval_batch_size: int = 256):
+    def __init__(self, data: DescriptionData, model_name: str, *, batch_size: int, weight_decay: float,
+                 eval_batch_size: int):
         self.data, self.model_name, self.batch_size = data, model_name, batch_size
         self.weight_decay, self.eval_batch_size = weight_decay, eval_batch_size
 
@@ -194,14 +187,7 @@ class StandinPretrainTask:
         return model
 
     def param_groups(self, model) -> list[dict[str, Any]]:
-        """open_clip's rule: weight decay on matrices, none on gains, biases, embeddings and the temperature."""
-        decay, no_decay = [], []
-        for name, p in model.named_parameters():
-            if not p.requires_grad:
-                continue
-            exclude = p.ndim < 2 or "embedding" in name or "logit_scale" in name or name.endswith("class_embedding")
-            (no_decay if exclude else decay).append(p)
-        return [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        return weight_decay_groups(model.named_parameters(), self.weight_decay)
 
     def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
         scenes = self.data.train_scenes
@@ -226,8 +212,10 @@ class StandinPretrainTask:
         with torch.no_grad():                      # the clamp after the previous step, as OpenAI and CLIP4IDC do
             model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
         dev = model_device(model)
-        images = self.data.images.batch(batch["rows"], dev, batch.get("pixels"))
-        logits = contrastive_logits(model, images, batch["tokens"].to(dev))
+        image = model.encode_image(self.data.images.batch(batch["rows"], dev, batch.get("pixels")))
+        text = model.encode_text(batch["tokens"].to(dev))
+        # under torchrun over the rows of every rank (all-gathered with their gradients)
+        logits = clip_logits(text, image, model.logit_scale, gather=distributed.gather_with_grad)
         loss = symmetric_infonce(logits)
         acc = (logits.argmax(1) == torch.arange(len(logits), device=dev)).float().mean()
         return loss, {"t2i_acc": float(acc), "logit_scale": float(model.logit_scale.detach().exp())}

@@ -63,8 +63,8 @@ def targets(ids: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]
 class DUDATask:
     selection_metric = "CIDEr-D"
 
-    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, attention_l1: float = 2.5e-3,
-                 swap_before: float = 0.5, eval_batch_size: int = 200, scorer=None):
+    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, attention_l1: float,
+                 swap_before: float, eval_batch_size: int, scorer=None):
         self.data, self.model_settings, self.batch_size = data, dict(model), batch_size
         self.attention_l1, self.swap_before = attention_l1, swap_before
         self.eval_batch_size, self.scorer = eval_batch_size, scorer
@@ -161,7 +161,7 @@ def caption_judge_accuracy(captions: Mapping[str, str], split: SplitData, no_cha
 
 
 @torch.inference_mode()
-def predict(model: DUDA, data: PCLData, split: str, *, batch_size: int = 200, beam: int = 1,
+def predict(model: DUDA, data: PCLData, split: str, *, batch_size: int, beam: int = 1,
             progress: bool = False) -> dict[str, Any]:
     """Greedy (or beam) captions for every pair of ``split``: ``{"captions": {pair_id: caption}}``."""
     from tqdm.auto import tqdm

@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from idckit.data.clevr_change import ClevrChange
 from idckit.data.features import FeatureStore
 from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError, DatasetError
-from idckit.losses import class_contrastive, fda_nce, judge_loss, mlm_loss, mvcl_nce
+from idckit.losses import fda_nce, fgvc_loss, judge_loss, mlm_loss, mvcl_nce
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
 from idckit.text.vocab import Vocab
@@ -240,8 +239,8 @@ class PretrainTask(_PCLTask):
     selection_metric = None  # the public code keeps the last pre-training checkpoint
 
     def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, ratios: Mapping[str, int],
-                 steps_per_epoch: int | None = None, mask_prob: float = 0.15, eos_prob: float = 0.15,
-                 region_prob: float = 0.15, tau_mvcl: float = 1.0, tau_fda: float = 1.0, init_from=None):
+                 mask_prob: float, eos_prob: float, region_prob: float, tau_mvcl: float, tau_fda: float,
+                 steps_per_epoch: int | None = None, init_from=None):
         super().__init__(data, model, batch_size=batch_size, init_from=init_from)
         unknown = set(ratios) - set(PRETRAIN_TASKS)
         if unknown or not any(ratios.values()):
@@ -380,11 +379,8 @@ class PretrainTask(_PCLTask):
         f1, f2 = copy_to(read[0], dev).float(), copy_to(read[1], dev).float()
         classes, match, single = model.fgvc_logits(f1, f2)
         labels = torch.stack([fg.class1[idx], fg.class2[idx]], 1).to(dev)
-        cls = F.cross_entropy(classes.flatten(0, 1).float(), labels.flatten())
-        same = F.cross_entropy(match.float(), fg.same[idx].long().to(dev))
-        con = class_contrastive(single.flatten(0, 1), labels.flatten())
-        return cls + same + con, {"fgvc_class": float(cls.detach()), "fgvc_match": float(same.detach()),
-                                  "fgvc_contrast": float(con.detach())}
+        loss, parts = fgvc_loss(classes, match, single, labels)
+        return loss, {k: float(v.detach()) for k, v in parts.items()}
 
     def evaluate(self, model, split: str = "val") -> dict[str, float]:
         return {}
@@ -481,7 +477,7 @@ class FinetuneTask(_PCLTask):
         logs = {"mlm": float(loss.detach())}
         if model.cfg.distractor_head and self.distractor_weight:
             target = self.data.splits["train"].is_change[batch["pairs"]].to(dev)
-            judge = distributed.global_mean(judge_loss(model.distractor_logits(out), target, reduction="sum"),
+            judge = distributed.global_mean(judge_loss(model.judge_logits(out), target, reduction="sum"),
                                             len(target))
             loss = loss + self.distractor_weight * judge
             logs["judge"] = float(judge.detach())
@@ -509,7 +505,7 @@ class FinetuneTask(_PCLTask):
 
 
 @torch.inference_mode()
-def predict(model: PCL, data: PCLData, split: str, *, batch_size: int = 100, beam: int = 1,
+def predict(model: PCL, data: PCLData, split: str, *, batch_size: int, beam: int = 1,
             progress: bool = False) -> dict[str, Any]:
     """Greedy (or beam) captions for every pair of ``split``, and the distractor judgment's accuracy.
 
@@ -537,7 +533,7 @@ def predict(model: PCL, data: PCLData, split: str, *, batch_size: int = 100, bea
             bos = torch.full((len(idx), 1), data.vocab.bos_id, dtype=torch.long, device=dev)
             out = model(f1, f2, bos, mode="finetune")
             judged.update(zip((s.pair_ids[j] for j in idx.tolist()),
-                              model.distractor_logits(out).argmax(-1).bool().tolist()))
+                              model.judge_logits(out).argmax(-1).bool().tolist()))
     model.train(was_training)
     if distributed.world() > 1:
         parts = distributed.gather((captions, judged))

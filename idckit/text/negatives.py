@@ -109,10 +109,6 @@ DEFAULT_REFERENTS: tuple[tuple[str, str], ...] = (("animal1", "animal2"),)
 DEFAULT_GENERIC_WORDS: tuple[str, ...] = ("thing", "things", "object", "objects", "bird", "birds", "animal",
                                           "animals", "one", "ones")
 
-# Incremented by every real (non-cached) computation; the tests use it to prove a cache hit recomputes nothing.
-COMPUTE_COUNT = 0
-
-
 def normalize(text: str) -> str:
     """Whitespace normalisation: the form in which negatives are emitted and compared."""
     return " ".join(str(text).split())
@@ -311,21 +307,6 @@ class Replace:
                 tokens[i] = pool[int(rng.integers(len(pool)))]
                 n += 1
         return (" ".join(tokens), n) if n else None
-
-    def corpus_stats(self, captions: Iterable[str], seed: int = 0) -> dict[str, float]:
-        """Table 7 on a corpus: average replaced words, average length (word tokens), and their ratio in %."""
-        rng = np.random.default_rng(seed)
-        replaced = length = n = 0
-        for caption in captions:
-            caption = normalize(caption)
-            result = self.replace(caption, rng)
-            replaced += result[1] if result else 0
-            length += sum(_is_word(t) for t in caption.split())
-            n += 1
-        if not n:
-            return {"captions": 0, "avg_replaced_words": 0.0, "avg_length": 0.0, "percent": 0.0}
-        return {"captions": n, "avg_replaced_words": replaced / n, "avg_length": length / n,
-                "percent": 100.0 * replaced / max(1, length)}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -630,8 +611,6 @@ def build_negatives(
 def _compute(refs: dict[str, list[str]], vocab_refs: dict[str, list[str]], targets: list[str], *,
              ratio: tuple[int, int, int], seed: int, tagger: str | Tagger, min_df: int, top_fraction: float,
              synonyms, paraphrase_classes, referents, generic_words, progress: bool) -> NegativeSet:
-    global COMPUTE_COUNT
-    COMPUTE_COUNT += 1
     from tqdm import tqdm
 
     t0 = time.perf_counter()

@@ -47,24 +47,26 @@ from idckit.train.task import Task
 
 @dataclass
 class TrainConfig:
+    """The loop's settings. No defaults here: a run's ``train`` section over ``idckit/experiments/configs/train.json``
+    (:func:`idckit.experiments.config.train_config` builds this)."""
     max_steps: int
     lr: float
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    decay_every: int = 0
-    decay_times: int = 2
-    optimizer: str = "adam"
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float | None = None
-    eval_every: int = 0
-    patience: int | None = None
-    checkpoint_every: int = 0
-    log_every: int = 10
-    seed: int = 0
-    amp: bool = False       # mixed precision: bf16 autocast, or fp16 + loss scaling where bf16 is absent
-    compile: bool = False   # torch.compile the model's forward (opt-in; see bench/bench_train_loop.py)
-    max_minutes: float | None = None
+    schedule: str
+    warmup_steps: int
+    decay_every: int
+    decay_times: int
+    optimizer: str
+    weight_decay: float
+    betas: tuple[float, float]
+    grad_clip: float | None
+    eval_every: int
+    patience: int | None
+    checkpoint_every: int
+    log_every: int
+    seed: int
+    amp: bool               # mixed precision: bf16 autocast, or fp16 + loss scaling where bf16 is absent
+    compile: bool           # torch.compile the model's forward (opt-in; see bench/bench_train_loop.py)
+    max_minutes: float | None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -72,6 +74,10 @@ class TrainConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown training settings {unknown}; known: {sorted(known)}")
+        missing = sorted(known - set(d))
+        if missing:
+            raise ConfigError(f"training settings {missing} missing",
+                              fix="build the loop's settings with idckit.experiments.config.train_config")
         d = dict(d)
         if "betas" in d:
             d["betas"] = tuple(d["betas"])

@@ -16,7 +16,7 @@ It must depend on the batch alone (no model, no random draw); ``train_step`` tak
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Any, Iterable, Iterator, Protocol, runtime_checkable
 
 import torch
 
@@ -44,3 +44,17 @@ class Task(Protocol):
 
     def evaluate(self, model: torch.nn.Module, split: str = "val") -> dict[str, float]:
         """Metrics on ``split`` (model in eval mode, no grad); must include ``selection_metric``."""
+
+
+def weight_decay_groups(named_parameters: Iterable[tuple[str, torch.nn.Parameter]], weight_decay: float, *,
+                        lr_scale: float = 1.0) -> list[dict[str, Any]]:
+    """Two optimiser groups of the trainable parameters, open_clip's rule: ``weight_decay`` on matrices, none on
+    gains, biases, embeddings and CLIP's temperature (``logit_scale``); both at ``lr_scale``."""
+    decay, no_decay = [], []
+    for name, p in named_parameters:
+        if not p.requires_grad:
+            continue
+        exclude = p.ndim < 2 or "embedding" in name or "logit_scale" in name
+        (no_decay if exclude else decay).append(p)
+    return [{"params": decay, "lr_scale": lr_scale, "weight_decay": weight_decay},
+            {"params": no_decay, "lr_scale": lr_scale, "weight_decay": 0.0}]

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from idckit.data.clevr_change import default_name
+from idckit.data.clevr_change import CHANGE_TYPES, default_name
 from idckit.data.synth import captions, render, scene as scenes
-from idckit.data.synth.vocab import CHANGE_TYPES, GENERATOR_VERSION
+from idckit.data.synth.vocab import GENERATOR_VERSION
 from idckit.errors import DatasetError
 
 SPLIT_FRACTIONS = {"train": 0.85, "val": 0.05, "test": 0.10}

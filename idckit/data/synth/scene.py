@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from idckit.data.clevr_change import default_name, nonsemantic_name, semantic_name
+from idckit.data.clevr_change import CHANGE_TYPES, default_name, nonsemantic_name, semantic_name
 from idckit.data.synth.render import fill_pixel_coords, object_ids
-from idckit.data.synth.vocab import CHANGE_TYPES, COLORS, MATERIALS, RELATION_EPS, SHAPES, SIZES
+from idckit.data.synth.vocab import COLORS, MATERIALS, RELATION_EPS, SHAPES, SIZES
 
 BASE_CAMERA = (7.3589, -6.9258, 4.9583)
 BASE_LAMPS = {"key": (6.4467, 2.9052, 4.2584), "fill": (-4.6711, -4.0136, 3.0112),

@@ -41,7 +41,6 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
 RELATIONS: tuple[str, ...] = ("left", "right", "behind", "front")
 RELATION_EPS = 0.2
 
-CHANGE_TYPES: tuple[str, ...] = ("color", "material", "add", "drop", "move")
 
 NO_CHANGE_SENTENCES: tuple[str, ...] = (
     "no change was made",
