@@ -117,8 +117,8 @@ def main() -> None:
         out.update({"data": s.data.description.replace(where, ""), "model": s.config["model"]})
     else:
         n, fd = 49, 1280
-        settings = {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_layers": 2, "single_layers": 1, "pair_layers": 1,
-                    "dropout": 0.1, "difference_encoder": True, "distractor_head": True}
+        from idckit.experiments.config import load_config
+        settings = load_config("pcl", "cpu")["model"]          # the cpu profile's model, as in the data setting
         vocab = {"pad": 0, "bos": 1, "eos": 2, "mask": 3, "img1": 4, "img2": 5, "cls": 6}
         model = PCL(PCLConfig(vocab_size=20, feat_dim=fd, n_regions=n, max_text_len=28, **settings), vocab)
         g = torch.Generator().manual_seed(0)
