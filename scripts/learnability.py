@@ -96,8 +96,10 @@ def plot(out: Path, reports: Path = OUT):
             continue                    # the toy has no jitter: docs/learnability.md quotes it in words
         lamp = "" if m.group(1) == m.group(2) else f", lamp jitter {float(m.group(2)):g}"
         best = max(d["history"], key=lambda r: r["val"])
-        rows.append({"camera jitter": float(m.group(1)), "what": f"judge alone (no captioner), {d['steps']} steps, "
-                     f"val-selected{lamp}", "value": best["test"], "panel": "change vs distractor accuracy (test)"})
+        scenes = re.search(r"\((\d+) pairs", d["data"])
+        rows.append({"camera jitter": float(m.group(1)), "what": f"judge alone (no captioner), {scenes.group(1)} scenes, "
+                     f"{d['steps']} steps, val-selected{lamp}", "value": best["test"],
+                     "panel": "change vs distractor accuracy (test)"})
     for path in sorted(set(reports.glob("*.json")) - set(reports.glob("judge_alone_*.json"))):
         d = json.loads(path.read_text())
         # lamps moved as much as the camera unless the label says otherwise
