@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from idckit.errors import ConfigError
-from idckit.experiments.config import PROFILES, load_config
+from idckit.experiments.config import PROFILES, load_config, train_config
 from idckit.train import distributed
 from idckit.train.loader import BatchLoader, LoaderConfig, epoch_generator
-from idckit.train.loop import TrainConfig, fit
+from idckit.train.loop import fit
 
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("ddp_worker", HERE / "ddp_worker.py")
@@ -44,14 +44,18 @@ def make_task(kind: str):
     from idckit.tasks.pcl import PretrainTask
 
     if kind == "pretrain":     # MLM, MVCL (region masks) and FDA (groups with negatives) batches
-        return PretrainTask(worker.tiny_pcl_data(), worker.MODEL, batch_size=6, ratios={"mlm": 2, "mvcl": 1, "fda": 1})
+        return PretrainTask(worker.tiny_pcl_data(), worker.MODEL, batch_size=6, ratios={"mlm": 2, "mvcl": 1, "fda": 1},
+                            **worker.PRETRAIN)
     if kind == "finetune":
         return worker.JudgedFinetune(worker.tiny_pcl_data(), grouped=True)
     if kind == "adapt":        # pixels of the swapped before-images
-        return AdaptTask(worker.tiny_pair_data(scenes=8), "idckit-standin-ViT-T-16", None, batch_size=2)
-    captioner = {"hidden": 32, "heads": 2, "ffn": 64, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0}
+        return AdaptTask(worker.tiny_pair_data(scenes=8), "idckit-standin-ViT-T-16", None, batch_size=2,
+                         clip_lr_scale=1e-3, weight_decay=0.2, swap_prob=0.5, freeze_intra=False,
+                         freeze_embeddings=False, eval_batch_size=128)
+    captioner = {"hidden": 32, "heads": 2, "ffn": 64, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
+                 "freeze_visual": False}
     return CaptionTask(worker.tiny_pair_data(scenes=8), "idckit-standin-ViT-T-16", None, captioner, batch_size=2,
-                       visual_lr_scale=1e-3)
+                       visual_lr_scale=1e-3, trim_vocab=False, eval_batch_size=100)
 
 
 def through_loader(task, workers: int, epochs=(0, 1), skip: int = 0, seed: int = 5) -> list[list]:
@@ -124,8 +128,8 @@ def test_workers_train_the_same_run(tmp_path):
     out = {}
     for workers in (0, 2):
         task = worker.PretrainTask(worker.tiny_pcl_data(), model, batch_size=6,
-                                   ratios={"mlm": 2, "mvcl": 1, "fda": 1}, steps_per_epoch=4)
-        fit(task, TrainConfig(max_steps=10, lr=3e-3, log_every=1, seed=5), tmp_path / str(workers), progress=False,
+                                   ratios={"mlm": 2, "mvcl": 1, "fda": 1}, steps_per_epoch=4, **worker.PRETRAIN)
+        fit(task, train_config(dict(max_steps=10, lr=3e-3, log_every=1, seed=5)), tmp_path / str(workers), progress=False,
             loader={"workers": workers})
         rows = [json.loads(line) for line in (tmp_path / str(workers) / "log.jsonl").read_text().splitlines()]
         out[workers] = ([r["loss"] for r in rows if "loss" in r],
