@@ -31,8 +31,16 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "reports" / "learnability"
 
 
+THROUGH_CROSS = False
+
+
 def judge_logits(model, f1, f2):
+    """The judge on [IMG1; IMG2] of the pair-image encoder, or (``--through-cross``) of the cross-modal layers run
+    over the visual tokens alone, which is what the full model's judge reads: under the fine-tuning mask the
+    visual tokens never see the text."""
     x = model.encode_visual(f1, f2)
+    if THROUGH_CROSS:
+        x = model._cross(x, None)
     n = model.cfg.n_regions
     return model.judge(torch.cat([x[:, 0], x[:, 1 + n]], -1))
 
@@ -45,6 +53,41 @@ def toy_set(m: int, n: int, fd: int, noise: float, g: torch.Generator):
     new = torch.relu(torch.randn(m, fd, generator=g))
     f2[y == 1, j[y == 1]] = new[y == 1]
     return f1, f2, y
+
+
+def mvcl_phase(model, batch, *, steps: int, lr: float, tau: float, seed: int, log) -> list[dict]:
+    """MVCL alone before the judge (paper eq. 8 on the visual tokens, as ``--through-cross`` reads them): 15 % of one
+    image's regions (at least one) zeroed per pair, their original features recovered contrastively against the
+    batch's unmasked regions. At jitter 0 the best guess of a masked region is the same cell of the other image, so
+    this is the objective that could teach the encoder to align the two images before the judge needs it."""
+    from idckit.losses import mvcl_nce
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    g, t0, losses, history = torch.Generator().manual_seed(seed + 1), time.time(), [], []
+    n = model.cfg.n_regions
+    for step in range(1, steps + 1):
+        f1, f2, _ = batch(g)
+        b = len(f1)
+        scores = torch.rand(b, n, generator=g)
+        k = max(1, round(0.15 * n))
+        chosen = torch.zeros(b, n, dtype=torch.bool).scatter_(1, scores.topk(k, 1).indices, True)
+        which = torch.randint(0, 2, (b,), generator=g)
+        regions = torch.zeros(b, 2, n, dtype=torch.bool)
+        regions[torch.arange(b), which] = chosen
+        x = model.encode_visual(f1, f2, regions)
+        if THROUGH_CROSS:
+            x = model._cross(x, None)
+        visual = torch.stack([x[:, 1:1 + n], x[:, 2 + n:2 + 2 * n]], 1)
+        original = torch.stack([f1, f2], 1)
+        loss = mvcl_nce(model.mvcl_regress(visual[regions]), original[regions], original[~regions], tau=tau)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if step % 100 == 0:
+            row = {"mvcl_step": step, "mvcl_loss": sum(losses[-100:]) / 100, "seconds": round(time.time() - t0, 1)}
+            history.append(row)
+            log(row)
+    return history
 
 
 def train(model, batch, evaluate, *, steps: int, lr: float, warmup: int, seed: int, log) -> list[dict]:
@@ -82,21 +125,31 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3400, help="toy: training pairs (SynthCLEVR-Change's 2,000 "
                                                              "scenes give 3,400 training pairs)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--through-cross", action="store_true", help="the judge reads the cross-modal layers' "
+                                                                  "[IMG1]/[IMG2] (as in the full model)")
+    ap.add_argument("--mvcl-steps", type=int, default=0, help="MVCL-only steps before the judge")
+    ap.add_argument("--tau-mvcl", type=float, default=1.0)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a setting of the cpu profile's model, e.g. --set pair_layers=2")
     ap.add_argument("--runs-dir", default=None)
     a = ap.parse_args()
+    global THROUGH_CROSS
+    THROUGH_CROSS = a.through_cross
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     from idckit.experiments import pcl
     from idckit.models.pcl import PCL, PCLConfig
     from idckit.report import git_commit
 
-    out = {"setting": a.setting, "steps": a.steps, "lr": a.lr, "warmup": a.warmup, "batch_size": a.batch_size,
+    overrides = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in a.set)}
+    out = {"setting": a.setting, "through_cross": a.through_cross, "overrides": overrides, "steps": a.steps, "lr": a.lr, "warmup": a.warmup, "batch_size": a.batch_size,
            "commit": git_commit()}
     if a.setting == "data":
         from idckit.tasks.pcl import load_pcl_data, model_config
         s = pcl.setup("cpu", a.data_root, runs_dir=a.runs_dir, progress=False)
         # the judge needs no FDA negatives: the data without them (tagging 8,000 scenes' captions takes a while)
         data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"])
+        s.config["model"].update(overrides)
         model = PCL(model_config(data, s.config["model"]), data.vocab)
         train_split = data.splits["train"]
 
@@ -119,6 +172,7 @@ def main() -> None:
         n, fd = 49, 1280
         from idckit.experiments.config import load_config
         settings = load_config("pcl", "cpu")["model"]          # the cpu profile's model, as in the data setting
+        settings.update(overrides)
         vocab = {"pad": 0, "bos": 1, "eos": 2, "mask": 3, "img1": 4, "img2": 5, "cls": 6}
         model = PCL(PCLConfig(vocab_size=20, feat_dim=fd, n_regions=n, max_text_len=28, **settings), vocab)
         g = torch.Generator().manual_seed(0)
@@ -131,10 +185,16 @@ def main() -> None:
         evaluate = lambda: {"test": float((judge_logits(model, te[0], te[1]).argmax(-1) == te[2]).float().mean())}  # noqa: E731
         name = f"toy_noise{a.noise:g}"
         out.update({"noise": a.noise, "pairs": a.pairs, "model": settings})
+    if a.mvcl_steps:
+        out.update({"mvcl_steps": a.mvcl_steps, "tau_mvcl": a.tau_mvcl})
+        out["mvcl_history"] = mvcl_phase(model, batch, steps=a.mvcl_steps, lr=a.lr, tau=a.tau_mvcl, seed=0,
+                                         log=lambda r: print(r, flush=True))
     out["history"] = train(model, batch, evaluate, steps=a.steps, lr=a.lr, warmup=a.warmup, seed=0,
                            log=lambda r: print(r, flush=True))
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"judge_alone_{name}_lr{a.lr:g}_s{a.steps}.json"
+    tag = "".join(f"_{k}{v}" for k, v in overrides.items()) + ("_cross" if a.through_cross else "") \
+        + (f"_mvcl{a.mvcl_steps}tau{a.tau_mvcl:g}" if a.mvcl_steps else "")
+    path = OUT / f"judge_alone_{name}{tag}_lr{a.lr:g}_s{a.steps}.json"
     path.write_text(json.dumps(out, indent=1))
     print(f"wrote {path}")
 
