@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, runs_dir: Path | None,
-        pretrain_steps: int | None, probe_only: bool, out_dir: Path = OUT) -> dict:
+        pretrain_steps: int | None, probe_only: bool, out_dir: Path = OUT, extra: dict | None = None,
+        tag: str = "") -> dict:
     import torch
 
     from budget_curve import text_baseline
@@ -43,6 +44,8 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
     overrides = {"finetune": {"train": train}}
     if pretrain_steps is not None:
         overrides["pretrain"] = {"train": {"max_steps": pretrain_steps}}
+    from idckit.experiments.config import deep_merge
+    overrides = deep_merge(overrides, extra or {})
     t0 = time.time()
     s = pcl.setup("cpu", data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
     probe = {f"radius{r}": pcl.difference_probe(s, radius=r)["test_accuracy"] for r in (0, 2)}
@@ -50,7 +53,7 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
            "lamp_jitter": info.get("lamp_jitter", 1.0), "pairs": info.get("pairs"), "probe": probe,
            "threads": threads, "seed": seed, "commit": git_commit()}
     print(f"{out['data']}: probe r0 {probe['radius0']:.3f}, r2 {probe['radius2']:.3f}", flush=True)
-    name = f"pcl_{out['data']}_s{steps}" + ("" if pretrain_steps is None else f"_pt{pretrain_steps}")
+    name = f"pcl_{out['data']}_s{steps}" + ("" if pretrain_steps is None else f"_pt{pretrain_steps}") + tag
     if not probe_only:
         r = pcl.run_variant("full", setup_=s, seed=seed, progress=True)
         diversity = output_diversity(s.runs_dir, [r])[0]
@@ -153,6 +156,9 @@ def main(argv=None) -> int:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--runs-dir", type=Path, default=None)
     r.add_argument("--probe-only", action="store_true")
+    r.add_argument("--overrides", type=json.loads, default=None,
+                   help='more settings over the cpu profile, JSON, e.g. \'{"model": {"d_model": 64}}\'')
+    r.add_argument("--tag", default="", help="appended to the JSON's name")
     r.add_argument("--out-dir", type=Path, default=OUT)
     pl = sub.add_parser("plot")
     pl.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "learnability.png")
@@ -160,7 +166,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.cmd == "run":
         run(a.data_root, a.steps, a.eval_every, a.threads, a.seed, a.runs_dir, a.pretrain_steps, a.probe_only,
-            a.out_dir)
+            a.out_dir, a.overrides, a.tag)
     else:
         plot(a.out, a.reports)
     return 0
