@@ -127,6 +127,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--through-cross", action="store_true", help="the judge reads the cross-modal layers' "
                                                                   "[IMG1]/[IMG2] (as in the full model)")
+    ap.add_argument("--init", default=None, help="start from this IDC-PCL checkpoint (e.g. a pre-training run's "
+                                                  "best.pt)")
     ap.add_argument("--mvcl-steps", type=int, default=0, help="MVCL-only steps before the judge")
     ap.add_argument("--tau-mvcl", type=float, default=1.0)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -185,6 +187,9 @@ def main() -> None:
         evaluate = lambda: {"test": float((judge_logits(model, te[0], te[1]).argmax(-1) == te[2]).float().mean())}  # noqa: E731
         name = f"toy_noise{a.noise:g}"
         out.update({"noise": a.noise, "pairs": a.pairs, "model": settings})
+    if a.init:
+        model.load_pretrained(torch.load(a.init, map_location="cpu", weights_only=True))
+        out["init"] = Path(a.init).parent.name
     if a.mvcl_steps:
         out.update({"mvcl_steps": a.mvcl_steps, "tau_mvcl": a.tau_mvcl})
         out["mvcl_history"] = mvcl_phase(model, batch, steps=a.mvcl_steps, lr=a.lr, tau=a.tau_mvcl, seed=0,
@@ -193,7 +198,8 @@ def main() -> None:
                            log=lambda r: print(r, flush=True))
     OUT.mkdir(parents=True, exist_ok=True)
     tag = "".join(f"_{k}{v}" for k, v in overrides.items()) + ("_cross" if a.through_cross else "") \
-        + (f"_mvcl{a.mvcl_steps}tau{a.tau_mvcl:g}" if a.mvcl_steps else "")
+        + (f"_mvcl{a.mvcl_steps}tau{a.tau_mvcl:g}" if a.mvcl_steps else "") \
+        + (f"_init-{Path(a.init).parent.name}" if a.init else "")
     path = OUT / f"judge_alone_{name}{tag}_lr{a.lr:g}_s{a.steps}.json"
     path.write_text(json.dumps(out, indent=1))
     print(f"wrote {path}")
