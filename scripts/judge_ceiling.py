@@ -3,7 +3,7 @@
 The budget curves (scripts/budget_curve.py) show IDC-PCL learning to describe changes but never learning when
 to say "no change": its distractor judge stays at chance. This script puts numbers on that:
 
-1. **What the features allow.** ``idckit.eval.probe.difference_probe``, a logistic regression on sorted region distances, is
+1. **What the features allow.** ``eval.probe.difference_probe``, a logistic regression on sorted region distances, is
    trained on growing shares of the training pairs. Radius 0 compares each grid cell with the same cell of the other
    image; radius 2 compares it with its best match within 2 cells, which forgives the camera jitter.
 2. **What a judge is worth.** A run's own test captions are gated by a simulated judge of accuracy p

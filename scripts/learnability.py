@@ -4,7 +4,7 @@ The faithful SynthCLEVR-Change moves the camera and the lamps of every after-ima
 axis); at the cpu budget no captioner of the kit learns to tell a change from a distractor there. This script
 measures, on a set generated at a given jitter (``idckit generate clevr-change --camera-jitter C --lamp-jitter L``):
 
-- the cheap signal first: ``idckit.eval.probe.difference_probe`` (a logistic regression on grid-feature distances) at radius 0
+- the cheap signal first: ``difference_probe`` (a logistic regression on grid-feature distances) at radius 0
   and 2: how separable changes and distractors are in the features alone;
 - then IDC-PCL (full) trained for ``--steps`` fine-tuning steps at the cpu profile's model size: val/test judge
   accuracy, total / semantic / distractor CIDEr-D, distinct test captions, and the most-frequent-caption baseline

@@ -59,7 +59,8 @@ def test_per_type_rows_show_cider_of_each_type_the_test_split_has():
 
 
 def test_per_variant_prefers_the_mean_row():
-    out = rows([_result(seed=0, cider=1.0), _result(seed=1, cider=2.0), _result(variant="none", label="w/o", cider=0.2)])
+    out = rows([_result(seed=0, cider=1.0), _result(seed=1, cider=2.0),
+                _result(variant="none", label="w/o", cider=0.2)])
     assert per_variant(out) == pytest.approx({"MLM + MVCL + FDA (full)": 150.0, "w/o": 20.0})
     assert per_variant(out, "Bleu_4")["w/o"] == pytest.approx(50.0)
 

@@ -113,8 +113,9 @@ def _negatives(s: Setup, data, ratio, referents=()) -> None:
 
 
 def loaded_data(s: Setup, kind: str = "b2w"):
-    """The in-memory data of a setup (:class:`idckit.tasks.pcl.PCLData`, loaded once per process). ``b2w``: Birds-to-Words (train/val/test, FDA negatives, NABirds FGVC pairs attached); ``gic``: CUB
-    single-image caption pairs (train only, Retrieve + Replace negatives). One shared vocabulary."""
+    """The in-memory data of a setup (:class:`idckit.tasks.pcl.PCLData`, loaded once per process). ``b2w``:
+    Birds-to-Words (train/val/test, FDA negatives, NABirds FGVC pairs attached); ``gic``: CUB single-image caption
+    pairs (train only, Retrieve + Replace negatives). One shared vocabulary."""
     import torch
 
     from idckit.tasks.pcl import FGVCData, pcl_data_from_records

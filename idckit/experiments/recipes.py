@@ -70,8 +70,8 @@ _RECIPES = (
     Recipe("clip4idc/clip-ft", "CLIP-FT", "CLIP's image encoder per image, fine-tuned for captioning; no "
            "adaptation", ("clip4idc.table3", "clip4idc.table4", "clip4idc.table5"),
            {"captioner": {"variant": "clip-ft"}, "adapt": False}),
-    Recipe("clip4idc/no-adapt", "CLIP4IDC w/o adaptation", "the split pair encoder captioning straight from CLIP, without "
-           "retrieval adaptation", ("clip4idc.table5",),
+    Recipe("clip4idc/no-adapt", "CLIP4IDC w/o adaptation", "the split pair encoder captioning straight from CLIP, "
+           "without retrieval adaptation", ("clip4idc.table5",),
            {"captioner": {"variant": "clip4idc"}, "adapt": False}),
     Recipe("clip4idc/clip4idc", "CLIP4IDC", "retrieval adaptation of the split pair encoder, then captioning from it",
            ("clip4idc.table1", "clip4idc.table2", "clip4idc.table3", "clip4idc.table4", "clip4idc.table5",
