@@ -100,7 +100,7 @@ def test_load_finetuned_gives_the_selected_and_the_last_step(smoke_run):
     assert last_step == json.loads((run_dir / "config.json").read_text())["finetune"]["train"]["max_steps"]
     assert not best.training and not last.training
     # the selected weights decode the captions the run wrote for test
-    ours = predict(best, pcl._data(s), "test", batch_size=s.config["finetune"]["eval_batch_size"])["captions"]
+    ours = predict(best, pcl.loaded_data(s), "test", batch_size=s.config["finetune"]["eval_batch_size"])["captions"]
     assert ours == load_results(run_dir / "test")
     with pytest.raises(ConfigError, match="unknown checkpoint"):
         pcl.load_finetuned(s, run_dir, "middle")

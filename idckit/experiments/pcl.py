@@ -269,8 +269,6 @@ def provenance_fields(s: Setup) -> dict[str, Any]:
             "backbone": s.store.meta.get("backbone"), "weights": s.store.meta.get("weights")}
 
 
-
-
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float):
     from idckit.report import Provenance
 
