@@ -147,6 +147,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    from idckit.experiments.recipes import describe
+
+    print(describe(args.pattern))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from idckit.doctor import main as doctor_main
 
@@ -263,11 +270,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("kind", choices=["pcl", "clip4idc"])
     t.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
     t.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
-    t.add_argument("--variants", nargs="*", default=None, help="default: every variant the notebooks show")
+    t.add_argument("--variants", nargs="*", default=None,
+                   help="recipe variants, e.g. full no_judge (default: every <kind>/* recipe; see `idckit list`)")
     t.add_argument("--seeds", nargs="*", type=int, default=[0])
     t.add_argument("--runs-dir", type=Path, default=None)
     _device_option(t, "default: the configs' device")
     t.set_defaults(func=cmd_train)
+
+    ls = sub.add_parser("list", help="the named recipes (pcl/full, clip4idc/clip-ft, ...): what each trains and "
+                                     "which paper tables have a row from it")
+    ls.add_argument("pattern", nargs="?", default="*", help="shell-style filter on the names, e.g. 'pcl/*'")
+    ls.set_defaults(func=cmd_list)
 
     dr = sub.add_parser("doctor", help="what this machine offers: devices, bf16, Java, weights, datasets")
     dr.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)

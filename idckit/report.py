@@ -189,7 +189,7 @@ def labelled(table, caption: str, *, precision: int = 1):
     return table.style.set_caption(caption).format(precision=precision)
 
 
-# -- what a trained row records, and what it says about learning ----------------------------------------------
+# -- what the recorded rows say about learning ----------------------------------------------------------------
 def is_collapsed(distinct: int | None, pairs: int | None = None, top_share: float | None = None) -> bool:
     """Did a captioning run collapse? Fewer than :data:`COLLAPSE_DISTINCT` distinct test captions (fewer than its
     test pairs on a smaller test set), or one caption for :data:`COLLAPSE_TOP_SHARE` of the pairs."""
@@ -197,40 +197,6 @@ def is_collapsed(distinct: int | None, pairs: int | None = None, top_share: floa
         return False
     floor = min(COLLAPSE_DISTINCT, pairs) if pairs else COLLAPSE_DISTINCT
     return distinct <= 1 or distinct < floor or (top_share is not None and top_share >= COLLAPSE_TOP_SHARE)
-
-
-def trained_fields(result: Mapping[str, Any]) -> dict[str, Any]:
-    """What every trained captioning row of a report records beside its metrics, so tests, the index and the
-    README can tell a collapsed or unjudging run without the HTML: ``distinct_test_captions``, ``test_pairs``,
-    ``judge_accuracy`` (only where the model has a distractor judge) and ``cider_d`` on the x100 scale for the
-    ``total``, ``semantic`` and ``distractor`` subsets (a subset the test split lacks is left out).
-
-    ``result`` is a run's result (``pcl.run_variant`` / ``clip4idc.run_variant``): ``test`` on pycocoevalcap's
-    scale, ``distinct_test_captions`` and ``test_pairs`` counted from its decoded test captions."""
-    test = result.get("test", {})
-    out: dict[str, Any] = {"distinct_test_captions": result.get("distinct_test_captions"),
-                           "test_pairs": result.get("test_pairs"),
-                           "cider_d": {sub: 100.0 * test[sub]["CIDEr-D"] for sub in ("total", "semantic", "distractor")
-                                       if sub in test and "CIDEr-D" in test[sub]}}
-    if result.get("judge_accuracy") is not None:
-        out["judge_accuracy"] = float(result["judge_accuracy"])
-    return out
-
-
-def mean_trained_fields(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """:func:`trained_fields` of a mean row: the fewest distinct captions of its seeds, mean judge and CIDEr-D."""
-    import statistics
-
-    distinct = [r["distinct_test_captions"] for r in rows if r.get("distinct_test_captions") is not None]
-    out: dict[str, Any] = {"distinct_test_captions": min(distinct) if distinct else None,
-                           "test_pairs": rows[0].get("test_pairs") if rows else None,
-                           "cider_d": {k: statistics.fmean(r["cider_d"][k] for r in rows)
-                                       for k in (rows[0].get("cider_d", {}) if rows else {})
-                                       if all(k in r.get("cider_d", {}) for r in rows)}}
-    judges = [r["judge_accuracy"] for r in rows if r.get("judge_accuracy") is not None]
-    if judges and len(judges) == len(rows):
-        out["judge_accuracy"] = statistics.fmean(judges)
-    return out
 
 
 def retrieval_chance(n_pairs: int, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
@@ -252,7 +218,8 @@ def learning_status(doc: Mapping[str, Any]) -> dict[str, Any]:
     :data:`COLLAPSE_DISTINCT` distinct test captions), ``"ran, at chance"`` (a trained retriever's text->pair R@1
     below :data:`RETRIEVAL_CHANCE_FACTOR` x chance, or a distractor judge below :data:`JUDGE_CHANCE_BELOW`) or
     ``"learned"``; ``flag`` is True for the two "ran, ..." verdicts that mean the numbers do not show learning.
-    Read from the rows' recorded fields (:func:`trained_fields`, ``chance`` on retrieval rows), never the HTML."""
+    Read from the rows' recorded fields (:func:`idckit.experiments.reporting.trained_fields`, ``chance`` on retrieval
+    rows), never the HTML."""
     rows = [r for r in doc.get("rows", []) if r.get("seed") != "mean"]
     captioners = [r for r in rows if "distinct_test_captions" in r]
     retrievers = [r for r in rows if "chance" in r and "t2p_R@1" in r.get("metrics", {})]
@@ -291,30 +258,6 @@ def learning_status(doc: Mapping[str, Any]) -> dict[str, Any]:
         parts.append(f"text->pair R@1 {min(r['metrics']['t2p_R@1'] / r['chance']['t2p_R@1'] for r in retrievers):.0f}x"
                      " chance or more")
     return {"verdict": "learned", "detail": ", ".join(parts), "flag": False}
-
-
-def ordering_notes(kit: Mapping[str, float], paper: Mapping[str, float], metric: str = "CIDEr-D", *,
-                   decimals: int = 1) -> list[str]:
-    """Plain sentences saying, for every two rows, whether the kit orders them as the paper does.
-
-    Values are compared as printed (rounded to ``decimals``), so two rows shown with the same number tie. The
-    verdict does not depend on which row comes first: ``agrees`` (same order, or both tie), ``TIES`` (the kit ties
-    two rows the paper orders), ``DIFFERS`` (the opposite order, or the kit orders two rows the paper ties)."""
-    def order(x: float, y: float) -> int:
-        d = round(x, decimals) - round(y, decimals)
-        return (d > 0) - (d < 0)
-
-    where = {1: "above", 0: "level with", -1: "below"}
-    notes = []
-    labels = [k for k in paper if k in kit]
-    for i, a in enumerate(labels):
-        for b in labels[i + 1:]:
-            p, k = order(paper[a], paper[b]), order(kit[a], kit[b])
-            verdict = "agrees" if p == k else ("TIES" if k == 0 else "DIFFERS")
-            notes.append(f"{verdict}: paper has {a} {where[p]} {b} ({paper[a]:.{decimals}f} vs "
-                         f"{paper[b]:.{decimals}f}); the kit has it {where[k]} ({kit[a]:.{decimals}f} vs "
-                         f"{kit[b]:.{decimals}f} {metric}).")
-    return notes
 
 
 # -- the block that ends every report -------------------------------------------------------------------------

@@ -47,6 +47,7 @@ import time
 
 from idckit import paths
 from idckit.experiments import clip4idc
+from idckit.experiments import reporting
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, val_curve
 from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
@@ -62,14 +63,14 @@ print(setup.data.description, "|", results[0]["clip"])
 # ## The paper's table and the kit's runs (x100)
 
 # %%
-rows = clip4idc.rows(results)
+rows = reporting.rows(results)
 pcl_results = []
 if with_pcl:
     from idckit.experiments import pcl
 
     pcl_setup = pcl.setup(profile, data_root, runs_dir=runs_dir, device=device)
     pcl_results = pcl.runs(pcl_setup, ["full"], seeds[:1])
-    rows += pcl.rows(pcl_results)
+    rows += reporting.rows(pcl_results)
 paper = paper_table("clip4idc.table1")
 side_by_side(rows, paper["rows"]).round(1)
 
@@ -78,7 +79,8 @@ main = [r for r in rows if r["model"] == clip4idc.MODEL]
 mean = next((r for r in main if r["seed"] == "mean"), main[0])
 sd = mean.get("sd", {}).get("CIDEr-D", 0.0)
 summary = (f"CLIP4IDC (idckit, {setup.profile}): CIDEr-D {mean['metrics']['CIDEr-D']:.1f} +/- {sd:.1f} (sd over "
-           f"{len(results)} seed(s), each selected on val). Paper: 150.7 = best of 8 seeds selected on test "
+           f"{len(results)} seed(s), each selected on val). Paper: "
+           f"{paper_value('clip4idc.table1', 'CIDEr-D', model='CLIP4IDC'):.1f} = best of 8 seeds selected on test "
            "(mean of its 8 seeds about 142).")
 print(summary)
 

@@ -36,6 +36,7 @@ import time
 
 from idckit import paths
 from idckit.experiments import clip4idc
+from idckit.experiments import reporting
 from idckit.experiments.runs import captions_by_run
 from idckit.plots import per_type_bars, show_pairs
 from idckit.report import paper_table, report_summary, side_by_side, write_report
@@ -51,9 +52,9 @@ print(setup.data.description, "|", results[0]["clip"])
 # ## CIDEr-D (x100) per change type: the paper's rows and the kit's runs
 
 # %%
-rows = clip4idc.per_type_rows(results)
+rows = reporting.per_type_rows(results)
 paper = paper_table("clip4idc.table2")["rows"]
-side_by_side(rows, paper, metrics=clip4idc.TYPES).round(1)
+side_by_side(rows, paper, metrics=reporting.TYPES).round(1)
 
 # %% [markdown]
 # ## The kit beside the paper's CLIP4IDC, per change type
@@ -64,7 +65,7 @@ import pandas as pd
 kit_row = next((r for r in rows if r["seed"] == "mean"), rows[0])
 paper_row = next(r for r in paper if r["model"] == "CLIP4IDC")
 bars = pd.DataFrame([{"type": t, "source": src, "CIDEr-D": row["metrics"][t]}
-                     for t in clip4idc.TYPES for src, row in (("idckit", kit_row), ("paper (real data)", paper_row))
+                     for t in reporting.TYPES for src, row in (("idckit", kit_row), ("paper (real data)", paper_row))
                      if t in row["metrics"]])
 fig = per_type_bars(bars, hue="source", title="CIDEr-D (x100) by change type")
 bars.pivot(index="type", columns="source", values="CIDEr-D").round(1)

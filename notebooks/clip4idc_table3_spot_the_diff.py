@@ -44,9 +44,10 @@ import time
 
 from idckit import paths
 from idckit.experiments import clip4idc
+from idckit.experiments import reporting
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import ordering_notes, paper_table, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -61,13 +62,13 @@ print(setup.data.description, "|", results[0]["clip"])
 
 # %%
 baseline = clip4idc.text_baseline(setup)
-rows = clip4idc.rows(results) + [baseline]
+rows = reporting.rows(results) + [baseline]
 paper = paper_table("clip4idc.table3")["rows"]
 side_by_side(rows, paper).round(1)
 
 # %%
 print(f"most frequent training sentence: {baseline['sentence']!r}")
-kit = {r["variant"]: r["metrics"]["CIDEr-D"] for r in rows if r.get("seed") in ("mean", None) or len(seeds) == 1}
+kit = reporting.per_variant(rows)
 # the paper's CLIP-FT on Spot-the-Diff is a row of its Table 5
 paper_cider = {r["model"]: r["metrics"]["CIDEr-D"] for r in paper}
 paper_cider["CLIP-FT"] = next(r["metrics"]["CIDEr-D"] for r in paper_table("clip4idc.table5")["rows"]
@@ -80,7 +81,7 @@ fig = side_by_side_bars(kit, paper_cider, order, kit_label=f"idckit ({setup.prof
 # ## The ordering against the paper, in words
 
 # %%
-notes = ordering_notes(kit, paper_cider)
+notes = reporting.ordering_notes(kit, paper_cider)
 margin = kit["CLIP4IDC"] - kit[clip4idc.BASELINE_VARIANT]
 notes.append(f"{'BEATS' if margin > 0 else 'DOES NOT BEAT'} the text-only baseline: CLIP4IDC {kit['CLIP4IDC']:.1f} "
              f"vs the most frequent training sentence {kit[clip4idc.BASELINE_VARIANT]:.1f} CIDEr-D "
@@ -112,7 +113,8 @@ path = write_report(
     report_dir, "clip4idc_table3_spot_the_diff", "clip4idc.table3", rows,
     clip4idc.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "CLIP4IDC CIDEr-D, test (single-sentence protocol)",
-              "kit": round(kit["CLIP4IDC"], 2), "paper": 47.4},
+              "kit": round(kit["CLIP4IDC"], 2),
+              "paper": paper_value("clip4idc.table3", "CIDEr-D", model="CLIP4IDC")},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            "Single-sentence protocol: one generated sentence per pair, every annotator's sentences as references.",
            f"CLIP: {results[0]['clip']}.", f"Text-only baseline sentence: {baseline['sentence']!r}.", *notes,

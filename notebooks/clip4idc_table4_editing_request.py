@@ -42,9 +42,10 @@ import time
 
 from idckit import paths
 from idckit.experiments import clip4idc
+from idckit.experiments import reporting
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import ordering_notes, paper_table, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -59,13 +60,13 @@ print(setup.data.description, "|", results[0]["clip"])
 
 # %%
 baseline = clip4idc.text_baseline(setup)
-rows = clip4idc.rows(results) + [baseline]
+rows = reporting.rows(results) + [baseline]
 paper = paper_table("clip4idc.table4")["rows"]
 side_by_side(rows, paper).round(1)
 
 # %%
 print(f"most frequent training request: {baseline['sentence']!r}")
-kit = {r["variant"]: r["metrics"]["CIDEr-D"] for r in rows if r.get("seed") in ("mean", None) or len(seeds) == 1}
+kit = reporting.per_variant(rows)
 paper_cider = {r["model"]: r["metrics"]["CIDEr-D"] for r in paper}
 order = [*paper_cider, "CLIP-FT", clip4idc.BASELINE_VARIANT]
 fig = side_by_side_bars(kit, paper_cider, order, kit_label=f"idckit ({setup.profile}, "
@@ -76,7 +77,7 @@ fig = side_by_side_bars(kit, paper_cider, order, kit_label=f"idckit ({setup.prof
 # The paper has no CLIP-FT row on IER; its CLIP4IDC is above every earlier method.
 
 # %%
-notes = ordering_notes(kit, paper_cider)
+notes = reporting.ordering_notes(kit, paper_cider)
 gap = kit["CLIP4IDC"] - kit["CLIP-FT"]
 notes.append(f"The kit has CLIP4IDC {'above' if gap > 0 else 'not above'} CLIP-FT ({kit['CLIP4IDC']:.1f} vs "
              f"{kit['CLIP-FT']:.1f} CIDEr-D); the paper has no CLIP-FT row on IER (on Spot-the-Diff, its Table 5, "
@@ -111,7 +112,8 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
 path = write_report(
     report_dir, "clip4idc_table4_editing_request", "clip4idc.table4", rows,
     clip4idc.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "CLIP4IDC CIDEr-D, test", "kit": round(kit["CLIP4IDC"], 2), "paper": 32.2},
+    headline={"label": "CLIP4IDC CIDEr-D, test", "kit": round(kit["CLIP4IDC"], 2),
+              "paper": paper_value("clip4idc.table4", "CIDEr-D", model="CLIP4IDC")},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.", f"Text-only baseline request: {baseline['sentence']!r}.", *notes,
            *collapse_notes])

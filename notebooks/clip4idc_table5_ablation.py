@@ -46,9 +46,10 @@ import time
 
 from idckit import paths
 from idckit.experiments import clip4idc
+from idckit.experiments import reporting
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import per_type_bars, show_pairs
-from idckit.report import ordering_notes, paper_table, report_summary, side_by_side, write_report
+from idckit.report import paper_table, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -61,20 +62,20 @@ print(setup.data.description, "|", results[0]["clip"])
 # ## The paper's CLEVR rows and the kit's (x100)
 
 # %%
-rows = clip4idc.rows(results)
+rows = reporting.rows(results)
 paper = [r for r in paper_table("clip4idc.table5")["rows"] if r.get("dataset") == "clevr_change"]
 side_by_side(rows, paper).round(1)
 
 # %%
 import pandas as pd
 
-kit = {r["variant"]: r["metrics"]["CIDEr-D"] for r in rows if r["seed"] == "mean" or len(seeds) == 1}
+kit = reporting.per_variant(rows)
 labels = {"CLIP-FT": "CLIP-FT", "no adaptation": "CLIP4IDC w/o adaptation", "adaptation": "CLIP4IDC"}
 paper_cider = {labels.get(r["variant"], r["variant"]): r["metrics"]["CIDEr-D"] for r in paper}
 bars = pd.DataFrame([{"variant": v, "source": src, "CIDEr-D": d[v]} for v in labels.values()
                      for src, d in (("idckit", kit), ("paper (real data)", paper_cider)) if v in d])
 fig = per_type_bars(bars, x="variant", hue="source", title="Table 5 (CLEVR-Change): CIDEr-D (x100)")
-notes = ordering_notes(kit, paper_cider)
+notes = reporting.ordering_notes(kit, paper_cider)
 for n in notes:
     print(n)
 
@@ -85,18 +86,18 @@ for n in notes:
 spot = clip4idc.setup(profile, spot_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                       device=device, dataset="spot-the-diff")
 spot_results = clip4idc.runs(spot, ["clip-ft", "no-adapt", "clip4idc"], seeds)
-spot_rows = [{**r, "dataset": "spot-the-diff"} for r in clip4idc.rows(spot_results)]
+spot_rows = [{**r, "dataset": "spot-the-diff"} for r in reporting.rows(spot_results)]
 spot_paper = [r for r in paper_table("clip4idc.table5")["rows"] if r.get("dataset") == "spot_the_diff"]
 print(spot.data.description, "|", spot_results[0]["clip"])
 side_by_side(spot_rows, spot_paper).round(1)
 
 # %%
-spot_kit = {r["variant"]: r["metrics"]["CIDEr-D"] for r in spot_rows if r["seed"] == "mean" or len(seeds) == 1}
+spot_kit = reporting.per_variant(spot_rows)
 spot_paper_cider = {labels.get(r["variant"], r["variant"]): r["metrics"]["CIDEr-D"] for r in spot_paper}
 bars = pd.DataFrame([{"variant": v, "source": src, "CIDEr-D": d[v]} for v in labels.values()
                      for src, d in (("idckit", spot_kit), ("paper (real data)", spot_paper_cider)) if v in d])
 fig = per_type_bars(bars, x="variant", hue="source", title="Table 5 (Spot-the-Diff): CIDEr-D (x100)")
-spot_notes = [f"Spot-the-Diff: {n}" for n in ordering_notes(spot_kit, spot_paper_cider)]
+spot_notes = [f"Spot-the-Diff: {n}" for n in reporting.ordering_notes(spot_kit, spot_paper_cider)]
 for n in spot_notes:
     print(n)
 

@@ -49,7 +49,7 @@ from IPython.display import display
 from idckit import paths
 from idckit.experiments import clip4idc
 from idckit.plots import retrieval_bars
-from idckit.report import paper_table, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -119,7 +119,7 @@ path = write_report(
     rows + [r for rs in other_rows.values() for r in rs],
     clip4idc.provenance(setup, adapted + other_adapted, seeds, time.time() - t0, selection="val (text->pair R@1)"),
     headline={"label": "CLIP4IDC text->pair R@1, test", "kit": round(adapted[0]["test"]["t2p_R@1"], 2),
-              "paper": 26.8},
+              "paper": paper_value("clip4idc.table6", "t2p_R@1", model="CLIP4IDC", dataset="clevr_change")},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {adapted[0]['clip']}.", verdict,
            f"Chance text->pair R@1 on these {clip4idc.test_pairs_retrieved(setup)} test pairs: "

@@ -49,7 +49,7 @@ from idckit import paths
 from idckit.experiments import clip4idc
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs
-from idckit.report import paper_table, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -110,18 +110,20 @@ if tied:
     collapse_notes.append("Every split scores the same test CIDEr-D, so the best split is undetermined "
                           "(the headline is left empty).")
 no_inter = next(r for r in rows if r["n_intra"] == setup.depth)
+paper_best = max(paper_table("clip4idc.table7")["rows"], key=lambda r: r["metrics"]["CIDEr-D"])
 path = write_report(
     report_dir, "clip4idc_table7_layer_split", "clip4idc.table7", rows,
     clip4idc.provenance(setup, captioned, [seed], time.time() - t0,
                         selection="val (text->pair R@1 for adaptation, CIDEr-D for captioning)"),
     headline={"label": "best split by test CIDEr-D, as N_intra / depth" + (" (undetermined: all tie)" if tied else ""),
-              "kit": None if tied else round(best["n_intra"] / setup.depth, 3), "paper": 0.75},
+              "kit": None if tied else round(best["n_intra"] / setup.depth, 3), "paper": round(paper_best["n_intra"] / (paper_best["n_intra"] + paper_best["n_inter"]), 3)},
     notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {adapted[0]['clip']}.",
            f"The kit's ViT has {setup.depth} layers, the paper's ViT-B/32 12: the kit's split k/{setup.depth}-k sits "
            f"at the paper's 12k/{setup.depth} (splits: " + ", ".join(
                f"{sp['label']} = paper {sp['paper_split'] or 'none'}" for sp in splits) + ").",
            f"Without inter layers ({no_inter['variant']}) text->pair R@1 is {no_inter['metrics']['t2p_R@1']:.1f} "
-           f"(paper 1.1 at 12/0): the pair vector then cannot see the change.",
+           f"(paper {paper_value('clip4idc.table7', 't2p_R@1', variant='12/0'):.1f} at 12/0): the pair vector then "
+           "cannot see the change.",
            "Captioning here keeps the adapted encoder frozen (paper table 7).", *collapse_notes])
 report_summary(path)

@@ -42,9 +42,10 @@ import pandas as pd
 
 from idckit import paths
 from idckit.experiments import birds
+from idckit.experiments import reporting
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import ordering_notes, paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir()
@@ -61,7 +62,7 @@ print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.met
 
 # %%
 METRICS = ["Bleu_4", "METEOR", "CIDEr-D", "ROUGE_L", "verified_share", "difference_recall"]
-rows = birds.rows(results, labels=birds.TABLE1_LABELS) + birds.baseline_rows(base)
+rows = reporting.rows(results, labels=birds.TABLE1_LABELS, percent=birds.GRAMMAR) + birds.baseline_rows(base)
 paper = paper_table("pcl.table1")
 side_by_side(rows, paper["rows"], METRICS).round(1)
 
@@ -69,7 +70,7 @@ side_by_side(rows, paper["rows"], METRICS).round(1)
 # ## ROUGE-L, the paper's rows and the kit's (each on its own axis: the data differ)
 
 # %%
-kit_rouge = birds.per_variant(rows)
+kit_rouge = reporting.per_variant(rows, "ROUGE_L")
 paper_rouge = {r["model"]: r["metrics"]["ROUGE_L"] for r in paper["rows"]}
 order = list(paper_rouge) + [k for k in kit_rouge if k not in paper_rouge]
 fig = side_by_side_bars(kit_rouge, paper_rouge, order, value="ROUGE-L", paper_label="paper (real Birds-to-Words)")
@@ -99,14 +100,14 @@ fig = show_pairs(birds.shown_pairs(setup), captions=captions, references=1, side
 # ## The ordering against the paper, in words
 
 # %%
-order_notes = ordering_notes({k: kit_rouge[k] for k in birds.TABLE1_LABELS.values()},
+order_notes = reporting.ordering_notes({k: kit_rouge[k] for k in birds.TABLE1_LABELS.values()},
                              {k: paper_rouge[k] for k in birds.TABLE1_LABELS.values()}, "ROUGE-L")
 for n in order_notes:
     print(n)
 
 # %%
 model_rows = [r for r in rows if r["model"] == "IDC-PCL (idckit)"]
-kit_cider = birds.per_variant(model_rows, "CIDEr-D")
+kit_cider = reporting.per_variant(model_rows, "CIDEr-D")
 best_base = max(birds.baseline_rows(base), key=lambda r: r["metrics"]["ROUGE_L"])
 margins = [f"{v} (test, mean of {len(seeds)} seed(s)): ROUGE-L {kit_rouge[v]:.1f} and CIDEr-D {kit_cider[v]:.1f} "
            f"against the best baseline ({best_base['variant']}) {best_base['metrics']['ROUGE_L']:.1f} and "

@@ -39,6 +39,7 @@ import time
 from idckit import paths
 from idckit.experiments import pcl
 from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
+from idckit.experiments import reporting
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, val_curve
 from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
@@ -51,8 +52,8 @@ results = pcl.runs(setup, ["full"], seeds)
 hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)
 # DUDA, the field's explicit-difference baseline, on the same data and grid features
 duda_setup = duda.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
-duda_results = duda.runs(duda_setup, seeds)
-_, duda_hard = duda.hard_runs(duda_setup, seeds)
+duda_results = duda.runs(duda_setup, ["duda"], seeds)
+_, duda_hard = duda.hard_runs(duda_setup, ["duda"], seeds)
 print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.meta["weights"])
 if hard:
     print("hard rows:", hard.data.description)
@@ -61,7 +62,7 @@ if hard:
 # ## The paper's table and the kit's run (x100)
 
 # %%
-rows = pcl.rows(results) + pcl.rows(hard_results) + duda.rows(duda_results) + duda.rows(duda_hard)
+rows = [row for rs in (results, hard_results, duda_results, duda_hard) for row in reporting.rows(rs)]
 paper = paper_table("pcl.table2")
 side_by_side(rows, paper["rows"]).round(1)
 

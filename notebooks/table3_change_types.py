@@ -37,6 +37,7 @@ from idckit import paths
 from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.experiments import pcl
 from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
+from idckit.experiments import reporting
 from idckit.experiments.runs import captions_by_run
 from idckit.plots import per_type_bars, show_pairs
 from idckit.report import paper_table, report_summary, write_report
@@ -48,15 +49,15 @@ results = pcl.runs(setup, ["full"], seeds)
 hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)   # the faithful jitter (synthetic data only)
 # DUDA, the field's explicit-difference baseline, on the same data and features (cached: table 2 trained it)
 duda_setup = duda.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
-duda_results = duda.runs(duda_setup, seeds)
-_, duda_hard = duda.hard_runs(duda_setup, seeds)
+duda_results = duda.runs(duda_setup, ["duda"], seeds)
+_, duda_hard = duda.hard_runs(duda_setup, ["duda"], seeds)
 
 # %% [markdown]
 # ## CIDEr-D (x100) per change type: the paper's rows, then the kit's
 
 # %%
-rows = pcl.per_type_rows(results) + duda.per_type_rows(duda_results)
-hard_rows = pcl.per_type_rows(hard_results) + duda.per_type_rows(duda_hard)
+rows = reporting.per_type_rows(results + duda_results)
+hard_rows = reporting.per_type_rows(hard_results + duda_hard)
 paper = paper_table("pcl.table3")
 table = pd.DataFrame([{"source": "paper (real data)", "model": r["model"], **r["metrics"]} for r in paper["rows"]]
                      + [{"source": "idckit (this run)", "model": f"{r['model']} seed {r['seed']}", **r["metrics"]}

@@ -37,25 +37,27 @@ import pandas as pd
 
 from idckit import paths
 from idckit.experiments import pcl
+from idckit.eval.probe import difference_probe
+from idckit.experiments import recipes, reporting
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import ordering_notes, paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
-results = pcl.runs(setup, list(pcl.VARIANTS), seeds)
+results = pcl.runs(setup, recipes.variants("pcl"), seeds)   # every pcl/* recipe: `idckit list pcl/*`
 
 # %% [markdown]
 # ## The ladder: the paper's rows, then the kit's (x100)
 
 # %%
-rows = pcl.rows(results)
+rows = reporting.rows(results)
 paper = paper_table("pcl.table4")
 side_by_side(rows, paper["rows"]).round(1)
 
 # %%
-order = [pcl.VARIANTS[v]["label"] for v in pcl.VARIANTS]
+order = [recipes.get_recipe(v, "pcl").label for v in recipes.variants("pcl")]
 kit = pd.DataFrame([{"row": r["variant"], "CIDEr-D": r["metrics"]["CIDEr-D"]} for r in rows if r["seed"] != "mean"])
 kit_mean = kit.groupby("row")["CIDEr-D"].mean().to_dict()
 paper_by = dict(zip(order, [p["metrics"]["CIDEr-D"] for p in paper["rows"]]))
@@ -68,7 +70,7 @@ fig = side_by_side_bars(kit_mean, paper_by, order)
 
 # %%
 key_pairs = [(order[3], order[0]), (order[3], order[4]), (order[3], order[5]), (order[2], order[1]), (order[1], order[0])]
-notes = [n for a, b in key_pairs for n in ordering_notes({a: kit_mean[a], b: kit_mean[b]},
+notes = [n for a, b in key_pairs for n in reporting.ordering_notes({a: kit_mean[a], b: kit_mean[b]},
                                                              {a: paper_by[a], b: paper_by[b]})]
 for n in notes:
     print(n)
@@ -79,7 +81,7 @@ for n in notes:
 # Distractor judging, and with it every row's distractor captions, cannot beat the features by much at this budget.
 
 # %%
-probe = pcl.difference_probe(setup)
+probe = difference_probe(pcl.loaded_data(setup))
 print(f"change vs distractor from feature distances: {100 * probe['test_accuracy']:.1f} % on test (chance {100 * probe['chance']:.0f} %)")
 print("judge accuracy of the trained rows:", {r["label"]: r["judge_accuracy"] for r in results if r["judge_accuracy"] is not None})
 notes.append(f"A linear probe on per-region feature distances separates changes from distractors at "

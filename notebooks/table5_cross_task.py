@@ -45,14 +45,15 @@ import pandas as pd
 
 from idckit import paths
 from idckit.experiments import birds
+from idckit.experiments import recipes, reporting
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs
-from idckit.report import ordering_notes, paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir()
 setup = birds.setup(profile, data_root, runs_dir=runs_dir, device=device)
-results = birds.runs(setup, list(birds.VARIANTS), seeds)
+results = birds.runs(setup, recipes.variants("pcl-birds"), seeds)   # `idckit list pcl-birds/*`
 print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.meta["weights"])
 
 # %% [markdown]
@@ -60,7 +61,7 @@ print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.met
 
 # %%
 METRICS = ["Bleu_4", "METEOR", "CIDEr-D", "ROUGE_L", "verified_share", "difference_recall"]
-rows = birds.rows(results)
+rows = reporting.rows(results, percent=birds.GRAMMAR)
 paper = paper_table("pcl.table5")
 side_by_side(rows, paper["rows"], METRICS).round(1)
 
@@ -76,7 +77,7 @@ spread.round(2)
 # %%
 import matplotlib.pyplot as plt
 
-labels = [v["label"] for v in birds.VARIANTS.values()]
+labels = [recipes.get_recipe(v, "pcl-birds").label for v in recipes.variants("pcl-birds")]
 paper_idc = {r["variant"]: r["metrics"] for r in paper["rows"] if r["model"] == "IDC-PCL"}
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
 for ax, metric in zip(axes, ("ROUGE_L", "CIDEr-D")):
@@ -109,9 +110,9 @@ fig = show_pairs(birds.shown_pairs(setup), captions=captions_by_run(setup.runs_d
 # ## The ordering against the paper, in words, and whether extra data helps here
 
 # %%
-kit_rouge = birds.per_variant(rows)
+kit_rouge = reporting.per_variant(rows, "ROUGE_L")
 sd = {r["variant"]: r.get("sd", {}).get("ROUGE_L", 0.0) for r in rows if r["seed"] == "mean"}
-order_notes = ordering_notes(kit_rouge, {lb: paper_idc[lb]["ROUGE_L"] for lb in labels}, "ROUGE-L")
+order_notes = reporting.ordering_notes(kit_rouge, {lb: paper_idc[lb]["ROUGE_L"] for lb in labels}, "ROUGE-L")
 helps = []
 for lb in labels[1:]:
     gap, noise = kit_rouge[lb] - kit_rouge["B2W"], max(sd.get(lb, 0.0), sd.get("B2W", 0.0))

@@ -96,9 +96,8 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
     if model == "pcl":
         from idckit.experiments import pcl
         s = pcl.setup(profile, data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
-        r = pcl.run_variant("full", setup_=s, seed=seed, progress=True)
-        train_seconds = r.get("finetune_seconds", 0.0)
-        train_pairs = len(pcl._data(s).splits["train"])
+        r = pcl.run_variant(s, "full", seed)
+        train_pairs = len(pcl.loaded_data(s).splits["train"])
         extras = ([f"distractor loss x{distractor_weight:g}"] if distractor_weight is not None else []) + \
             ([f"{pretrain_steps} pre-training steps"] if pretrain_steps is not None else [])
         label = f"IDC-PCL (full, cpu model{''.join(', ' + e for e in extras)})"
@@ -106,15 +105,14 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
         from idckit.experiments import clip4idc
         s = clip4idc.setup(profile, data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
         r = clip4idc.run_variant(s, "clip4idc", seed)
-        train_seconds = r.get("caption_seconds", 0.0)
-        train_pairs = len(clip4idc._data(s).splits["train"])
+        train_pairs = len(clip4idc.loaded_data(s).splits["train"])
         label = "CLIP4IDC (cpu captioner, stand-in CLIP)"
     diversity = output_diversity(s.runs_dir, [r])[0]
     out = {"model": model, "label": label, "profile": profile, "data": "SynthCLEVR-Change (synthetic)",
            "overrides": overrides, "threads": threads, "seed": seed, "run": r["run"],
            "best_step": r.get("best_step"), "history": r.get("history", []),
            "test_total": r["test"]["total"], "test_semantic": r["test"].get("semantic"),
-           "distinct_test_captions": diversity, "train_seconds": train_seconds, "train_pairs": train_pairs,
+           "distinct_test_captions": diversity, "train_seconds": r["train_seconds"], "train_pairs": train_pairs,
            "train_fraction": train_fraction, "distractor_weight": distractor_weight,
            "pretrain_steps": pretrain_steps, "pretrain_seconds": r.get("pretrain_seconds"),
            "data_root": str(s.data.root),

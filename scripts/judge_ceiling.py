@@ -3,7 +3,7 @@
 The budget curves (scripts/budget_curve.py) show IDC-PCL learning to describe changes but never learning when
 to say "no change": its distractor judge stays at chance. This script puts numbers on that:
 
-1. **What the features allow.** ``pcl.difference_probe``, a logistic regression on sorted region distances, is
+1. **What the features allow.** ``eval.probe.difference_probe``, a logistic regression on sorted region distances, is
    trained on growing shares of the training pairs. Radius 0 compares each grid cell with the same cell of the other
    image; radius 2 compares it with its best match within 2 cells, which forgives the camera jitter.
 2. **What a judge is worth.** A run's own test captions are gated by a simulated judge of accuracy p
@@ -30,6 +30,7 @@ ACCURACIES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 
 def probe_rows(data_root: Path | None, fractions, radii, runs_dir: Path | None, profile: str) -> list[dict]:
+    from idckit.eval.probe import difference_probe
     from idckit.experiments import pcl
 
     rows = []
@@ -37,7 +38,7 @@ def probe_rows(data_root: Path | None, fractions, radii, runs_dir: Path | None, 
         s = pcl.setup(profile, data_root, runs_dir=runs_dir, overrides={"train_fraction": f}, progress=False)
         for r in radii:
             t = time.time()
-            res = pcl.difference_probe(s, radius=r)
+            res = difference_probe(pcl.loaded_data(s), radius=r)
             rows.append({"train_fraction": f, **res, "seconds": round(time.time() - t, 1)})
             print(f"probe: {res['train_pairs']:>6} train pairs, radius {r}: test accuracy {res['test_accuracy']:.3f}")
     return rows
@@ -54,7 +55,7 @@ def gated_rows(data_root: Path | None, run_dir: Path, checkpoint: str, runs_dir:
     fraction = cfg.get("train_fraction", 1.0)
     s = pcl.setup(profile, data_root, runs_dir=runs_dir, overrides={"train_fraction": fraction}, progress=False)
     model, step = pcl.load_finetuned(s, run_dir, checkpoint)
-    data = pcl._data(s)
+    data = pcl.loaded_data(s)
     preds = predict(model, data, "test", batch_size=200, progress=True)
     train = set(data.splits["train"].pair_ids)      # the pairs the run trained on (its train_fraction)
     no_change = MostFrequentCaption().fit([p for p in s.data.dataset().pairs("train", check_images=False)

@@ -4,7 +4,7 @@ The faithful SynthCLEVR-Change moves the camera and the lamps of every after-ima
 axis); at the cpu budget no captioner of the kit learns to tell a change from a distractor there. This script
 measures, on a set generated at a given jitter (``idckit generate clevr-change --camera-jitter C --lamp-jitter L``):
 
-- the cheap signal first: ``pcl.difference_probe`` (a logistic regression on grid-feature distances) at radius 0
+- the cheap signal first: ``difference_probe`` (a logistic regression on grid-feature distances) at radius 0
   and 2: how separable changes and distractors are in the features alone;
 - then IDC-PCL (full) trained for ``--steps`` fine-tuning steps at the cpu profile's model size: val/test judge
   accuracy, total / semantic / distractor CIDEr-D, distinct test captions, and the most-frequent-caption baseline
@@ -34,6 +34,7 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
     import torch
 
     from budget_curve import text_baseline
+    from idckit.eval.probe import difference_probe
     from idckit.experiments import pcl
     from idckit.experiments.runs import output_diversity
     from idckit.report import git_commit
@@ -48,14 +49,14 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
     overrides = deep_merge(overrides, extra or {})
     t0 = time.time()
     s = pcl.setup("cpu", data_root, runs_dir=runs_dir, overrides=overrides, progress=False)
-    probe = {f"radius{r}": pcl.difference_probe(s, radius=r)["test_accuracy"] for r in (0, 2)}
+    probe = {f"radius{r}": difference_probe(pcl.loaded_data(s), radius=r)["test_accuracy"] for r in (0, 2)}
     out = {"data": Path(data_root).name, "camera_jitter": info.get("camera_jitter", 1.0),
            "lamp_jitter": info.get("lamp_jitter", 1.0), "pairs": info.get("pairs"), "probe": probe,
            "threads": threads, "seed": seed, "commit": git_commit()}
     print(f"{out['data']}: probe r0 {probe['radius0']:.3f}, r2 {probe['radius2']:.3f}", flush=True)
     name = f"pcl_{out['data']}_s{steps}" + ("" if pretrain_steps is None else f"_pt{pretrain_steps}") + tag
     if not probe_only:
-        r = pcl.run_variant("full", setup_=s, seed=seed, progress=True)
+        r = pcl.run_variant(s, "full", seed)
         diversity = output_diversity(s.runs_dir, [r])[0]
         ds = s.data.dataset()
         out.update({

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from idckit.errors import ConfigError
-from idckit.experiments import birds
+from idckit.experiments import birds, reporting
 
 PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl": 1.0, "tau_fda": 1.0}
 
@@ -23,7 +23,7 @@ def smoke(tmp_path_factory):
 
 
 def test_records_load_with_a_blank_second_image_and_one_vocabulary(smoke):
-    b2w, gic = birds._data(smoke, "b2w"), birds._data(smoke, "gic")
+    b2w, gic = birds.loaded_data(smoke, "b2w"), birds.loaded_data(smoke, "gic")
     assert b2w.vocab.words == gic.vocab.words
     train = gic.splits["train"]
     assert (train.after == gic.blank_row).all() and (train.before != gic.blank_row).all()
@@ -41,7 +41,7 @@ def test_records_load_with_a_blank_second_image_and_one_vocabulary(smoke):
 def test_confuse_negatives_swap_the_animals(smoke):
     from idckit.data.birds_to_words import swap_animals
 
-    data = birds._data(smoke, "b2w")
+    data = birds.loaded_data(smoke, "b2w")
     train = data.splits["train"]
     swapped = sum(any(swap_animals(r) == n for r in train.references[p] for n in data.negatives[p])
                   for p in train.pair_ids)
@@ -51,7 +51,7 @@ def test_confuse_negatives_swap_the_animals(smoke):
 def test_mvcl_never_masks_the_blank_image(smoke):
     from idckit.tasks.pcl import PretrainTask
 
-    data = birds._data(smoke, "gic")
+    data = birds.loaded_data(smoke, "gic")
     task = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={"mvcl": 1}, steps_per_epoch=20, **PRETRAIN)
     for batch in task.batches(0, torch.Generator().manual_seed(0)):
         assert not batch["regions"][:, 1].any() and batch["regions"][:, 0].any(1).all()
@@ -63,7 +63,7 @@ def test_mvcl_never_masks_the_blank_image(smoke):
 def test_fgvc_heads_shapes_and_the_stage_learns(smoke):
     from idckit.tasks.pcl import PretrainTask
 
-    data = birds._data(smoke, "b2w")
+    data = birds.loaded_data(smoke, "b2w")
     fg = data.fgvc
     assert 0.2 < float(fg.same.float().mean()) < 0.8 and int(fg.class1.max()) < fg.n_classes
     model_cfg = {**smoke.config["model"], "n_classes": fg.n_classes}
@@ -85,27 +85,28 @@ def test_fgvc_heads_shapes_and_the_stage_learns(smoke):
     assert set(logs) == {"fgvc_class", "fgvc_match", "fgvc_contrast"}
     assert float(loss.detach()) < 0.5 * first
     with pytest.raises(ConfigError, match="FGVC image pairs"):
-        PretrainTask(birds._data(smoke, "gic"), model_cfg, batch_size=16, ratios={"fgvc": 1}, **PRETRAIN)
+        PretrainTask(birds.loaded_data(smoke, "gic"), model_cfg, batch_size=16, ratios={"fgvc": 1}, **PRETRAIN)
     no_heads = PretrainTask(data, smoke.config["model"], batch_size=16, ratios={"fgvc": 1}, **PRETRAIN).build_model()
     with pytest.raises(ConfigError, match="n_classes"):
         no_heads.fgvc_logits(f, f)
 
 
 def test_the_full_chain_runs_caches_and_scores_on_rouge(smoke):
-    r = birds.run_variant("both", setup_=smoke, progress=False)
+    r = birds.run_variant(smoke, "both", progress=False)
     assert r["label"] == "B2W + CUB + NABirds" and "ROUGE_L" in r["val"]
-    assert set(r["test"]) >= {"total", "sameSpecies"} and r["test_pairs"] == len(birds._data(smoke).splits["test"])
+    assert set(r["test"]) >= {"total", "sameSpecies"} and r["test_pairs"] == len(birds.loaded_data(smoke).splits["test"])
     assert 0 <= r["verified_share"] <= 1 and 0 <= r["difference_recall"] <= 1
     runs_before = sorted(p.name for p in smoke.runs_dir.iterdir())
-    again = birds.run_variant("both", setup_=smoke, progress=False)
+    again = birds.run_variant(smoke, "both", progress=False)
     assert again["run"] == r["run"] and sorted(p.name for p in smoke.runs_dir.iterdir()) == runs_before
     assert sum(p.name.startswith("pcl-birds-gic") for p in smoke.runs_dir.iterdir()) == 1
-    rows = birds.rows([r, {**again, "seed": 1}], labels=birds.TABLE1_LABELS)
+    rows = reporting.rows([r, {**again, "seed": 1}], labels=birds.TABLE1_LABELS, percent=birds.GRAMMAR)
     mean = [x for x in rows if x["seed"] == "mean"]
     assert mean and mean[0]["variant"] == "IDC-PCL (+extra data)" and mean[0]["sd"]["ROUGE_L"] == 0.0
     assert math.isclose(rows[0]["metrics"]["ROUGE_L"], 100 * r["test"]["total"]["ROUGE_L"])
-    with pytest.raises(ConfigError, match="unknown Birds-to-Words variant"):
-        birds.run_variant("imagenet", setup_=smoke)
+    assert rows[0]["metrics"]["verified_share"] == pytest.approx(100 * r["verified_share"])
+    with pytest.raises(ConfigError, match="unknown pcl-birds recipe 'imagenet'"):
+        birds.run_variant(smoke, "imagenet")
 
 
 def test_baselines_are_scored_like_the_model(smoke):
@@ -113,7 +114,7 @@ def test_baselines_are_scored_like_the_model(smoke):
     mf = out["most frequent paragraph"]
     assert mf["distinct_test_captions"] == 1 and 0 < mf["test"]["total"]["ROUGE_L"] < 1
     nn = out["nearest neighbour (features of both images)"]
-    train = birds._data(smoke).splits["train"]
+    train = birds.loaded_data(smoke).splits["train"]
     assert set(nn["captions"].values()) <= {c for refs in train.references.values() for c in refs}
 
 

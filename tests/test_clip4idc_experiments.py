@@ -69,7 +69,8 @@ def test_one_standin_and_cached_adaptation(env):
 
 
 def test_captioning_variants_share_runs_and_give_table_rows(env):
-    from idckit.experiments import clip4idc
+    from idckit.experiments import clip4idc, reporting
+    from idckit.experiments.runs import RESULT_KEYS
 
     s, base = env
     res = clip4idc.runs(s, ["clip4idc"], [0, 1])
@@ -83,14 +84,18 @@ def test_captioning_variants_share_runs_and_give_table_rows(env):
     assert t7["run"] == res[0]["run"] and _mtime(s, res[0]["run"]) == stamp
     ft = clip4idc.run_variant(s, "clip-ft", 0)
     assert ft["adapt"] is None and ft["n_intra"] is None and ft["run"] != res[0]["run"]
-    rows = clip4idc.rows(res)
+    # the result keys every run_variant shares (IDC-PCL's are checked in test_pcl_experiments)
+    assert set(RESULT_KEYS) <= set(ft) and (ft["recipe"], ft["model"]) == ("clip4idc/clip-ft", "CLIP4IDC (idckit)")
+    assert ft["judge_accuracy"] is None and ft["run_dir"] == str(s.runs_dir / ft["run"])
+    assert ft["train_seconds"] == ft["caption_seconds"] > 0
+    rows = reporting.rows(res)
     mean = rows[-1]
     assert mean["seed"] == "mean" and mean["n_seeds"] == 2
     cider = [r["metrics"]["CIDEr-D"] for r in rows[:2]]
     assert mean["metrics"]["CIDEr-D"] == pytest.approx(sum(cider) / 2)
     assert mean["sd"]["CIDEr-D"] == pytest.approx(abs(cider[0] - cider[1]) / 2 ** 0.5)
-    per_type = clip4idc.per_type_rows(res)
-    assert set(per_type[0]["metrics"]) <= set(clip4idc.TYPES) and "distractor" in per_type[0]["metrics"]
+    per_type = reporting.per_type_rows(res)
+    assert set(per_type[0]["metrics"]) <= set(reporting.TYPES) and "distractor" in per_type[0]["metrics"]
     from idckit.experiments.runs import test_captions
 
     distinct = [len(set(test_captions(s.runs_dir / r["run"]).values())) for r in res]
@@ -100,7 +105,7 @@ def test_captioning_variants_share_runs_and_give_table_rows(env):
     assert rows[0]["cider_d"]["semantic"] == pytest.approx(100 * res[0]["test"]["semantic"]["CIDEr-D"])
     assert "judge_accuracy" not in rows[0]            # CLIP4IDC has no distractor judge
     assert per_type[-1]["seed"] == "mean" and per_type[-1]["distinct_test_captions"] == min(distinct)
-    with pytest.raises(ConfigError, match="unknown CLIP4IDC variant"):
+    with pytest.raises(ConfigError, match="unknown clip4idc recipe 'clip-xl'"):
         clip4idc.run_variant(s, "clip-xl")
 
 

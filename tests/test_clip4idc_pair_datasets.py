@@ -42,7 +42,7 @@ def test_spot_the_diff_adapts_and_captions(base, spot_root):
     written = json.loads((s.runs_dir / r["run"] / "test" / "total_results.json").read_text())
     assert {w["image_id"] for w in written} == test_ids and all(i.endswith(".png") for i in test_ids)
 
-    data = clip4idc._data(s)
+    data = clip4idc.loaded_data(s)
     captioner = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.1,
                  "freeze_visual": False}
     task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=4, visual_lr_scale=1e-3,

@@ -295,18 +295,23 @@ def smoke(tmp_path_factory):
 def test_run_is_cached_and_reports_the_table_keys(smoke):
     from idckit.experiments import duda
 
-    first = duda.run_variant(setup_=smoke, progress=False)
-    assert {"test", "run", "history", "best_step", "wall_seconds", "distinct_test_captions", "val",
-            "caption_judge_accuracy"} <= set(first)
+    from idckit.experiments.reporting import rows
+    from idckit.experiments.runs import RESULT_KEYS
+
+    first = duda.run_variant(smoke, progress=False)
+    assert {*RESULT_KEYS, "caption_judge_accuracy"} <= set(first) and first["judge_accuracy"] is None
+    assert first["test_pairs"] == len(smoke.data.dataset().pairs("test"))
     assert 0 <= first["caption_judge_accuracy"] <= 1 and "caption_judge_accuracy" in first["val"]
     assert {"total", "semantic", "distractor"} <= set(first["test"])
     assert first["best_step"] in {h["step"] for h in first["history"]}
     assert {"CIDEr-D_semantic", "CIDEr-D_distractor"} <= set(first["val"])
-    again = duda.run_variant(setup_=smoke, progress=False)
+    again = duda.run_variant(smoke, "duda/duda", progress=False)           # the recipe's full name works too
     assert again["run"] == first["run"] and again["wall_seconds"] == first["wall_seconds"]
     assert len(list(smoke.runs_dir.glob("duda-*/metrics.json"))) == 1
-    (row,) = duda.rows([first])
+    (row,) = rows([first])
     assert row["model"] == "DUDA (idckit)" and row["variant"] == "DUDA"
     assert row["metrics"]["CIDEr-D"] == pytest.approx(100 * first["test"]["total"]["CIDEr-D"])
-    with pytest.raises(ConfigError, match="unknown DUDA variant"):
-        duda.run_variant("full", setup_=smoke, progress=False)
+    with pytest.raises(ConfigError, match="unknown duda recipe 'full'"):
+        duda.run_variant(smoke, "full", progress=False)
+    with pytest.raises(ConfigError, match="unknown duda recipe 'pcl/full'"):      # another family's recipe
+        duda.run_variant(smoke, "pcl/full", progress=False)

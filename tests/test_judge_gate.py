@@ -70,15 +70,16 @@ def smoke_run(tmp_path_factory):
     root = tmp / "synth"
     generate(root, n_pairs=24, seed=1, size=(96, 64), workers=1, progress=False)
     s = pcl.setup("smoke", root, runs_dir=tmp / "runs", progress=False)
-    r = pcl.run_variant("full", setup_=s, progress=False)
+    r = pcl.run_variant(s, "full", progress=False)
     return s, tmp / "runs" / r["run"], root, tmp
 
 
 def test_probe_radius_takes_the_best_match_within_the_window(smoke_run):
+    from idckit.eval.probe import difference_probe
     from idckit.experiments import pcl
 
-    s = smoke_run[0]
-    same, near = pcl.difference_probe(s, radius=0), pcl.difference_probe(s, radius=2)
+    data = pcl.loaded_data(smoke_run[0])
+    same, near = difference_probe(data, radius=0), difference_probe(data, radius=2)
     assert same["radius"] == 0 and near["radius"] == 2 and same["train_pairs"] == near["train_pairs"] > 0
     # a window that includes the cell itself can only find a closer match (strictly, on real features)
     assert near["max_region_distance_change"] < same["max_region_distance_change"]
@@ -99,7 +100,7 @@ def test_load_finetuned_gives_the_selected_and_the_last_step(smoke_run):
     assert last_step == json.loads((run_dir / "config.json").read_text())["finetune"]["train"]["max_steps"]
     assert not best.training and not last.training
     # the selected weights decode the captions the run wrote for test
-    ours = predict(best, pcl._data(s), "test", batch_size=s.config["finetune"]["eval_batch_size"])["captions"]
+    ours = predict(best, pcl.loaded_data(s), "test", batch_size=s.config["finetune"]["eval_batch_size"])["captions"]
     assert ours == load_results(run_dir / "test")
     with pytest.raises(ConfigError, match="unknown checkpoint"):
         pcl.load_finetuned(s, run_dir, "middle")

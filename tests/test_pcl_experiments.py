@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from idckit.errors import ConfigError
-from idckit.experiments import pcl
+from idckit.experiments import pcl, reporting
+from idckit.experiments.runs import RESULT_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def test_device_comes_from_the_config_and_stays_out_of_run_keys(smoke, tmp_path)
 def test_pretrain_pool_follows_the_ratios(smoke):
     from idckit.tasks.pcl import PretrainTask
 
-    data = pcl._data(smoke)
+    data = pcl.loaded_data(smoke)
     task = PretrainTask(data, smoke.config["model"], batch_size=8, ratios={"mlm": 8, "mvcl": 1, "fda": 2},
                         steps_per_epoch=1100, **PRETRAIN)
     counts = Counter(b["task"] for b in task.batches(0, torch.Generator().manual_seed(0)))
@@ -49,7 +50,7 @@ PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl"
 def test_every_objective_learns_on_a_fixed_batch(smoke, kind):
     from idckit.tasks.pcl import FinetuneTask, PretrainTask
 
-    data = pcl._data(smoke)
+    data = pcl.loaded_data(smoke)
     if kind.startswith("finetune"):
         grouped = kind == "finetune_grouped"
         task = FinetuneTask(data, smoke.config["model"], batch_size=16, group_by_pair=grouped,
@@ -74,42 +75,45 @@ def test_every_objective_learns_on_a_fixed_batch(smoke, kind):
 
 
 def test_runs_are_shared_and_cached(smoke):
-    full = pcl.run_variant("full", setup_=smoke, progress=False)
-    no_judge = pcl.run_variant("no_judge", setup_=smoke, progress=False)
+    full = pcl.run_variant(smoke, "full", progress=False)
+    no_judge = pcl.run_variant(smoke, "no_judge", progress=False)
     runs = smoke.runs_dir
     cfg = lambda r: json.loads((runs / r / "config.json").read_text())
     assert cfg(full["run"])["init"] == cfg(no_judge["run"])["init"] is not None   # one pre-training for both
     assert len(list(runs.glob("pcl-pretrain-*/metrics.json"))) == 1
     assert no_judge["judge_accuracy"] is None and 0 <= full["judge_accuracy"] <= 1
+    # the result keys every run_variant shares (clip4idc's are checked in test_clip4idc_experiments)
+    assert set(RESULT_KEYS) <= set(full) and (full["recipe"], full["model"]) == ("pcl/full", "IDC-PCL (idckit)")
+    assert full["run_dir"] == str(runs / full["run"]) and full["train_seconds"] == full["finetune_seconds"] > 0
     assert set(full["test"]) >= {"total", "semantic", "distractor"}
     # val curves carry each half too: the total alone hides a run that says "no change" to everything
     assert full["history"] and all({"CIDEr-D_semantic", "CIDEr-D_distractor"} <= set(h) for h in full["history"])
     assert (runs / full["run"] / "test" / "sc_results.json").is_file()
     mtime = (runs / full["run"] / "metrics.json").stat().st_mtime
-    again = pcl.run_variant("full", setup_=smoke, progress=False)           # cached: no training
+    again = pcl.run_variant(smoke, "full", progress=False)           # cached: no training
     assert again["test"] == full["test"] and (runs / full["run"] / "metrics.json").stat().st_mtime == mtime
-    with pytest.raises(ConfigError, match="unknown IDC-PCL variant"):
-        pcl.run_variant("bogus", setup_=smoke)
+    with pytest.raises(ConfigError, match="unknown pcl recipe 'ful' \\(did you mean full\\?\\)"):
+        pcl.run_variant(smoke, "ful")
 
 
 def test_report_rows_record_diversity_judge_and_cider_subsets(smoke):
     from idckit.experiments.runs import test_captions
 
-    full = pcl.run_variant("full", setup_=smoke, progress=False)
-    no_judge = pcl.run_variant("no_judge", setup_=smoke, progress=False)
+    full = pcl.run_variant(smoke, "full", progress=False)
+    no_judge = pcl.run_variant(smoke, "no_judge", progress=False)
     captions = test_captions(smoke.runs_dir / full["run"])
-    row, nj = pcl.rows([full, no_judge])
+    row, nj = reporting.rows([full, no_judge])
     assert row["distinct_test_captions"] == len(set(captions.values())) >= 1
     assert row["test_pairs"] == len(captions) == len(smoke.data.dataset().pairs("test"))
     assert row["judge_accuracy"] == full["judge_accuracy"] and "judge_accuracy" not in nj   # no judge, no field
     assert row["cider_d"] == pytest.approx({sub: 100 * full["test"][sub]["CIDEr-D"]
                                             for sub in ("total", "semantic", "distractor")})
     assert row["cider_d"]["total"] == pytest.approx(row["metrics"]["CIDEr-D"])
-    typed = pcl.per_type_rows([full])[0]
+    typed = reporting.per_type_rows([full])[0]
     assert typed["distinct_test_captions"] == row["distinct_test_captions"] and typed["cider_d"] == row["cider_d"]
     # two seeds of one variant: the mean row keeps the fewest distinct captions and the mean judge and CIDEr-D
     other = {**full, "seed": 1, "judge_accuracy": 0.25, "distinct_test_captions": 1}
-    mean = pcl.rows([full, other])[-1]
+    mean = reporting.rows([full, other])[-1]
     assert mean["seed"] == "mean" and mean["n_seeds"] == 2 and mean["distinct_test_captions"] == 1
     assert mean["judge_accuracy"] == pytest.approx((full["judge_accuracy"] + 0.25) / 2)
 
@@ -119,7 +123,7 @@ def test_train_command_fills_the_run_cache_the_notebooks_read(smoke, capsys):
 
     assert main(["train", "pcl", "--profile", "smoke", "--data-root", str(smoke.data.root), "--variants", "full",
                  "--runs-dir", str(smoke.runs_dir), "--device", "cpu"]) == 0
-    full = pcl.run_variant("full", setup_=smoke, progress=False)           # what a notebook asks for: cached
+    full = pcl.run_variant(smoke, "full", progress=False)           # what a notebook asks for: cached
     assert full["run"] in capsys.readouterr().out
     assert main(["train", "pcl", "--variants", "bogus", "--runs-dir", str(smoke.runs_dir)]) == 2
 
@@ -129,7 +133,7 @@ def test_caption_cli_uses_the_best_run(smoke, capsys):
     from idckit.cli import main
     from idckit.errors import DatasetError
 
-    full = pcl.run_variant("full", setup_=smoke, progress=False)
+    full = pcl.run_variant(smoke, "full", progress=False)
     pair = smoke.data.dataset().pairs("test")[0]
     res = caption_pair(pair.before, pair.after, runs_dir=smoke.runs_dir)
     assert res.run == finished_runs(smoke.runs_dir)[0][1] and isinstance(res.caption, str)
@@ -180,7 +184,7 @@ def test_train_fraction_enters_the_run_identity_only_when_below_one(smoke):
     half = pcl.setup("smoke", smoke.data.root, runs_dir=smoke.runs_dir, overrides={"train_fraction": 0.5},
                      progress=False)
     assert half.identity["train_fraction"] == 0.5
-    full_data, half_data = pcl._data(smoke), pcl._data(half)
+    full_data, half_data = pcl.loaded_data(smoke), pcl.loaded_data(half)
     assert len(half_data.splits["train"]) < len(full_data.splits["train"])
     assert half_data.splits["test"].pair_ids == full_data.splits["test"].pair_ids
     assert half_data.splits["val"].pair_ids == full_data.splits["val"].pair_ids
@@ -189,7 +193,7 @@ def test_train_fraction_enters_the_run_identity_only_when_below_one(smoke):
 def test_grouped_batches_are_balanced_whole_before_images_with_distinct_references(smoke):
     from idckit.tasks.pcl import FinetuneTask
 
-    data = pcl._data(smoke)
+    data = pcl.loaded_data(smoke)
     train = data.splits["train"]
     task = FinetuneTask(data, smoke.config["model"], batch_size=24, group_by_pair=True, captions_per_pair=3,
                         **FINETUNE)
@@ -217,7 +221,7 @@ def test_grouped_batches_are_balanced_whole_before_images_with_distinct_referenc
 def test_grouped_forward_equals_the_per_caption_forward(smoke):
     from idckit.tasks.pcl import FinetuneTask
 
-    data = pcl._data(smoke)
+    data = pcl.loaded_data(smoke)
     task = FinetuneTask(data, smoke.config["model"], batch_size=16, group_by_pair=True, captions_per_pair=2,
                         **FINETUNE)
     torch.manual_seed(0)

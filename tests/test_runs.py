@@ -71,6 +71,7 @@ def test_content_identity_follows_the_files_not_the_path(tiny_clevr, tmp_path):
 
 def test_moving_the_data_keeps_the_run_keys_and_the_feature_cache(tiny_clevr, tmp_path):
     from idckit.experiments import pcl
+    from idckit.experiments.recipes import get_recipe
 
     runs = tmp_path / "runs"
     here = pcl.setup("smoke", tiny_clevr, runs_dir=runs, progress=False)
@@ -78,8 +79,8 @@ def test_moving_the_data_keeps_the_run_keys_and_the_feature_cache(tiny_clevr, tm
     shutil.rmtree(tiny_clevr)
     there = pcl.setup("smoke", moved, runs_dir=runs, progress=False)
     assert here.identity == there.identity and there.store.directory == here.store.directory
-    a = pcl._pretrain_run(here, pcl.VARIANTS["full"], 0)
-    b = pcl._pretrain_run(there, pcl.VARIANTS["full"], 0)
+    full = get_recipe("pcl/full").settings
+    a, b = pcl._pretrain_run(here, full, 0), pcl._pretrain_run(there, full, 0)
     assert a.dir == b.dir and str(tiny_clevr) not in (a.dir / "config.json").read_text()
     assert a.config["training_code"] == TRAINING_CODE_VERSION and a.config["data"] == content_identity(moved)
 

@@ -18,10 +18,11 @@ lists and sorts, which only works because the real names are zero-padded and con
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 from idckit.errors import DatasetError
 
@@ -78,9 +79,45 @@ class Pair:
         return self.change_type != DISTRACTOR
 
 
+@dataclass
 class PairDataset:
-    """What every pair dataset of the kit offers on top of its own ``pairs(split, check_images=...)``: the
-    evaluator's references and types per split, and iteration over all pairs (CLEVR-Change, Spot-the-Diff, IER)."""
+    """What every pair dataset of the kit (CLEVR-Change, Spot-the-Diff, IER) offers on top of its own
+    ``pairs(split, check_images=...)``: a root checked to be a directory, its JSON files read with errors that name
+    them, the evaluator's references and types per split, and iteration over all pairs. ``title`` and
+    ``layout_help`` name the dataset and its layout in every error."""
+
+    root: Path
+    #: pairs left out of ``pairs`` for a missing image: split -> pair id -> the absent images (Spot-the-Diff and
+    #: IER leave such pairs out with a warning; CLEVR-Change builds its paths from the index and raises instead)
+    missing: dict[str, dict[str, list[Path]]] = field(default_factory=dict, repr=False)
+    title: ClassVar[str] = "pair dataset"
+    layout_help: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        if not self.root.is_dir():
+            raise DatasetError(f"{self.title} root is not a directory", path=self.root, fix=self.layout_help)
+
+    def read_json(self, name: str) -> Any:
+        """The JSON file ``name`` under the root, or the kit's error naming it (missing or malformed)."""
+        path = self.root / name
+        if not path.is_file():
+            raise DatasetError(f"missing file {name}", path=path, fix=self.layout_help)
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DatasetError(f"malformed JSON in {name}: {e}", path=path,
+                               fix="re-download or re-generate the file") from e
+
+    def with_images(self, split: str, pairs: Sequence[Pair]) -> list[Pair]:
+        """``pairs`` whose two images exist; the others are recorded in :attr:`missing` and counted in a warning."""
+        missing = {p.pair_id: absent for p in pairs if (absent := [x for x in (p.before, p.after) if not x.is_file()])}
+        self.missing[split] = missing
+        if missing:
+            warnings.warn(f"{self.title} {split}: {len(missing)} of {len(pairs)} pairs have a missing image and are "
+                          f"left out (e.g. {next(iter(missing.values()))[0]}); see {type(self).__name__}.missing",
+                          stacklevel=3)
+        return [p for p in pairs if p.pair_id not in missing]
 
     def references(self, split: str) -> dict[str, list[str]]:
         """pair id -> reference captions, for the evaluator."""
@@ -103,13 +140,12 @@ class ClevrChange(PairDataset):
     Image files are checked to exist (not decoded) for the splits that are asked for.
     """
 
-    root: Path
     _json_cache: dict = field(default_factory=dict, repr=False)
+    title: ClassVar[str] = "CLEVR-Change"
+    layout_help: ClassVar[str] = LAYOUT_HELP
 
     def __post_init__(self) -> None:
-        self.root = Path(self.root)
-        if not self.root.is_dir():
-            raise DatasetError("CLEVR-Change root is not a directory", path=self.root, fix=LAYOUT_HELP)
+        super().__post_init__()
         for sub in ("images", "sc_images", "nsc_images"):
             if not (self.root / sub).is_dir():
                 raise DatasetError(f"missing folder {sub}/", path=self.root / sub, fix=LAYOUT_HELP)
@@ -117,14 +153,7 @@ class ClevrChange(PairDataset):
     # -- raw files -----------------------------------------------------------------------------------
     def _json(self, name: str):
         if name not in self._json_cache:
-            path = self.root / name
-            if not path.is_file():
-                raise DatasetError(f"missing file {name}", path=path, fix=LAYOUT_HELP)
-            try:
-                self._json_cache[name] = json.loads(path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise DatasetError(f"malformed JSON in {name}: {e}", path=path,
-                                   fix="re-download or re-generate the file") from e
+            self._json_cache[name] = self.read_json(name)
         return self._json_cache[name]
 
     @cached_property

@@ -19,10 +19,10 @@ references. The kit's split names are ``train``/``val``/``test`` like the other 
 """
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from idckit.data.clevr_change import Pair, PairDataset
 from idckit.errors import DatasetError
@@ -51,14 +51,12 @@ class EditingRequest(PairDataset):
     Images are checked to exist (not decoded).
     """
 
-    root: Path
-    missing: dict[str, dict[str, list[Path]]] = field(default_factory=dict, repr=False)
     _entries: dict = field(default_factory=dict, repr=False)
+    title: ClassVar[str] = "Image-Editing-Request"
+    layout_help: ClassVar[str] = LAYOUT_HELP
 
     def __post_init__(self) -> None:
-        self.root = Path(self.root)
-        if not self.root.is_dir():
-            raise DatasetError("Image-Editing-Request root is not a directory", path=self.root, fix=LAYOUT_HELP)
+        super().__post_init__()
         if not any((self.root / f).is_file() for f in SPLIT_FILES.values()):
             nested = self.root / "dataset" / "adobe"
             raise DatasetError("no train.json, valid.json or test.json here", path=self.root,
@@ -75,12 +73,7 @@ class EditingRequest(PairDataset):
             raise DatasetError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}", path=self.root)
         if split not in self._entries:
             path = self.root / SPLIT_FILES[split]
-            if not path.is_file():
-                raise DatasetError(f"missing file {SPLIT_FILES[split]}", path=path, fix=LAYOUT_HELP)
-            try:
-                raw = json.loads(path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise DatasetError(f"malformed JSON: {e}", path=path, fix="re-download or re-generate the file") from e
+            raw = self.read_json(SPLIT_FILES[split])
             schema = 'a JSON list of {"img0": file, "img1": file, "sents": [str, ...], "uid": str}'
             if not isinstance(raw, list):
                 raise DatasetError(f"{path.name} must be {schema}", path=path, fix=LAYOUT_HELP)
@@ -107,27 +100,12 @@ class EditingRequest(PairDataset):
     def pairs(self, split: str, *, check_images: bool = True) -> list[Pair]:
         """One pair per entry, in file order; without ``check_images`` missing ones stay in."""
         split = _split(split)
-        out, missing = [], {}
-        for k, e in enumerate(self.entries(split)):
-            before, after = self.image_dir / e["img0"], self.image_dir / e["img1"]
-            if check_images:
-                absent = [p for p in (before, after) if not p.is_file()]
-                if absent:
-                    missing[e["uid"]] = absent
-                    continue
-            out.append(Pair(e["uid"], k, before, after, tuple(e["sents"]), EDIT))
-        if check_images:
-            self.missing[split] = missing
-            if missing:
-                warnings.warn(f"Image-Editing-Request {split}: {len(missing)} of {len(missing) + len(out)} pairs "
-                              f"have a missing image and are left out (e.g. {next(iter(missing.values()))[0]}); "
-                              f"see EditingRequest.missing", stacklevel=2)
-        return out
+        out = [Pair(e["uid"], k, self.image_dir / e["img0"], self.image_dir / e["img1"], tuple(e["sents"]), EDIT)
+               for k, e in enumerate(self.entries(split))]
+        return self.with_images(split, out) if check_images else out
 
     def indices(self, split: str) -> list[int]:
         return list(range(len(self.entries(split))))
-
-
 
 
 def split_counts(ds: EditingRequest) -> dict[str, dict[str, int]]:

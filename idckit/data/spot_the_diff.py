@@ -24,10 +24,10 @@ A pair whose before or after image is missing is left out of :meth:`~SpotTheDiff
 """
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from idckit.data.clevr_change import Pair, PairDataset
 from idckit.errors import DatasetError
@@ -67,14 +67,12 @@ class SpotTheDiff(PairDataset):
     fix. Images are checked to exist (not decoded).
     """
 
-    root: Path
-    missing: dict[str, dict[str, list[Path]]] = field(default_factory=dict, repr=False)
     _entries: dict = field(default_factory=dict, repr=False)
+    title: ClassVar[str] = "Spot-the-Diff"
+    layout_help: ClassVar[str] = LAYOUT_HELP
 
     def __post_init__(self) -> None:
-        self.root = Path(self.root)
-        if not self.root.is_dir():
-            raise DatasetError("Spot-the-Diff root is not a directory", path=self.root, fix=LAYOUT_HELP)
+        super().__post_init__()
         if not (self.root / "annotations").is_dir() and (self.root / "data" / "annotations").is_dir():
             raise DatasetError("this is the repository root, not its data/ folder", path=self.root,
                                fix=f"pass {self.root / 'data'}")
@@ -90,13 +88,7 @@ class SpotTheDiff(PairDataset):
                                path=self.root / "annotations")
         if split not in self._entries:
             path = self.root / "annotations" / f"{split}.json"
-            if not path.is_file():
-                raise DatasetError(f"missing file annotations/{split}.json", path=path, fix=LAYOUT_HELP)
-            try:
-                raw = json.loads(path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise DatasetError(f"malformed JSON: {e}", path=path,
-                                   fix="re-download or re-generate the file") from e
+            raw = self.read_json(f"annotations/{split}.json")
             schema = 'a JSON list of {"img_id": "400", "sentences": ["...", ...]}'
             if not isinstance(raw, list):
                 raise DatasetError(f"annotations/{split}.json must be {schema}", path=path, fix=LAYOUT_HELP)
@@ -137,23 +129,10 @@ class SpotTheDiff(PairDataset):
 
     def pairs(self, split: str, *, check_images: bool = True) -> list[Pair]:
         """One pair per id, references pooled over annotators; without ``check_images`` missing ones stay in."""
-        out, missing = [], {}
-        for img_id, annotators in self.grouped(split).items():
-            before, after = self.image_path(img_id, False), self.image_path(img_id, True)
-            if check_images:
-                absent = [p for p in (before, after) if not p.is_file()]
-                if absent:
-                    missing[pair_id(img_id)] = absent
-                    continue
-            out.append(Pair(pair_id(img_id), int(img_id), before, after,
-                            tuple(s for sents in annotators for s in sents), CHANGE))
-        if check_images:
-            self.missing[split] = missing
-            if missing:
-                warnings.warn(f"Spot-the-Diff {split}: {len(missing)} of {len(missing) + len(out)} pairs have a "
-                              f"missing image and are left out (e.g. {next(iter(missing.values()))[0]}); "
-                              f"see SpotTheDiff.missing", stacklevel=2)
-        return out
+        out = [Pair(pair_id(img_id), int(img_id), self.image_path(img_id, False), self.image_path(img_id, True),
+                    tuple(s for sents in annotators for s in sents), CHANGE)
+               for img_id, annotators in self.grouped(split).items()]
+        return self.with_images(split, out) if check_images else out
 
 
     def coco_ground_truth(self, split: str) -> dict:

@@ -352,7 +352,7 @@ def evaluate_results(results_path: str | Path, data_root: str | Path, split: str
         raise ResultsError(f"{len(extra)} result ids are not pairs of the {split!r} split of {data_root}, "
                            f"e.g. {extra[:5]}", path=results_path,
                            fix=f"evaluate against the split the results were produced on (--split), and use ids "
-                               f"like '000123.png' / '000123.png_n'")
+                               "like '000123.png' / '000123.png_n'")
     missing = sorted(set(references) - set(predictions))
     if missing:
         raise ResultsError(f"{len(missing)} of the {len(references)} pairs of the {split!r} split have no result, "

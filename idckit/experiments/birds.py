@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,19 +26,15 @@ from typing import Any, Sequence
 
 from idckit import paths
 from idckit.data.features import FeatureStore, extract_features
-from idckit.errors import ConfigError
-from idckit.experiments.config import check_profile, load_config, train_config
+from idckit.experiments import recipes
+from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
 from idckit.experiments.data import BirdsChoice, birds
-from idckit.experiments.runs import Run, caption_counts, open_run
+from idckit.experiments.pcl import MODEL
+from idckit.experiments.runs import Run, open_run, variant_result
 
-#: table 5's rows (table 1 shows ``b2w`` as IDC-PCL and ``both`` as IDC-PCL + extra data)
-VARIANTS: dict[str, dict[str, Any]] = {
-    "b2w": {"label": "B2W", "cub": False, "nabirds": False},
-    "cub": {"label": "B2W + CUB", "cub": True, "nabirds": False},
-    "nabirds": {"label": "B2W + NABirds", "cub": False, "nabirds": True},
-    "both": {"label": "B2W + CUB + NABirds", "cub": True, "nabirds": True},
-}
-TABLE1_LABELS = {"b2w": "IDC-PCL", "both": "IDC-PCL (+extra data)"}
+FAMILY = "pcl-birds"           # the recipes this module trains (table 5's rows): pcl-birds/b2w, ...
+#: table 1's names of the ``b2w`` and ``both`` rows (IDC-PCL, IDC-PCL + extra data)
+TABLE1_LABELS = {v: recipes.get_recipe(v, FAMILY).row_label("pcl.table1") for v in ("b2w", "both")}
 #: the words a Confuse negative exchanges (Birds-to-Words' two referents)
 ANIMALS = (("animal1", "animal2"),)
 
@@ -117,9 +112,10 @@ def _negatives(s: Setup, data, ratio, referents=()) -> None:
                                                     if isinstance(v, (int, float, str))}}
 
 
-def _data(s: Setup, kind: str = "b2w"):
-    """``b2w``: Birds-to-Words (train/val/test, FDA negatives, NABirds FGVC pairs attached); ``gic``: CUB
-    single-image caption pairs (train only, Retrieve + Replace negatives). One shared vocabulary."""
+def loaded_data(s: Setup, kind: str = "b2w"):
+    """The in-memory data of a setup (:class:`idckit.tasks.pcl.PCLData`, loaded once per process). ``b2w``:
+    Birds-to-Words (train/val/test, FDA negatives, NABirds FGVC pairs attached); ``gic``: CUB single-image caption
+    pairs (train only, Retrieve + Replace negatives). One shared vocabulary."""
     import torch
 
     from idckit.tasks.pcl import FGVCData, pcl_data_from_records
@@ -182,7 +178,7 @@ def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -
 
     if run.is_complete():
         return
-    data = _data(s, kind)
+    data = loaded_data(s, kind)
     c = run.config[kind if kind == "gic" else "pretrain"]
     model = dict(run.config["model"])
     if "fgvc" in c["ratios"]:
@@ -195,21 +191,18 @@ def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -
     run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
 
 
-def run_variant(variant: str = "both", profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
-                seed: int = 0, runs_dir: str | Path | None = None, overrides: dict | None = None,
-                progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
-    """GIC (with CUB), Birds-to-Words pre-training (+ FGVC with NABirds), fine-tuning, val selection on ROUGE-L,
-    test decoding and scoring; every stage cached by its config.
+def run_variant(s: Setup, variant: str = "both", seed: int = 0, *, progress: bool = True) -> dict[str, Any]:
+    """The recipe ``pcl-birds/<variant>`` on ``s``: GIC (with CUB), Birds-to-Words pre-training (+ FGVC with
+    NABirds), fine-tuning, val selection on ROUGE-L, test decoding and scoring; every stage cached by its config.
 
-    Returns ``{"variant", "label", "seed", "run", "val", "test": {subset: {metric: value}}, "wall_seconds",
-    "verified_share", "difference_recall", ...}``; subsets are ``total`` and each pivot-branch selection; metrics on
-    pycocoevalcap's raw scale. ``verified_share``/``difference_recall`` (SynthBirds only, else None): the share of
-    the generated paragraphs' claims the grammar verifies for the pair, and of the pairs' differences they name.
+    Returns :data:`idckit.experiments.runs.RESULT_KEYS` (``test``: ``total`` and each pivot-branch selection, metrics
+    on pycocoevalcap's raw scale; ``judge_accuracy`` None: Birds-to-Words has no distractors) and
+    ``verified_share`` / ``difference_recall`` (SynthBirds only, else None): the share of the generated paragraphs'
+    claims the grammar verifies for the pair, and of the pairs' differences they name.
     """
-    if variant not in VARIANTS:
-        raise ConfigError(f"unknown Birds-to-Words variant {variant!r}; known: {', '.join(VARIANTS)}")
-    s = setup_ or setup(profile, data_root, runs_dir=runs_dir, overrides=overrides, progress=progress)
-    v = VARIANTS[variant]
+    recipe = recipes.get_recipe(variant, FAMILY)
+    check_seeds([seed])
+    v = recipe.settings
     gic = _gic_run(s, seed) if v["cub"] else None
     pre = _pretrain_run(s, v, seed, gic)
     ft = copy.deepcopy(s.config["finetune"])
@@ -223,8 +216,7 @@ def run_variant(variant: str = "both", profile: str = paths.DEFAULT_PROFILE, dat
         _pretrain(s, pre, "b2w", gic, progress)
         pre_seconds = pre.metrics()["wall_seconds"] + (gic.metrics()["wall_seconds"] if gic else 0.0)
         _finetune(s, run, pre, progress, pre_seconds=pre_seconds, t0=t0)
-    return {"variant": variant, "label": v["label"], "seed": seed, "run": run.dir.name, **run.metrics(),
-            **caption_counts(run.dir)}
+    return variant_result(MODEL, recipe, seed, run, train_seconds="finetune_seconds")
 
 
 def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: float, t0: float) -> None:
@@ -232,7 +224,7 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
     from idckit.tasks.pcl import FinetuneTask, predict
     from idckit.train.loop import fit
 
-    data = _data(s, "b2w")
+    data = loaded_data(s, "b2w")
     c = run.config["finetune"]
     with CaptionScorer(meteor=False) as quick:
         task = FinetuneTask(data, run.config["model"], batch_size=c["batch_size"], mask_prob=c["mask_prob"],
@@ -266,9 +258,13 @@ def grammar_scores(s: Setup, paragraphs: dict[str, str], split: str = "test") ->
             "difference_recall": difference_recall(paragraphs, animals)}
 
 
-def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,
+def runs(s: Setup, variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), *,
          progress: bool = True) -> list[dict[str, Any]]:
-    return [run_variant(v, s.profile, seed=seed, setup_=s, progress=progress) for v in variants for seed in seeds]
+    """Every requested variant (default: every ``pcl-birds/*`` recipe) for every seed on one setup (shared data and
+    features; each run trained once, then cached). All names and seeds are checked before the first run trains."""
+    variants = recipes.check_variants(variants, FAMILY)
+    seeds = check_seeds(seeds)
+    return [run_variant(s, v, seed, progress=progress) for v in variants for seed in seeds]
 
 
 # -- text-only and nearest-neighbour baselines ---------------------------------------------------------------
@@ -278,7 +274,7 @@ def baselines(s: Setup) -> list[dict[str, Any]]:
     from idckit.baselines import NearestFeaturePair, most_frequent
     from idckit.eval.captions import CaptionScorer, evaluate_pairs
 
-    data = _data(s, "b2w")
+    data = loaded_data(s, "b2w")
     train, test = data.splits["train"], data.splits["test"]
     types = dict(zip(test.pair_ids, test.types))
     predictions = {
@@ -300,37 +296,9 @@ def baselines(s: Setup) -> list[dict[str, Any]]:
 
 
 # -- what the notebooks show ------------------------------------------------------------------------------------
-def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
+#: SynthBirds' grammar scores of a result, shown among a row's metrics as percentages (the model rows are
+#: ``idckit.experiments.reporting.rows(results, percent=GRAMMAR)``)
 GRAMMAR = ("verified_share", "difference_recall")
-
-
-def rows(results: Sequence[dict[str, Any]], *, labels: dict[str, str] | None = None,
-         model: str = "IDC-PCL (idckit)") -> list[dict[str, Any]]:
-    """Report rows (x100 scale, subset ``total``): one per run, and a mean row (with ``sd``) per variant when
-    there are several seeds. ``labels`` renames variants (table 1 names them IDC-PCL / + extra data). The
-    grammar scores (SynthBirds) are percentages among the metrics."""
-    from idckit.report import mean_trained_fields, to_paper_scale, trained_fields
-
-    out, by = [], {}
-    for r in results:
-        label = (labels or {}).get(r["variant"], r["label"])
-        m = to_paper_scale(r["test"]["total"])
-        m.update({k: 100.0 * r[k] for k in GRAMMAR if r.get(k) is not None})
-        row = {"model": model, "variant": label, "split": "test", "subset": "total", "seed": r.get("seed"),
-               "run": r["run"], "metrics": m, **trained_fields(r)}
-        out.append(row)
-        by.setdefault(label, []).append(row)
-    for label, rs in by.items():
-        if len(rs) > 1:
-            keys = [k for k in rs[0]["metrics"] if all(k in x["metrics"] for x in rs)]
-            stats = {k: _mean_sd([x["metrics"][k] for x in rs]) for k in keys}
-            out.append({"model": model, "variant": label, "split": "test", "subset": "total", "seed": "mean",
-                        "n_seeds": len(rs), "metrics": {k: v[0] for k, v in stats.items()},
-                        "sd": {k: v[1] for k, v in stats.items()}, **mean_trained_fields(rs)})
-    return out
 
 
 def baseline_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -375,12 +343,3 @@ def shown_pairs(s: Setup, split: str = "test"):
 
     return [SimpleNamespace(pair_id=p.pair_id, before=p.img1.path, after=p.img2.path, captions=list(p.references),
                             change_type=p.selection) for p in s.data.b2w().pairs(split, only_with_images=True)]
-
-
-def per_variant(rows: Sequence[dict[str, Any]], metric: str = "ROUGE_L") -> dict[str, float]:
-    """``{variant: metric}`` of report rows, the mean row where a variant has several seeds."""
-    out: dict[str, float] = {}
-    for r in rows:
-        if r.get("seed") == "mean" or r["variant"] not in out:
-            out[r["variant"]] = r["metrics"][metric]
-    return out

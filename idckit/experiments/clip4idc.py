@@ -1,7 +1,9 @@
 """CLIP4IDC experiments on CLEVR-Change: the runs behind the clip4idc_* notebooks, each trained once and cached.
 
 A notebook calls :func:`setup`, then one function per run: :func:`adapt` (retrieval), :func:`run_variant` /
-:func:`runs` (captioning). Between them, each a cached run keyed by its full config (:mod:`idckit.experiments.runs`):
+:func:`runs` (captioning: the ``clip4idc/*`` recipes of :mod:`idckit.experiments.recipes`, results with the keys of
+:data:`idckit.experiments.runs.RESULT_KEYS`). Between them, each a cached run keyed by its full config
+(:mod:`idckit.experiments.runs`):
 
 1. the CLIP: named weights (``pretrained``: an open_clip tag such as ``openai``, or a checkpoint file), or, when
    ``pretrained`` is None, the kit's offline stand-in pre-trained here on the TRAIN images' scene descriptions and
@@ -22,7 +24,8 @@ IER, see :func:`dataset_settings`). ``train`` blocks may give ``epochs`` (and
 ``warmup_fraction``, ``eval_every_epochs``) instead of steps; they are converted with the data's size here.
 
 Frozen work is computed once per process: the intra-stage outputs of a frozen stand-in (per split depth) are shared
-by every adaptation and captioning run of a notebook (``_INTRA``).
+by every adaptation and captioning run of a notebook (``_INTRA``). Captioning report rows are
+:mod:`idckit.experiments.reporting`'s; the retrieval rows of tables 6 and 7 are here.
 """
 from __future__ import annotations
 
@@ -37,24 +40,18 @@ from typing import Any, Sequence
 import torch
 
 from idckit import paths
-from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.errors import ConfigError, WeightsUnavailableError
-from idckit.experiments.config import (check_profile, check_seeds, check_variants, deep_merge, load_config,
-                                       read_config_file, train_config)
+from idckit.experiments import recipes
+from idckit.experiments.config import (check_profile, check_seeds, deep_merge, load_config, read_config_file,
+                                       train_config)
 from idckit.experiments.data import DataChoice, pair_dataset
-from idckit.experiments.runs import Run, caption_counts, open_run
+from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir, check_output_file
 from idckit.train import distributed
 
-#: table 5's rows (CLEVR columns): label, captioner switches, does it start from the adapted encoder
-VARIANTS: dict[str, dict[str, Any]] = {
-    "clip-ft": {"label": "CLIP-FT", "captioner": {"variant": "clip-ft"}, "adapt": False},
-    "no-adapt": {"label": "CLIP4IDC w/o adaptation", "captioner": {"variant": "clip4idc"}, "adapt": False},
-    "clip4idc": {"label": "CLIP4IDC", "captioner": {"variant": "clip4idc"}, "adapt": True},
-}
-MODEL = "CLIP4IDC (idckit)"
+FAMILY = "clip4idc"            # the recipes this module trains: clip4idc/clip-ft, clip4idc/no-adapt, ...
+MODEL = "CLIP4IDC (idckit)"    # the model column of its report rows
 STANDIN_LABEL = "idckit stand-in CLIP (synthetic pre-training)"
-TYPES = (*CHANGE_TYPES, DISTRACTOR)
 RETRIEVAL_KEYS = ("t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10",
                   "p2t_MdR", "p2t_MnR")
 
@@ -187,8 +184,9 @@ def _image_cache_dir(s: Setup, data: DataChoice) -> Path:
     return s.runs_dir / "images" / f"{data.tag}-{s.image_size}px"
 
 
-def _data(s: Setup):
-    """Images (uint8, decoded once, cached on disk beside the runs) and BPE captions, shared by all runs."""
+def loaded_data(s: Setup):
+    """The in-memory data of a setup (:class:`idckit.tasks.clip4idc.PairData`: images as uint8, decoded once and
+    cached on disk beside the runs, and BPE captions), shared by all runs of a process."""
     from idckit.tasks.clip4idc import load_pair_data
 
     key = (str(s.data.root), s.image_size, s.config["caption"]["max_len"])
@@ -208,7 +206,7 @@ def _intra_cache(s: Setup, clip: dict, encoder) -> Any:
     if key not in _INTRA:
         while len(_INTRA) >= 3:                       # a notebook's splits come one after another
             _INTRA.pop(next(iter(_INTRA)))
-        data = _data(s)
+        data = loaded_data(s)
         rows = torch.cat([torch.cat([sp.before, sp.after, sp.distractor_row[sp.distractor_row >= 0]])
                           for sp in data.splits.values()])
         _INTRA[key] = IntraCache.compute(encoder, data.images, rows, progress=s.progress)
@@ -309,7 +307,7 @@ def _adapt_task(s: Setup, clip: dict, n_intra: int):
     from idckit.tasks.clip4idc import AdaptTask
 
     c = s.config["adapt"]
-    task = AdaptTask(_data(s), clip["name"], clip["weights"], n_intra=n_intra, batch_size=c["batch_size"],
+    task = AdaptTask(loaded_data(s), clip["name"], clip["weights"], n_intra=n_intra, batch_size=c["batch_size"],
                      clip_lr_scale=c["clip_lr_scale"], weight_decay=c["weight_decay"], swap_prob=c["swap_prob"],
                      freeze_intra=c["freeze_intra"], freeze_embeddings=c["freeze_embeddings"],
                      eval_batch_size=c["eval_batch_size"], progress=s.progress, ks=retrieval_ks(s))
@@ -401,16 +399,19 @@ def _final_scorer(meteor: bool):
 
 def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: int | None = None,
                 freeze_visual: bool | None = None, progress: bool | None = None) -> dict[str, Any]:
-    """Adapt (if the variant does), caption, select on val, decode and score test; cached by config.
+    """The recipe ``clip4idc/<variant>`` on ``s``: adapt (if it does), caption, select on val, decode and score
+    test; every stage cached by its config.
 
     ``freeze_visual`` None: the profile's choice (frozen at smoke/cpu, fine-tuned at its small lr at paper); True
-    freezes the pair encoder (paper table 7). Returns ``{"variant", "label", "seed", "n_intra", "run", "clip",
-    "adapt", "val", "test": {subset: {metric}}, "history", "wall_seconds", ...}`` with metrics on pycocoevalcap's
-    raw scale (CIDEr-D 1.0 = 100 in the papers)."""
-    check_variants([variant], VARIANTS, "CLIP4IDC")
+    freezes the pair encoder (paper table 7). Returns :data:`idckit.experiments.runs.RESULT_KEYS` (``test``:
+    subset -> metric on pycocoevalcap's raw scale, CIDEr-D 1.0 = 100 in the papers; ``judge_accuracy`` None: the
+    captioner has no distractor judge) and ``n_intra``, ``clip`` (the CLIP's description), ``adapt`` (the
+    adaptation run's retrieval, None without one), ``caption_seconds``, ``adapt_seconds``, ...."""
+    recipe = recipes.get_recipe(variant, FAMILY)
     check_seeds([seed])
     progress = s.progress if progress is None else progress
-    v = VARIANTS[variant]
+    v = recipe.settings
+    variant = recipe.variant
     n_intra = s.default_n_intra if n_intra is None else _check_n_intra(s, n_intra)
     clip = clip_weights(s, progress=progress)
     ad = adapt(s, n_intra, 0, progress=progress) if v["adapt"] else None
@@ -426,10 +427,9 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
                                                     "seed": seed})
     if not run.is_complete():
         _caption(s, run, clip, captioner, ad, progress)
-    return {"variant": variant, "label": v["label"], "seed": seed, "n_intra": captioner["n_intra"],
-            "run": run.dir.name, "clip": clip["description"],
-            "adapt": {k: ad[k] for k in ("run", "val", "test", "test_unadapted")} if ad else None, **run.metrics(),
-            **caption_counts(run.dir)}
+    return variant_result(MODEL, recipe, seed, run, train_seconds="caption_seconds", n_intra=captioner["n_intra"],
+                          clip=clip["description"],
+                          adapt={k: ad[k] for k in ("run", "val", "test", "test_unadapted")} if ad else None)
 
 
 def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, progress: bool) -> None:
@@ -439,7 +439,7 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
 
     t0 = time.perf_counter()
     c = run.config["caption"]
-    data = _data(s)
+    data = loaded_data(s)
     with CaptionScorer(meteor=False) as quick:
         task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=c["batch_size"],
                            visual_lr_scale=c["visual_lr_scale"], init_from=ad["_best"] if ad else None,
@@ -477,10 +477,12 @@ def _about(s: Setup) -> dict[str, Any]:
     return {"profile": s.profile, "data": s.data.description, "data_identity": s.data.identity}
 
 
-def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,
+def runs(s: Setup, variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), *,
          progress: bool | None = None) -> list[dict[str, Any]]:
-    """Every requested variant for every seed on one setup (one CLIP; each run trained once, then cached)."""
-    variants, seeds = check_variants(variants, VARIANTS, "CLIP4IDC"), check_seeds(seeds)
+    """Every requested variant (default: every ``clip4idc/*`` recipe) for every seed on one setup (one CLIP; each
+    run trained once, then cached). All names and seeds are checked before the first run trains."""
+    variants = recipes.check_variants(variants, FAMILY)
+    seeds = check_seeds(seeds)
     return [run_variant(s, v, seed, progress=progress) for v in variants for seed in seeds]
 
 
@@ -497,49 +499,7 @@ def layer_splits(s: Setup) -> list[dict[str, Any]]:
     return out
 
 
-# -- what the notebooks show ----------------------------------------------------------------------------------
-def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
-    import statistics
-
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
-    """Report rows (x100 scale): one per run, plus a mean row (with sd) per variant when there are several seeds.
-    Each records what :func:`idckit.report.trained_fields` lists (distinct test captions, CIDEr-D subsets)."""
-    from idckit.report import mean_trained_fields, to_paper_scale, trained_fields
-
-    out, by_variant = [], {}
-    for r in results:
-        m = to_paper_scale(r["test"][subset])
-        row = {"model": MODEL, "variant": r["label"], "split": "test", "subset": subset, "seed": r.get("seed"),
-               "run": r["run"], "metrics": m, **trained_fields(r)}
-        out.append(row)
-        by_variant.setdefault(r["label"], []).append(row)
-    for label, rs in by_variant.items():
-        if len(rs) > 1:
-            ms = [r["metrics"] for r in rs]
-            out.append({"model": MODEL, "variant": label, "split": "test", "subset": subset, "seed": "mean",
-                        "n_seeds": len(ms), "metrics": {k: _mean_sd([m[k] for m in ms])[0] for k in ms[0]},
-                        "sd": {k: _mean_sd([m[k] for m in ms])[1] for k in ms[0]}, **mean_trained_fields(rs)})
-    return out
-
-
-def per_type_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per run (and a mean row for several seeds): CIDEr-D (x100) of each change type and the distractors."""
-    from idckit.report import mean_trained_fields, trained_fields
-
-    out = [{"model": MODEL, "variant": r["label"], "split": "test", "seed": r.get("seed"), "run": r["run"],
-            "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]}, **trained_fields(r)}
-           for r in results]
-    if len(out) > 1:
-        keys = [k for k in out[0]["metrics"] if all(k in o["metrics"] for o in out)]
-        out.append({"model": MODEL, "variant": results[0]["label"], "split": "test", "seed": "mean",
-                    "n_seeds": len(out), "metrics": {k: _mean_sd([o["metrics"][k] for o in out])[0] for k in keys},
-                    "sd": {k: _mean_sd([o["metrics"][k] for o in out])[1] for k in keys}, **mean_trained_fields(out)})
-    return out
-
-
+# -- what the notebooks show (captioning rows: idckit.experiments.reporting) ---------------------------------
 def test_pairs_retrieved(s: Setup) -> int:
     """How many candidate pairs test retrieval ranks: the change pairs of the test split (distractors have no
     change caption to retrieve)."""
@@ -587,8 +547,10 @@ def retrieval_rows(adapted: Sequence[dict[str, Any]], *, unadapted: bool = True,
 def layer_split_rows(splits: Sequence[dict[str, Any]], adapted: Sequence[dict[str, Any]],
                      captioned: Sequence[dict[str, Any]], n_pairs: int | None = None) -> list[dict[str, Any]]:
     """Table 7's rows: per split, test retrieval of its adaptation run beside test captioning (x100) of its frozen-
-    encoder captioner, with what a trained row records (:func:`idckit.report.trained_fields`, retrieval chance)."""
-    from idckit.report import retrieval_chance, trained_fields
+    encoder captioner, with what a trained row records (:func:`idckit.experiments.reporting.trained_fields`,
+    retrieval chance)."""
+    from idckit.experiments.reporting import trained_fields
+    from idckit.report import retrieval_chance
 
     chance = {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS} if n_pairs else None
     out = []
@@ -680,6 +642,6 @@ def pretrain_clip(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | 
     return info
 
 
-__all__ = ["VARIANTS", "MODEL", "STANDIN_LABEL", "Setup", "setup", "clip_weights", "adapt", "run_variant", "runs",
-           "layer_splits", "rows", "per_type_rows", "retrieval_rows", "retrieval_keys", "test_pairs_retrieved",
+__all__ = ["FAMILY", "MODEL", "STANDIN_LABEL", "Setup", "setup", "loaded_data", "clip_weights", "adapt",
+           "run_variant", "runs", "layer_splits", "retrieval_rows", "retrieval_keys", "test_pairs_retrieved",
            "chance_row", "text_baseline", "BASELINE_MODEL", "layer_split_rows", "provenance", "pretrain_clip"]

@@ -42,18 +42,6 @@ def check_seeds(seeds: object) -> list[int]:
     return list(seeds)
 
 
-def check_variants(variants: object, known: Mapping[str, Any], model: str) -> list[str]:
-    """A notebook's ``variants``: a non-empty list of names of ``known``, all checked before the first run trains."""
-    if isinstance(variants, (str, bytes)) or not isinstance(variants, (list, tuple)) or not variants:
-        raise ConfigError(f"variants must be a non-empty list of {model} variant names, got {variants!r}",
-                          fix=f"pass a list drawn from: {', '.join(known)}")
-    bad = [v for v in variants if v not in known]
-    if bad:
-        raise ConfigError(f"unknown {model} variant {bad[0]!r}; known: {', '.join(known)}",
-                          fix=f"pass a list drawn from: {', '.join(known)}")
-    return list(variants)
-
-
 def _unknown_keys(base: Mapping[str, Any], update: Mapping[str, Any], prefix: str = "") -> list[str]:
     out = []
     for key, value in update.items():

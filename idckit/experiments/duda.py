@@ -2,8 +2,8 @@
 
 The data pipeline is IDC-PCL's: the same synthetic default or real root, the same feature store (the backbone of
 ``configs/duda.json``, by default the IDC-PCL rows' one, so the store is shared) and the same vocabulary rules
-(:func:`idckit.tasks.pcl.load_pcl_data`). Results have the keys of :func:`idckit.experiments.pcl.run_variant`
-(``test`` per subset, ``run``, ``history``, ``best_step``, ``wall_seconds``) so a table puts the rows side by side.
+(:func:`idckit.tasks.pcl.load_pcl_data`). The one recipe is ``duda/duda``; results have the keys of every
+``run_variant`` (:data:`idckit.experiments.runs.RESULT_KEYS`), so a table puts the rows beside IDC-PCL's.
 """
 from __future__ import annotations
 
@@ -11,15 +11,14 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from idckit.errors import ConfigError
-from idckit.experiments import pcl
-from idckit.experiments.config import load_config, train_config
+from idckit.experiments import pcl, recipes
+from idckit.experiments.config import check_seeds, load_config, train_config
 from idckit.experiments.pcl import Setup
-from idckit.experiments.runs import Run, open_run
+from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.paths import DEFAULT_PROFILE
 
-MODEL = "DUDA (idckit)"
-VARIANTS: dict[str, dict[str, Any]] = {"duda": {"label": "DUDA"}}
+FAMILY = "duda"                # its one recipe: duda/duda
+MODEL = "DUDA (idckit)"        # the model column of its report rows
 
 
 def setup(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *,
@@ -39,7 +38,8 @@ def setup(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *
 _DATA_CACHE: dict[tuple, Any] = {}
 
 
-def _data(s: Setup):
+def loaded_data(s: Setup):
+    """The in-memory data of a setup (IDC-PCL's :class:`idckit.tasks.pcl.PCLData`, without FDA negatives)."""
     from idckit.tasks.pcl import load_pcl_data
 
     key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
@@ -50,27 +50,21 @@ def _data(s: Setup):
     return _DATA_CACHE[key]
 
 
-def run_variant(variant: str = "duda", profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *,
-                seed: int = 0, runs_dir: str | Path | None = None, backbone: str | None = None,
-                overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None) -> dict[str, Any]:
-    """Train (select on val CIDEr-D), decode and score test; cached by config.
+def run_variant(s: Setup, variant: str = "duda", seed: int = 0, *, progress: bool = True) -> dict[str, Any]:
+    """The recipe ``duda/duda`` on ``s``: train (select on val CIDEr-D), decode and score test; cached by config.
 
-    Returns ``{"variant", "label", "seed", "run", "val", "test": {subset: {metric: value}}, "best_step",
-    "history", "wall_seconds", "distinct_test_captions", "caption_judge_accuracy"}``, metrics on pycocoevalcap's
-    raw scale. DUDA has no judge head: ``caption_judge_accuracy`` reads its test captions as judgments
-    (:func:`idckit.tasks.duda.caption_judge_accuracy`).
+    Returns :data:`idckit.experiments.runs.RESULT_KEYS` (``test``: subset -> metric on pycocoevalcap's raw scale)
+    and ``caption_judge_accuracy``: DUDA has no judge head (``judge_accuracy`` is None), so its test captions are
+    read as judgments (:func:`idckit.tasks.duda.caption_judge_accuracy`).
     """
-    if variant not in VARIANTS:
-        raise ConfigError(f"unknown DUDA variant {variant!r}; known: {', '.join(VARIANTS)}")
-    s = setup_ or setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, overrides=overrides,
-                        progress=progress)
+    recipe = recipes.get_recipe(variant, FAMILY)
+    check_seeds([seed])
     run_cfg = {"kind": "duda", **s.identity, "max_len": s.config["max_len"], "model": s.config["model"],
                "train": s.config["train"], "seed": seed}
     run = open_run(s.runs_dir, "duda", run_cfg)
     if not run.is_complete():
         _train(s, run, progress)
-    return {"variant": variant, "label": VARIANTS[variant]["label"], "seed": seed, "run": run.dir.name,
-            **run.metrics()}
+    return variant_result(MODEL, recipe, seed, run, train_seconds="finetune_seconds")
 
 
 def _train(s: Setup, run: Run, progress: bool) -> None:
@@ -79,7 +73,7 @@ def _train(s: Setup, run: Run, progress: bool) -> None:
     from idckit.train.loop import fit
 
     t0 = time.perf_counter()
-    data = _data(s)
+    data = loaded_data(s)
     c = run.config["train"]
     with CaptionScorer(meteor=False) as quick:
         task = DUDATask(data, run.config["model"], batch_size=c["batch_size"], attention_l1=c["attention_l1"],
@@ -100,11 +94,16 @@ def _train(s: Setup, run: Run, progress: bool) -> None:
                   "wall_seconds": round(time.perf_counter() - t0, 1)})
 
 
-def runs(s: Setup, seeds: Sequence[int] = (0,), *, progress: bool = True) -> list[dict[str, Any]]:
-    return [run_variant("duda", s.profile, seed=seed, setup_=s, progress=progress) for seed in seeds]
+def runs(s: Setup, variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), *,
+         progress: bool = True) -> list[dict[str, Any]]:
+    """Every requested variant (default: the one ``duda/*`` recipe) for every seed on one setup, as IDC-PCL's
+    :func:`idckit.experiments.pcl.runs`."""
+    variants = recipes.check_variants(variants, FAMILY)
+    seeds = check_seeds(seeds)
+    return [run_variant(s, v, seed, progress=progress) for v in variants for seed in seeds]
 
 
-def hard_runs(s: Setup, seeds: Sequence[int] = (0,), *, progress: bool = True
+def hard_runs(s: Setup, variants: Sequence[str] = ("duda",), seeds: Sequence[int] = (0,), *, progress: bool = True
               ) -> tuple[Setup | None, list[dict[str, Any]]]:
     """DUDA on the hard twin of a synthetic setup, labelled as such, as :func:`idckit.experiments.pcl.hard_runs`."""
     from idckit.experiments.data import synth_settings
@@ -113,21 +112,11 @@ def hard_runs(s: Setup, seeds: Sequence[int] = (0,), *, progress: bool = True
         return None, []
     h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.config["backbone"], hard=True, progress=progress,
               device=s.device)
-    results = runs(h, seeds, progress=progress)
+    results = runs(h, variants, seeds, progress=progress)
     for r in results:
         r["label"] = f"{r['label']} [hard data]"
         r["data"] = h.data.description
     return h, results
-
-
-def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
-    """Report rows (x100 scale) as :func:`idckit.experiments.pcl.rows`, under the model name DUDA (idckit)."""
-    return [{**r, "model": MODEL} for r in pcl.rows(results, subset)]
-
-
-def per_type_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Table 3's row per run (CIDEr-D x100 of each change type and the distractors)."""
-    return [{**r, "model": MODEL} for r in pcl.per_type_rows(results)]
 
 
 def compare_notes(pcl_results: Sequence[dict[str, Any]], duda_results: Sequence[dict[str, Any]]) -> list[str]:
@@ -152,5 +141,4 @@ def compare_notes(pcl_results: Sequence[dict[str, Any]], duda_results: Sequence[
     return notes
 
 
-__all__ = ["MODEL", "VARIANTS", "setup", "run_variant", "runs", "hard_runs", "rows", "per_type_rows",
-           "compare_notes"]
+__all__ = ["FAMILY", "MODEL", "setup", "loaded_data", "run_variant", "runs", "hard_runs", "compare_notes"]

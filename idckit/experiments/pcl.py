@@ -1,9 +1,11 @@
 """IDC-PCL experiments on CLEVR-Change: the runs behind tables 2, 3 and 4, each trained once and cached.
 
-A notebook calls :func:`setup` then :func:`runs` and gets metrics back; everything between (features,
-vocabulary, FDA negatives, pre-training, fine-tuning, val selection, test decoding, scoring) happens here.
-Variants are the rows of table 4; table 2 and table 3 read the ``full`` row, so all three tables share it, and
-``no_judge`` reuses ``full``'s pre-training run (only fine-tuning differs).
+A notebook calls :func:`setup` then :func:`runs` (or :func:`run_variant` per run) and gets results back (the keys
+of :data:`idckit.experiments.runs.RESULT_KEYS`); everything between (features, vocabulary, FDA negatives,
+pre-training, fine-tuning, val selection, test decoding, scoring) happens here. Variants are the ``pcl/*`` recipes
+of :mod:`idckit.experiments.recipes`, the rows of table 4; table 2 and table 3 read the ``full`` row, so all three
+tables share it, and ``no_judge`` reuses ``full``'s pre-training run (only fine-tuning differs). Report rows are
+:mod:`idckit.experiments.reporting`'s.
 """
 from __future__ import annotations
 
@@ -12,29 +14,20 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from idckit import paths
-from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.data.features import FeatureStore, extract_features
 from idckit.errors import ConfigError, DatasetError
-from idckit.experiments.config import check_profile, check_seeds, check_variants, load_config, train_config
+from idckit.experiments import recipes
+from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
 from idckit.experiments.data import DataChoice, clevr_change
-from idckit.experiments.runs import Run, caption_counts, open_run
+from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir
 from idckit.train import distributed
 
-#: table 4's rows: (label in the paper, pre-training tasks, model switches, fine-tuning switches)
-VARIANTS: dict[str, dict[str, Any]] = {
-    "none": {"label": "w/o pre-training", "pretrain": None},
-    "mlm": {"label": "MLM", "pretrain": {"mlm": 8}},
-    "mlm+mvcl": {"label": "MLM + MVCL", "pretrain": {"mlm": 8, "mvcl": 1}},
-    "full": {"label": "MLM + MVCL + FDA (full)", "pretrain": {"mlm": 8, "mvcl": 1, "fda": 2}},
-    "no_diff_encoder": {"label": "full w/o image difference encoder", "pretrain": {"mlm": 8, "mvcl": 1, "fda": 2},
-                        "model": {"difference_encoder": False}},
-    "no_judge": {"label": "full w/o distractor judging", "pretrain": {"mlm": 8, "mvcl": 1, "fda": 2},
-                 "finetune_model": {"distractor_head": False}},
-}
+FAMILY = "pcl"                 # the recipes this module trains: pcl/full, pcl/no_judge, ...
+MODEL = "IDC-PCL (idckit)"     # the model column of its report rows
 
 
 @dataclass
@@ -88,8 +81,9 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
 _DATA_CACHE: dict[tuple, Any] = {}
 
 
-def _data(s: Setup):
-    """The in-memory data of a setup (shared by every run of a notebook) with FDA negatives attached."""
+def loaded_data(s: Setup):
+    """The in-memory data of a setup (:class:`idckit.tasks.pcl.PCLData`: features, vocabulary, splits; shared by
+    every run of a notebook, loaded once per process) with FDA negatives attached."""
     from idckit.tasks.pcl import load_pcl_data
     from idckit.text.negatives import build_negatives
 
@@ -109,12 +103,13 @@ def _data(s: Setup):
     return _DATA_CACHE[key]
 
 
-def _pretrain_run(s: Setup, variant: dict, seed: int) -> Run | None:
-    if variant["pretrain"] is None:
+def _pretrain_run(s: Setup, recipe: Mapping[str, Any], seed: int) -> Run | None:
+    """The pre-training run of a recipe's settings (None when it fine-tunes from scratch)."""
+    if recipe["pretrain"] is None:
         return None
     cfg = copy.deepcopy(s.config["pretrain"])
-    cfg["ratios"] = dict(variant["pretrain"])
-    model = {**s.config["model"], **variant.get("model", {})}
+    cfg["ratios"] = dict(recipe["pretrain"])
+    model = {**s.config["model"], **recipe.get("model", {})}
     run_cfg = {"kind": "pcl-pretrain", **s.identity, "max_len": s.config["max_len"], "model": model,
                "negatives": s.config["negatives"] if "fda" in cfg["ratios"] else None, "pretrain": cfg, "seed": seed}
     return open_run(s.runs_dir, "pcl-pretrain", run_cfg)
@@ -127,7 +122,7 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
     if run.is_complete():
         return
     c = run.config["pretrain"]
-    task = PretrainTask(_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
+    task = PretrainTask(loaded_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
                         mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
                         tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
     res = fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
@@ -137,22 +132,17 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
     distributed.barrier()
 
 
-def run_variant(variant: str = "full", profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
-                seed: int = 0, runs_dir: str | Path | None = None, backbone: str | None = None,
-                overrides: dict | None = None, progress: bool = True, setup_: Setup | None = None,
-                device: str | None = None) -> dict[str, Any]:
-    """Pre-train (if the variant does), fine-tune, select on val, decode and score test; cached by config.
-    ``device`` as in :func:`setup` (ignored when ``setup_`` is given: the setup carries its device).
+def run_variant(s: Setup, variant: str = "full", seed: int = 0, *, progress: bool = True) -> dict[str, Any]:
+    """The recipe ``pcl/<variant>`` on ``s``: pre-train (if it does), fine-tune, select on val, decode and score
+    test; every stage cached by its config.
 
-    Returns ``{"variant", "label", "run", "val": {...}, "test": {subset: {metric: value}}, "wall_seconds",
-    "judge_accuracy", "distinct_test_captions", "test_pairs"}`` with metrics on pycocoevalcap's raw scale (CIDEr-D
-    1.0 = 100 in the papers).
+    Returns :data:`idckit.experiments.runs.RESULT_KEYS` (``test``: subset -> metric on pycocoevalcap's raw scale,
+    CIDEr-D 1.0 = 100 in the papers; ``judge_accuracy`` of the distractor head, None without it) and
+    ``finetune_seconds``, ``pretrain_seconds``, ``negatives`` (the FDA tagger and counts).
     """
-    check_variants([variant], VARIANTS, "IDC-PCL")
+    recipe = recipes.get_recipe(variant, FAMILY)
     check_seeds([seed])
-    s = setup_ or setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, overrides=overrides,
-                        progress=progress, device=device)
-    v = VARIANTS[variant]
+    v = recipe.settings
     pre = _pretrain_run(s, v, seed)
     model = {**s.config["model"], **v.get("model", {}), **v.get("finetune_model", {})}
     ft = copy.deepcopy(s.config["finetune"])
@@ -161,9 +151,7 @@ def run_variant(variant: str = "full", profile: str = paths.DEFAULT_PROFILE, dat
     run = open_run(s.runs_dir, "pcl-finetune", run_cfg)
     if not run.is_complete():
         _finetune(s, run, pre, progress)
-    metrics = run.metrics()
-    return {"variant": variant, "label": v["label"], "seed": seed, "run": run.dir.name, **metrics,
-            **caption_counts(run.dir)}
+    return variant_result(MODEL, recipe, seed, run, train_seconds="finetune_seconds")
 
 
 def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
@@ -174,7 +162,7 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
     t0 = time.perf_counter()
     if pre is not None:
         _train_pretrain(s, pre, progress)
-    data = _data(s)
+    data = loaded_data(s)
     c = run.config["finetune"]
     with CaptionScorer(meteor=False) as quick:
         task = FinetuneTask(data, run.config["model"], batch_size=c["batch_size"], mask_prob=c["mask_prob"],
@@ -228,7 +216,7 @@ def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
     if not path.is_file() or not cfg_path.is_file():
         raise DatasetError(f"no {files[checkpoint]} and config.json here", path=run_dir,
                            fix="give the directory of a pcl-finetune run under runs/")
-    data = _data(s)
+    data = loaded_data(s)
     if (run_dir / "vocab.json").is_file() and Vocab.load(run_dir / "vocab.json").words != data.vocab.words:
         raise DatasetError("this run was trained on another vocabulary than this data's", path=run_dir,
                            fix="set up with the run's data root and train_fraction (see its config.json)")
@@ -267,64 +255,18 @@ def hard_runs(s: Setup, variants: Sequence[str] = ("full",), seeds: Sequence[int
     return h, results
 
 
-def runs(s: Setup, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0,), *,
+def runs(s: Setup, variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), *,
          progress: bool = True) -> list[dict[str, Any]]:
-    """Every requested variant for every seed on one setup (shared data; each run trained once, then cached)."""
-    variants, seeds = check_variants(variants, VARIANTS, "IDC-PCL"), check_seeds(seeds)
-    return [run_variant(v, s.profile, seed=seed, setup_=s, progress=progress) for v in variants for seed in seeds]
+    """Every requested variant (default: every ``pcl/*`` recipe) for every seed on one setup (shared data; each
+    run trained once, then cached). All names and seeds are checked before the first run trains."""
+    variants = recipes.check_variants(variants, FAMILY)
+    seeds = check_seeds(seeds)
+    return [run_variant(s, v, seed, progress=progress) for v in variants for seed in seeds]
 
 
 def provenance_fields(s: Setup) -> dict[str, Any]:
     return {"data": s.data.description, "data_version": s.data.version,
             "backbone": s.store.meta.get("backbone"), "weights": s.store.meta.get("weights")}
-
-
-__all__ = ["VARIANTS", "Setup", "setup", "run_variant", "runs", "hard_runs", "provenance_fields"]
-
-
-# -- what the table notebooks show --------------------------------------------------------------------------
-TYPES = (*CHANGE_TYPES, DISTRACTOR)
-
-
-def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
-    import statistics
-
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def rows(results: Sequence[dict[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
-    """Report rows (x100 scale): one per run, plus a mean row per variant when there are several seeds. Each
-    records what :func:`idckit.report.trained_fields` lists (distinct test captions, judge, CIDEr-D subsets)."""
-    from idckit.report import mean_trained_fields, to_paper_scale, trained_fields
-
-    out, by_variant = [], {}
-    for r in results:
-        m = to_paper_scale(r["test"][subset])
-        row = {"model": "IDC-PCL (idckit)", "variant": r["label"], "split": "test", "subset": subset,
-               "seed": r.get("seed"), "run": r["run"], "metrics": m, **trained_fields(r),
-               **({"data": r["data"]} if "data" in r else {})}
-        out.append(row)
-        by_variant.setdefault(r["label"], []).append(row)
-    for label, rs in by_variant.items():
-        if len(rs) > 1:
-            ms = [r["metrics"] for r in rs]
-            out.append({"model": "IDC-PCL (idckit)", "variant": label, "split": "test", "subset": subset,
-                        "seed": "mean", "n_seeds": len(rs),
-                        "metrics": {k: _mean_sd([m[k] for m in ms])[0] for k in ms[0]},
-                        "sd": {k: _mean_sd([m[k] for m in ms])[1] for k in ms[0]}, **mean_trained_fields(rs)})
-    return out
-
-
-def per_type_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per run: CIDEr-D (x100) of each change type and the distractors, as table 3 prints."""
-    from idckit.report import trained_fields
-
-    out = []
-    for r in results:
-        out.append({"model": "IDC-PCL (idckit)", "variant": r["label"], "split": "test", "seed": r.get("seed"),
-                    "run": r["run"], "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]},
-                    **trained_fields(r), **({"data": r["data"]} if "data" in r else {})})
-    return out
 
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float):
@@ -340,54 +282,5 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
                                                     + sum({r.get("pretrain_seconds", 0.0) for r in results}), 1)})
 
 
-def difference_probe(s: Setup, *, radius: int = 0, steps: int = 500, seed: int = 0) -> dict[str, float]:
-    """How separable are real changes from distractors in the grid features themselves?
-
-    A logistic regression on the sorted per-region distances (plus their mean), trained on train and scored on
-    test. A low accuracy says the features (not the model) make distractor judging hard: the distractors'
-    viewpoint jitter moves every region about as much as a semantic change moves one.
-
-    ``radius`` 0 compares each region with the same region of the other image, ``||f1_j - f2_j||``. A radius r > 0
-    compares it with its best match among the other image's regions at most r grid cells away (both directions),
-    which forgives the viewpoint shift the way an attention over neighbouring regions could.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    data = _data(s)
-    side = int(round(s.store.n_regions ** 0.5))
-    if radius and side * side != s.store.n_regions:
-        raise ConfigError(f"radius {radius} needs a square grid; this store has {s.store.n_regions} regions")
-    grid = torch.stack(torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij"), -1).view(-1, 2)
-    far = torch.cdist(grid.float(), grid.float(), p=float("inf")) > radius       # [R, R] outside the window
-
-    def xy(split):
-        sp = data.splits[split]
-        rows = []
-        for lo in range(0, len(sp), 256):    # chunks keep memory flat on 14x14 grids
-            f1, f2 = data.pair_features(split, torch.arange(lo, min(lo + 256, len(sp))))
-            if radius == 0:
-                d = (f1 - f2).norm(dim=-1)
-            else:
-                dist = torch.cdist(f1, f2).masked_fill(far, float("inf"))       # [n, before j, after k]
-                d = torch.cat([dist.min(2).values, dist.min(1).values], 1)
-            rows.append(torch.cat([d.sort(dim=1, descending=True).values, d.mean(1, keepdim=True)], 1))
-        return torch.cat(rows), sp.is_change.float()
-
-    (xtr, ytr), (xte, yte) = xy("train"), xy("test")
-    mu, sd = xtr.mean(0), xtr.std(0) + 1e-6
-    torch.manual_seed(seed)
-    w = torch.zeros(xtr.shape[1], requires_grad=True)
-    b = torch.zeros(1, requires_grad=True)
-    opt = torch.optim.Adam([w, b], 0.05)
-    for _ in range(steps):
-        loss = F.binary_cross_entropy_with_logits((xtr - mu) / sd @ w + b, ytr)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        acc = float((((xte - mu) / sd @ w + b > 0).float() == yte).float().mean())
-    return {"test_accuracy": acc, "chance": float(max(yte.mean(), 1 - yte.mean())), "radius": radius,
-            "train_pairs": len(ytr),
-            "max_region_distance_change": float(xtr[ytr == 1, 0].mean()),
-            "max_region_distance_distractor": float(xtr[ytr == 0, 0].mean())}
+__all__ = ["FAMILY", "MODEL", "Setup", "setup", "loaded_data", "run_variant", "runs", "hard_runs", "load_finetuned",
+           "provenance", "provenance_fields"]

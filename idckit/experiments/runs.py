@@ -167,6 +167,26 @@ def caption_counts(run_dir: str | Path) -> dict[str, int | None]:
     return {"distinct_test_captions": len(set(captions.values())), "test_pairs": len(captions)}
 
 
+#: what every experiment module's ``run_variant(setup, variant, seed)`` returns (each may add its own keys):
+#: the row's ``model`` name, the ``recipe`` (:mod:`idckit.experiments.recipes`) with its ``variant`` and ``label``,
+#: the ``seed``, the ``run`` (directory name under the runs dir) and its ``run_dir``, ``val`` / ``test`` scores
+#: (``test``: subset -> metric, pycocoevalcap's scale), ``best_step``, ``history``, ``wall_seconds`` (the run and the
+#: stages it trained), ``train_seconds`` (its own training), ``distinct_test_captions`` / ``test_pairs``, and
+#: ``judge_accuracy`` (test, None for a model without a distractor judge)
+RESULT_KEYS = ("model", "recipe", "variant", "label", "seed", "run", "run_dir", "val", "test", "best_step",
+               "history", "wall_seconds", "train_seconds", "distinct_test_captions", "test_pairs", "judge_accuracy")
+
+
+def variant_result(model: str, recipe, seed: int, run: Run, *, train_seconds: str, **extra: Any) -> dict[str, Any]:
+    """The result of a finished run of ``recipe`` (:data:`RESULT_KEYS`, then ``extra``, then the rest of its
+    metrics.json). ``train_seconds`` names the metrics.json entry with the run's own training time."""
+    metrics = run.metrics()
+    return {"model": model, "recipe": recipe.name, "variant": recipe.variant, "label": recipe.label, "seed": seed,
+            "run": run.dir.name, "run_dir": str(run.dir), **extra, **metrics,
+            "train_seconds": metrics.get(train_seconds), "judge_accuracy": metrics.get("judge_accuracy"),
+            **caption_counts(run.dir)}
+
+
 def output_diversity(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per finished captioning run: how many distinct captions it wrote for its test pairs.
 

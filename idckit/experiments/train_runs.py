@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from idckit.errors import ConfigError
+from idckit.experiments import recipes
 from idckit.paths import DEFAULT_PROFILE
 from idckit.train import distributed
 
@@ -24,7 +25,8 @@ KINDS = ("pcl", "clip4idc")
 def train(kind: str, profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *,
           variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), runs_dir: str | Path | None = None,
           device: str | None = None, progress: bool = True) -> list[dict[str, Any]]:
-    """Every requested variant x seed of ``kind`` (default: every variant the notebooks show), each trained once."""
+    """Every requested variant x seed of ``kind`` (default: every ``<kind>/*`` recipe of
+    :mod:`idckit.experiments.recipes`), each trained once."""
     from idckit.device import resolve
 
     if kind not in KINDS:
@@ -33,10 +35,7 @@ def train(kind: str, profile: str = DEFAULT_PROFILE, data_root: str | Path | Non
         from idckit.experiments import pcl as experiments
     else:
         from idckit.experiments import clip4idc as experiments
-    variants = list(variants or experiments.VARIANTS)
-    unknown = [v for v in variants if v not in experiments.VARIANTS]
-    if unknown:
-        raise ConfigError(f"unknown {kind} variants {unknown}; known: {', '.join(experiments.VARIANTS)}")
+    variants = recipes.check_variants(list(variants) if variants else None, kind)   # before any process starts
     distributed.init(resolve(device))
     progress = progress and distributed.is_main()
     s = distributed.main_first(lambda: experiments.setup(profile, data_root, runs_dir=runs_dir, progress=progress,

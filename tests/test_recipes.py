@@ -1,0 +1,103 @@
+"""The registry of named recipes: lookup errors, `idckit list`, and that it matches what the notebooks train."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from idckit.errors import ConfigError
+from idckit.experiments import recipes
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNERS = {"runs": 1, "hard_runs": 1, "run_variant": 1}     # call -> position of its variant(s) argument
+
+
+def test_unknown_recipes_are_the_kits_error_naming_close_matches():
+    with pytest.raises(ConfigError, match=r"unknown recipe 'pcl/ful' \(did you mean pcl/full\?\)"):
+        recipes.get_recipe("pcl/ful")
+    with pytest.raises(ConfigError, match=r"unknown clip4idc recipe 'clip5idc' \(did you mean clip4idc\?\)") as e:
+        recipes.get_recipe("clip5idc", "clip4idc")
+    assert "known: clip4idc/clip-ft, clip4idc/no-adapt, clip4idc/clip4idc" in str(e.value)
+    assert "idckit list" in e.value.fix
+    with pytest.raises(ConfigError, match="unknown pcl recipe 'duda/duda'"):       # known, but another family's
+        recipes.get_recipe("duda/duda", "pcl")
+    with pytest.raises(ConfigError, match="unknown recipe 'resnet50'; known: pcl/none"):   # nothing close
+        recipes.get_recipe("resnet50")
+    with pytest.raises(ConfigError, match="unknown recipe family 'idcpcl'"):
+        recipes.variants("idcpcl")
+    assert recipes.get_recipe("full", "pcl") is recipes.get_recipe("pcl/full") is recipes.RECIPES["pcl/full"]
+    assert recipes.check_variants(["pcl/full", "no_judge"], "pcl") == ["full", "no_judge"]
+    assert recipes.check_variants(None, "pcl") == recipes.variants("pcl") == [
+        "none", "mlm", "mlm+mvcl", "full", "no_diff_encoder", "no_judge"]
+
+
+def test_list_filters_like_timm_list_models():
+    assert recipes.list_recipes("clip4idc/*") == ["clip4idc/clip-ft", "clip4idc/no-adapt", "clip4idc/clip4idc"]
+    assert recipes.list_recipes("*judge*") == ["pcl/no_judge"]
+    assert recipes.list_recipes() == list(recipes.RECIPES) and len(recipes.RECIPES) == 14
+
+
+def test_idckit_list_prints_each_recipe_its_line_and_its_table_rows(capsys):
+    from idckit.cli import main
+
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 * len(recipes.RECIPES)
+    names = [ln.split()[0] for ln in lines[::2]]
+    assert names == list(recipes.RECIPES)
+    full = lines[2 * names.index("pcl/full"):][:2]
+    assert full[0].split(None, 1)[1] == recipes.RECIPES["pcl/full"].description
+    assert full[1].strip() == 'row "MLM + MVCL + FDA (full)" in pcl.table2, pcl.table3, pcl.table4, clip4idc.table1'
+    assert main(["list", "pcl-birds/b2w"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].strip() == 'row "IDC-PCL" in pcl.table1; row "B2W" in pcl.table5'
+    assert main(["list", "nothing*"]) == 2
+    assert "no recipe matches 'nothing*'" in capsys.readouterr().err
+
+
+def _names(node: ast.expr, family: str, where: str) -> list[str]:
+    """The variant names a notebook passes: a string, a list of strings, or recipes.variants("<family>")."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.List, ast.Tuple)) and all(isinstance(e, ast.Constant) for e in node.elts):
+        return [e.value for e in node.elts]
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == "recipes.variants":
+        return recipes.variants(node.args[0].value)
+    raise AssertionError(f"{where}: cannot read the variants {ast.unparse(node)!r} of a {family} call")
+
+
+def _family(module: str) -> str | None:
+    """The ``FAMILY`` an experiment module declares (read from its source: no torch import for this test)."""
+    tree = ast.parse((ROOT / "idckit" / "experiments" / f"{module}.py").read_text(encoding="utf-8"))
+    return next((n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                 and [ast.unparse(t) for t in n.targets] == ["FAMILY"]), None)
+
+
+def _notebook_recipes() -> dict[str, set[str]]:
+    """table id -> the recipes its notebook trains (read from the notebooks' code, not run)."""
+    out: dict[str, set[str]] = {}
+    for nb in sorted((ROOT / "notebooks").glob("*.py")):
+        tree = ast.parse(nb.read_text(encoding="utf-8"))
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        families = {a.asname or a.name: _family(a.name) for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.module == "idckit.experiments" for a in n.names}
+        families = {name: f for name, f in families.items() if f}
+        used = set()
+        for c in calls:
+            if isinstance(c.func, ast.Attribute) and ast.unparse(c.func.value) in families and c.func.attr in RUNNERS:
+                family = families[ast.unparse(c.func.value)]
+                used |= {recipes.get_recipe(v, family).name
+                         for v in _names(c.args[RUNNERS[c.func.attr]], family, nb.name)}
+        if used:
+            table = next(c.args[2].value for c in calls if getattr(c.func, "id", None) == "write_report")
+            out.setdefault(table, set()).update(used)
+    return out
+
+
+def test_the_registry_covers_every_recipe_the_notebooks_train_and_names_their_tables():
+    used = _notebook_recipes()
+    assert used["pcl.table4"] == {f"pcl/{v}" for v in recipes.variants("pcl")}
+    assert used["clip4idc.table1"] == {"clip4idc/clip4idc", "pcl/full"}
+    # every (recipe, table) a notebook trains is in the registry, and every table the registry names trains it
+    claimed = {(name, t) for name, r in recipes.RECIPES.items() for t in r.tables}
+    assert {(name, t) for t, names in used.items() for name in names} == claimed

@@ -1,0 +1,93 @@
+"""Report rows from run results (idckit.experiments.reporting): hand-made results, hand-computed rows."""
+from __future__ import annotations
+
+import pytest
+
+from idckit.experiments.reporting import (TYPES, mean_sd, ordering_notes, per_type_rows, per_variant, rows,
+                                          trained_fields)
+
+
+def _result(model="IDC-PCL (idckit)", variant="full", label="MLM + MVCL + FDA (full)", seed=0, cider=1.0,
+            distinct=40, judge=None, **extra):
+    """A result as run_variant returns it: ``test`` on pycocoevalcap's scale (CIDEr-D 1.0 = 100)."""
+    test = {"total": {"Bleu_4": 0.5, "CIDEr-D": cider}, "semantic": {"Bleu_4": 0.4, "CIDEr-D": cider / 2},
+            "distractor": {"Bleu_4": 0.6, "CIDEr-D": 2 * cider}, "color": {"CIDEr-D": 0.3}, "move": {"CIDEr-D": 0.1}}
+    return {"model": model, "variant": variant, "label": label, "seed": seed, "run": f"run-{variant}-{seed}",
+            "test": test, "distinct_test_captions": distinct, "test_pairs": 100, "judge_accuracy": judge, **extra}
+
+
+def test_mean_sd_is_the_sample_sd_and_zero_for_one_value():
+    assert mean_sd([1.0, 2.0, 4.0]) == pytest.approx((7 / 3, (((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2
+                                                             + (4 - 7 / 3) ** 2) / 2) ** 0.5))
+    assert mean_sd([5.0]) == (5.0, 0.0)
+
+
+def test_rows_give_one_row_per_run_and_a_mean_row_per_variant_with_several_seeds():
+    results = [_result(seed=0, cider=1.0, distinct=40, judge=0.8), _result(seed=1, cider=1.4, distinct=12, judge=0.6),
+               _result(model="DUDA (idckit)", variant="duda", label="DUDA", cider=0.5, data="hard set")]
+    out = rows(results)
+    assert [(r["model"], r["variant"], r["seed"]) for r in out] == [
+        ("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)", 0), ("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)", 1),
+        ("DUDA (idckit)", "DUDA", 0), ("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)", "mean")]
+    first, mean = out[0], out[-1]
+    assert first["metrics"] == pytest.approx({"Bleu_4": 50.0, "CIDEr-D": 100.0}) and first["subset"] == "total"
+    assert first["run"] == "run-full-0" and first["judge_accuracy"] == 0.8 and "data" not in first
+    assert out[2]["data"] == "hard set" and "judge_accuracy" not in out[2]      # no judge, no field
+    # mean row: CIDEr-D (100 + 140) / 2 = 120, sample sd |140 - 100| / sqrt(2); fewest distinct; mean judge
+    assert mean["n_seeds"] == 2 and mean["metrics"]["CIDEr-D"] == pytest.approx(120.0)
+    assert mean["sd"]["CIDEr-D"] == pytest.approx(40 / 2 ** 0.5) and mean["sd"]["Bleu_4"] == 0.0
+    assert mean["distinct_test_captions"] == 12 and mean["judge_accuracy"] == pytest.approx(0.7)
+    assert mean["cider_d"] == pytest.approx({"total": 120.0, "semantic": 60.0, "distractor": 240.0})
+    semantic = rows(results[:1], "semantic")[0]
+    assert semantic["subset"] == "semantic" and semantic["metrics"]["CIDEr-D"] == pytest.approx(50.0)
+
+
+def test_rows_rename_variants_and_show_fractions_as_percentages():
+    r = _result(variant="b2w", label="B2W", verified_share=0.25, difference_recall=None)
+    (row,) = rows([r], labels={"b2w": "IDC-PCL"}, percent=("verified_share", "difference_recall"))
+    assert row["variant"] == "IDC-PCL" and row["metrics"]["verified_share"] == 25.0
+    assert "difference_recall" not in row["metrics"]                # None (real data): not a metric
+
+
+def test_per_type_rows_show_cider_of_each_type_the_test_split_has():
+    out = per_type_rows([_result(seed=0, cider=1.0), _result(seed=1, cider=3.0)])
+    assert set(out[0]["metrics"]) == {"color", "move", "distractor"} <= set(TYPES)
+    assert out[0]["metrics"] == pytest.approx({"color": 30.0, "move": 10.0, "distractor": 200.0})
+    assert out[-1]["seed"] == "mean" and out[-1]["metrics"]["distractor"] == pytest.approx(400.0)
+    assert out[-1]["sd"]["distractor"] == pytest.approx(400 / 2 ** 0.5) and out[-1]["sd"]["color"] == 0.0
+    assert len(per_type_rows([_result()])) == 1                           # one seed: no mean row
+
+
+def test_per_variant_prefers_the_mean_row():
+    out = rows([_result(seed=0, cider=1.0), _result(seed=1, cider=2.0),
+                _result(variant="none", label="w/o", cider=0.2)])
+    assert per_variant(out) == pytest.approx({"MLM + MVCL + FDA (full)": 150.0, "w/o": 20.0})
+    assert per_variant(out, "Bleu_4")["w/o"] == pytest.approx(50.0)
+
+
+def test_trained_fields():
+    result = {"test": {"total": {"CIDEr-D": 0.9}, "semantic": {"CIDEr-D": 0.4}, "distractor": {"CIDEr-D": 1.4},
+                       "color": {"CIDEr-D": 0.1}}, "distinct_test_captions": 37, "test_pairs": 400,
+              "judge_accuracy": 0.875}
+    f = trained_fields(result)
+    assert f == {"distinct_test_captions": 37, "test_pairs": 400, "judge_accuracy": 0.875,
+                 "cider_d": pytest.approx({"total": 90.0, "semantic": 40.0, "distractor": 140.0})}
+    assert "judge_accuracy" not in trained_fields({**result, "judge_accuracy": None})
+
+
+def test_ordering_notes_treat_ties_as_ties_in_either_order():
+    paper = {"A": 128.9, "B": 94.9}
+    tie = {"A": 60.1, "B": 60.1}
+    # a tie of the kit's rows is neither agreement nor a reversal, whichever row comes first
+    assert [n.split(":")[0] for n in ordering_notes(tie, paper)] == ["TIES"]
+    assert [n.split(":")[0] for n in ordering_notes(tie, {"B": 94.9, "A": 128.9})] == ["TIES"]
+    assert "the kit has it level with (60.1 vs 60.1 CIDEr-D)" in ordering_notes(tie, paper)[0]
+    # equal as printed is a tie: 60.14 and 60.06 both read 60.1
+    assert ordering_notes({"A": 60.14, "B": 60.06}, paper)[0].startswith("TIES")
+    assert ordering_notes({"A": 70.0, "B": 60.0}, paper)[0].startswith("agrees: paper has A above B")
+    assert ordering_notes({"A": 50.0, "B": 60.0}, paper)[0].startswith("DIFFERS")
+    assert ordering_notes({"B": 60.0, "A": 50.0}, {"B": 94.9, "A": 128.9})[0].startswith("DIFFERS: paper has B below A")
+    # the paper's own ties are kept: both tie = agrees; the kit orders them = DIFFERS
+    assert ordering_notes(tie, {"A": 90.0, "B": 90.0})[0].startswith("agrees: paper has A level with B")
+    assert ordering_notes({"A": 1.0, "B": 2.0}, {"A": 90.0, "B": 90.0})[0].startswith("DIFFERS")
+    assert ordering_notes({"A": 1.0}, paper) == []          # a row the kit lacks is not compared
