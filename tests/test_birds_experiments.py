@@ -129,3 +129,23 @@ def test_nearest_feature_pair_copies_the_nearest_pairs_typical_reference():
     got = nn.predict(f[[1, 0]] * 3, f[[0, 1]], ["p", "r"])
     assert got == {"p": "q", "r": "a b"}
     assert most_frequent({"p": ["b", "a"], "r": ["a", "b", "c"]}) == "a"
+
+
+def test_run_keys_and_feature_cache_hold_the_birds_content_not_their_path(smoke, tmp_path):
+    import shutil
+
+    from idckit.experiments.data import birds_identity
+
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(smoke.data.root, moved)
+    again = birds.setup("smoke", moved, runs_dir=smoke.runs_dir, progress=False)
+    assert again.identity == smoke.identity and str(smoke.data.root) not in str(smoke.identity)
+    assert again.store.directory == smoke.store.directory                  # the features are not extracted again
+    assert smoke.identity["data"].startswith("synth:")
+    # without the generator's marker a root is its index files: a changed TSV is other data
+    (moved / "synth_info.json").unlink()
+    before = birds_identity(moved)
+    assert before.startswith("index:") and birds_identity(moved) == before
+    tsv = next((moved / "birds_to_words").glob("*.tsv"))
+    tsv.write_text(tsv.read_text() + "\n", encoding="utf-8")
+    assert birds_identity(moved) != before

@@ -18,7 +18,6 @@ model's layout stays fixed) and MVCL never masks or contrasts against it.
 from __future__ import annotations
 
 import copy
-import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +50,7 @@ class Setup:
 
     @property
     def identity(self) -> dict[str, Any]:
-        return {"data": str(self.data.root), "data_version": self.data.version,
+        return {"data": self.data.identity, "data_version": self.data.version,
                 "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
 
 
@@ -67,8 +66,7 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     device = device or configured
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
     data = birds(profile, data_root, progress=progress)
-    tag = hashlib.sha256(str(data.root).encode()).hexdigest()[:8]
-    out = runs / "features" / f"{data.root.name}-{tag}" / cfg["backbone"].replace(":", "_").replace("/", "_")
+    out = runs / "features" / data.cache_name / cfg["backbone"].replace(":", "_").replace("/", "_")
     store = extract_features(data.root, cfg["backbone"], images=data.images(), out_dir=out, progress=progress,
                              device=device)
     return Setup(profile, cfg, data, store, runs, device, loader)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -191,6 +191,13 @@ class BirdsChoice:
     synthetic: bool
     description: str
     version: str
+    identity: str     # birds_identity(root): what run keys and caches hold, never the path
+
+    @property
+    def cache_name(self) -> str:
+        """The folder name of caches derived from this data: its identity alone, so moving or renaming the data
+        keeps them."""
+        return self.identity.replace(":", "-")
 
     def b2w(self):
         from idckit.data.birds_to_words import BirdsToWords
@@ -217,19 +224,39 @@ class BirdsChoice:
         return sorted(set(out))
 
 
+def birds_identity(root: str | Path) -> str:
+    """:func:`content_identity` of a bird root: SynthBirds' ``synth_info.json``, else the SHA-256 of the index files
+    of its three datasets (the Birds-to-Words TSV, CUB's and NABirds' image lists, labels and splits, NABirds'
+    hierarchy). The CUB captions (one file per image) are not hashed: replacing them in place keeps the key."""
+    from idckit.data.birds_to_words import TSV_NAME
+    from idckit.data.cub import Cub
+    from idckit.data.nabirds import NABirds
+
+    root = Path(root).resolve()
+    if (root / "synth_info.json").is_file():
+        return content_identity(root)
+    files = [f"birds_to_words/{TSV_NAME}"]
+    for dataset in (Cub(root), NABirds(root)):
+        base = Path(dataset.root).resolve().relative_to(root).as_posix()
+        files += [f"{base}/{name}" for name in ("images.txt", "image_class_labels.txt", "train_test_split.txt")]
+    files.append(f"{Path(NABirds(root).root).resolve().relative_to(root).as_posix()}/hierarchy.txt")
+    return content_identity(root, files)
+
+
 def birds(profile: str, data_root: str | Path | None = None, *, progress: bool = True) -> BirdsChoice:
     """The bird root to use; generates the SynthBirds default of ``profile`` on first use (cached on disk)."""
     if data_root:
         root = Path(data_root).expanduser().resolve()
         choice = BirdsChoice(root, False, f"real: Birds-to-Words, CUB-200-2011 and NABirds at {root}",
-                             "official release")
+                             "official release", "")
         choice.b2w(), choice.cub(), choice.nabirds()   # validates the layout now, with a helpful error
+        identity = birds_identity(root)
         info = root / "synth_info.json"
         if info.is_file():
             meta = json.loads(info.read_text())
             return BirdsChoice(root, True, f"synthetic: SynthBirds at {root} ({meta.get('pairs')} pairs)",
-                               meta.get("generator", "unknown"))
-        return choice
+                               meta.get("generator", "unknown"), identity)
+        return replace(choice, identity=identity)
     s = load_config("synth_birds", profile)
     tree = "x".join(str(t) for t in s["tree"])
     root = paths.data_dir() / (f"synth-birds-n{s['pairs']}-c{s['cub_per_class']}-b{s['nabirds_per_class']}"
@@ -242,4 +269,4 @@ def birds(profile: str, data_root: str | Path | None = None, *, progress: bool =
     root = root.resolve()
     return BirdsChoice(root, True, f"synthetic: SynthBirds ({s['pairs']} Birds-to-Words pairs, {s['cub_per_class']} "
                        f"CUB and {s['nabirds_per_class']} NABirds images per species, {s['size']} px, seed "
-                       f"{s['seed']})", GENERATOR_VERSION)
+                       f"{s['seed']})", GENERATOR_VERSION, birds_identity(root))
