@@ -101,8 +101,11 @@ def plot(out: Path, reports: Path = OUT):
         lamp = "" if m.group(1) == m.group(2) else f", lamp jitter {float(m.group(2)):g}"
         best = max(d["history"], key=lambda r: r["val"])
         scenes = re.search(r"\((\d+) pairs", d["data"])
+        how = "".join([f", d_model {d['overrides']['d_model']}" if "d_model" in d.get("overrides", {}) else "",
+                       ", through the cross-modal layers" if d.get("through_cross") else "",
+                       f", after {d['mvcl_steps']} MVCL steps" if d.get("mvcl_steps") else ""])
         rows.append({"camera jitter": float(m.group(1)), "what": f"judge alone (no captioner), {scenes.group(1)} scenes, "
-                     f"{d['steps']} steps, val-selected{lamp}", "value": best["test"],
+                     f"{d['steps']} steps{how}, val-selected{lamp}", "value": best["test"],
                      "panel": "change vs distractor accuracy (test)"})
     for path in sorted(set(reports.glob("*.json")) - set(reports.glob("judge_alone_*.json"))):
         d = json.loads(path.read_text())
@@ -114,6 +117,9 @@ def plot(out: Path, reports: Path = OUT):
                          "panel": "change vs distractor accuracy (test)"})
         if "test" in d:
             steps = d["overrides"]["finetune"]["train"]["max_steps"]
+            if "d_model" in d["overrides"].get("model", {}):
+                # several fine-tuning settings at one size, one label: the doc's table tells them apart
+                steps = f"1,500-2,500 (d_model {d['overrides']['model']['d_model']}, {d['pairs']} scenes, every setting)"
             rows.append({**row, "what": f"IDC-PCL judge, {steps} steps{lamp}", "value": d["test_judge_accuracy"],
                          "panel": "change vs distractor accuracy (test)"})
             for sub in ("total", "semantic", "distractor"):
