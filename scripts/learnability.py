@@ -130,14 +130,15 @@ def plot(out: Path, reports: Path = OUT):
     if not rows:
         sys.exit(f"no JSON in {reports}: run a point first")
     df = pd.DataFrame(rows)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(14, 8.5))
     for ax, panel in zip(axes, ("change vs distractor accuracy (test)", "test CIDEr-D (x100)")):
         part = df[df["panel"] == panel]
         sns.lineplot(data=part, x="camera jitter", y="value", hue="what", marker="o", ax=ax)
         ax.set_title(panel, fontsize=10)
         ax.set_ylabel(panel)
         ax.set_xlim(-0.02, 1.05)
-        ax.legend(fontsize=8)
+        # below the panel: the labels are long and the points sit in every corner
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12))
         if panel.startswith("change"):
             ax.axhline(0.85, ls="--", c="grey", lw=1)
             ax.axhline(0.5, ls=":", c="grey", lw=1)
