@@ -106,17 +106,9 @@ def runs(s: Setup, variants: Sequence[str] | None = None, seeds: Sequence[int] =
 def hard_runs(s: Setup, variants: Sequence[str] = ("duda",), seeds: Sequence[int] = (0,), *, progress: bool = True
               ) -> tuple[Setup | None, list[dict[str, Any]]]:
     """DUDA on the hard twin of a synthetic setup, labelled as such, as :func:`idckit.experiments.pcl.hard_runs`."""
-    from idckit.experiments.data import synth_settings
+    from idckit.experiments.runs import hard_twin_runs
 
-    if not s.data.synthetic or synth_settings(s.profile, hard=True) == synth_settings(s.profile):
-        return None, []
-    h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.config["backbone"], hard=True, progress=progress,
-              device=s.device)
-    results = runs(h, variants, seeds, progress=progress)
-    for r in results:
-        r["label"] = f"{r['label']} [hard data]"
-        r["data"] = h.data.description
-    return h, results
+    return hard_twin_runs(s, setup, runs, variants, seeds, progress=progress)
 
 
 def compare_notes(pcl_results: Sequence[dict[str, Any]], duda_results: Sequence[dict[str, Any]]) -> list[str]:

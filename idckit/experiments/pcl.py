@@ -242,17 +242,9 @@ def hard_runs(s: Setup, variants: Sequence[str] = ("full",), seeds: Sequence[int
               progress: bool = True) -> tuple[Setup | None, list[dict[str, Any]]]:
     """The same runs on the hard twin of a synthetic setup (CLEVR-Change's own jitter; same profile, backbone and
     run cache), labelled as such, for the hard rows of tables 2 and 3. (None, []) on real data."""
-    from idckit.experiments.data import synth_settings
+    from idckit.experiments.runs import hard_twin_runs
 
-    if not s.data.synthetic or synth_settings(s.profile, hard=True) == synth_settings(s.profile):
-        return None, []        # real data, or a profile whose default already is the faithful jitter
-    h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.config["backbone"], hard=True, progress=progress,
-              device=s.device)
-    results = runs(h, variants, seeds, progress=progress)
-    for r in results:
-        r["label"] = f"{r['label']} [hard data]"
-        r["data"] = h.data.description
-    return h, results
+    return hard_twin_runs(s, setup, runs, variants, seeds, progress=progress)
 
 
 def runs(s: Setup, variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), *,

@@ -228,3 +228,21 @@ def collapse_check(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -
     for n in notes:
         print(n)
     return diversity, notes
+
+
+def hard_twin_runs(s, setup, runs, variants: Sequence[str], seeds: Sequence[int], *, progress: bool = True):
+    """``runs(h, variants, seeds)`` on the hard twin ``h`` of a synthetic setup ``s`` (CLEVR-Change's own jitter;
+    same profile, backbone, device and run cache, built by the calling model's ``setup``), each row labelled
+    "[hard data]" and carrying the twin's data description: the hard rows of tables 2 and 3. (None, []) on real
+    data or when the profile's default already is the faithful jitter."""
+    from idckit.experiments.data import synth_settings
+
+    if not s.data.synthetic or synth_settings(s.profile, hard=True) == synth_settings(s.profile):
+        return None, []
+    h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.config["backbone"], hard=True, progress=progress,
+              device=s.device)
+    results = runs(h, variants, seeds, progress=progress)
+    for r in results:
+        r["label"] = f"{r['label']} [hard data]"
+        r["data"] = h.data.description
+    return h, results
