@@ -101,3 +101,30 @@ def test_the_registry_covers_every_recipe_the_notebooks_train_and_names_their_ta
     # every (recipe, table) a notebook trains is in the registry, and every table the registry names trains it
     claimed = {(name, t) for name, r in recipes.RECIPES.items() for t in r.tables}
     assert {(name, t) for t, names in used.items() for name in names} == claimed
+
+
+def test_recipes_pick_the_objectives_and_the_profile_json_gives_their_ratios(tmp_path):
+    """A recipe switches objectives on; the ratios are pcl.json's (an override of pretrain.ratios reaches the run,
+    where the recipe once silently replaced it with the public code's 8:1:2)."""
+    from types import SimpleNamespace
+
+    from idckit.experiments import pcl
+    from idckit.experiments.config import load_config
+
+    def pretrain_ratios(overrides=None):
+        s = SimpleNamespace(config=load_config("pcl", "cpu", overrides), identity={"data": "x"}, runs_dir=tmp_path)
+        out = {}
+        for v in recipes.variants("pcl"):
+            run = pcl._pretrain_run(s, recipes.get_recipe(v, "pcl").settings, seed=0)
+            out[v] = run and run.config["pretrain"]["ratios"]
+        return out
+
+    paper = pretrain_ratios()
+    assert paper == {"none": None, "mlm": {"mlm": 8}, "mlm+mvcl": {"mlm": 8, "mvcl": 1},
+                     "full": {"mlm": 8, "mvcl": 1, "fda": 2}, "no_diff_encoder": {"mlm": 8, "mvcl": 1, "fda": 2},
+                     "no_judge": {"mlm": 8, "mvcl": 1, "fda": 2}}
+    more_mvcl = pretrain_ratios({"pretrain": {"ratios": {"mvcl": 8}}})
+    assert more_mvcl["full"] == {"mlm": 8, "mvcl": 8, "fda": 2} and more_mvcl["mlm"] == {"mlm": 8}
+    with pytest.raises(ConfigError, match="no positive ratio for fda") as e:
+        pretrain_ratios({"pretrain": {"ratios": {"fda": 0}}})
+    assert "pretrain.ratios" in e.value.fix

@@ -108,7 +108,12 @@ def _pretrain_run(s: Setup, recipe: Mapping[str, Any], seed: int) -> Run | None:
     if recipe["pretrain"] is None:
         return None
     cfg = copy.deepcopy(s.config["pretrain"])
-    cfg["ratios"] = dict(recipe["pretrain"])
+    missing = [k for k in recipe["pretrain"] if not cfg["ratios"].get(k)]
+    if missing:
+        raise ConfigError(f"the recipe pre-trains with {', '.join(recipe['pretrain'])} but pretrain.ratios gives no "
+                          f"positive ratio for {', '.join(missing)} (ratios: {cfg['ratios']})",
+                          fix="give every objective a ratio > 0 in pcl.json's pretrain.ratios (or in overrides)")
+    cfg["ratios"] = {k: cfg["ratios"][k] for k in recipe["pretrain"]}
     model = {**s.config["model"], **recipe.get("model", {})}
     run_cfg = {"kind": "pcl-pretrain", **s.identity, "max_len": s.config["max_len"], "model": model,
                "negatives": s.config["negatives"] if "fda" in cfg["ratios"] else None, "pretrain": cfg, "seed": seed}

@@ -16,7 +16,9 @@ from typing import Any, Mapping
 
 from idckit.errors import ConfigError
 
-_FULL_PRETRAIN = {"mlm": 8, "mvcl": 1, "fda": 2}     # IDC-PCL's pre-training task ratios (the public code's)
+# A recipe names the pre-training objectives it switches on; their ratios come from the profile JSON
+# (pcl.json pretrain.ratios), the one place a default lives.
+_FULL_PRETRAIN = ("mlm", "mvcl", "fda")
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,9 @@ _RECIPES = (
     Recipe("pcl/none", "w/o pre-training", "IDC-PCL fine-tuned from scratch, no pre-training", ("pcl.table4",),
            {"pretrain": None}),
     Recipe("pcl/mlm", "MLM", "pre-training with masked language modelling only, then fine-tuning", ("pcl.table4",),
-           {"pretrain": {"mlm": 8}}),
+           {"pretrain": ("mlm",)}),
     Recipe("pcl/mlm+mvcl", "MLM + MVCL", "pre-training with MLM and masked visual contrastive learning, then "
-           "fine-tuning", ("pcl.table4",), {"pretrain": {"mlm": 8, "mvcl": 1}}),
+           "fine-tuning", ("pcl.table4",), {"pretrain": ("mlm", "mvcl")}),
     Recipe("pcl/full", "MLM + MVCL + FDA (full)", "the full IDC-PCL: MLM + MVCL + FDA pre-training, then fine-tuning "
            "with the distractor judge",
            ("pcl.table2", "pcl.table3", "pcl.table4", "clip4idc.table1"), {"pretrain": _FULL_PRETRAIN}),
