@@ -1,8 +1,8 @@
 """Benchmark: the one training loop's throughput by device, process count, precision and compilation, side by side.
 
 Trains IDC-PCL pre-training (MLM steps; the kit's real task and loop, ``idckit.train.loop.fit``) on random float16
-features memory-mapped from a file as the feature store does, at the cpu profile's model size (d 128, 2 cross-modal
-layers, 49 regions of 1280-d features, 28 words) and reports samples/s of each mode against the first:
+features memory-mapped from a file as the feature store does, at the cpu profile's model size (read from pcl.json;
+2 cross-modal layers, 49 regions of 1280-d features, 28 words) and reports samples/s of each mode against the first:
 
     base      1 process  x THREADS threads, fp32, eager, batches read in the training process
     amp       1 process  x THREADS threads, mixed precision (bf16 autocast on this device)
@@ -35,10 +35,12 @@ import torch  # noqa: E402
 from idckit.tasks.pcl import PCLData, PretrainTask, SplitData  # noqa: E402
 from idckit.text.vocab import SPECIALS, Vocab  # noqa: E402
 from idckit.train import distributed  # noqa: E402
-from idckit.experiments.config import train_config  # noqa: E402
+from idckit.experiments.config import load_config, train_config  # noqa: E402
 from idckit.train.loop import fit  # noqa: E402
 
-MODEL = {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_layers": 2, "dropout": 0.1}
+CPU = load_config("pcl", "cpu")
+MODEL = CPU["model"]     # the size the cpu profile trains, from its one source
+PRETRAIN = {k: CPU["pretrain"][k] for k in ("mask_prob", "eos_prob", "region_prob", "tau_mvcl", "tau_fda")}
 
 
 def write_features(path: Path, n_pairs: int = 512, regions: int = 49, dim: int = 1280) -> None:
@@ -75,7 +77,7 @@ class Timed(PretrainTask):
 
 def run(mode: str, args, out: Path) -> dict:
     """One mode in this process (a torchrun worker for ddp); rank 0 returns {samples_s, ...}."""
-    task = Timed(data(out / "features.npy"), MODEL, batch_size=args.batch, ratios={"mlm": 1})
+    task = Timed(data(out / "features.npy"), MODEL, batch_size=args.batch, ratios={"mlm": 1}, **PRETRAIN)
     cfg = train_config(dict(max_steps=args.steps, lr=1e-4, log_every=1000, seed=0, amp=mode == "amp",
                       compile=mode == "compile"))
     fit(task, cfg, out / mode, progress=False, device=args.device,

@@ -76,12 +76,14 @@ side_by_side(rows, paper["rows"]).round(1)
 
 # %%
 main = [r for r in rows if r["model"] == clip4idc.MODEL]
+spread = paper_table("clip4idc.table1")["seed_spread"]      # the authors' README seed table
 mean = next((r for r in main if r["seed"] == "mean"), main[0])
 sd = mean.get("sd", {}).get("CIDEr-D", 0.0)
 summary = (f"CLIP4IDC (idckit, {setup.profile}): CIDEr-D {mean['metrics']['CIDEr-D']:.1f} +/- {sd:.1f} (sd over "
            f"{len(results)} seed(s), each selected on val). Paper: "
-           f"{paper_value('clip4idc.table1', 'CIDEr-D', model='CLIP4IDC'):.1f} = best of 8 seeds selected on test "
-           "(mean of its 8 seeds about 142).")
+           f"{paper_value('clip4idc.table1', 'CIDEr-D', model='CLIP4IDC'):.1f} = best of {spread['seeds']} seeds "
+           f"selected on {spread['selection']} (its seeds: {spread['min']}-{spread['max']}, mean about "
+           f"{spread['mean_approx']}).")
 print(summary)
 
 # %% [markdown]

@@ -239,7 +239,10 @@ def test_hard_setting_is_the_faithful_jitter_and_only_for_synthetic_data(tmp_pat
     for profile in ("smoke", "cpu", "paper"):
         hard = synth_settings(profile, hard=True)
         assert (hard["camera_jitter"], hard["lamp_jitter"]) == (1.0, 1.0) and "hard" not in hard
-        assert synth_settings(profile)["pairs"] == hard["pairs"]
+    # the cpu default is the learnable jitter-0 set; its hard twin is the earlier faithful default (2,000 scenes)
+    assert (synth_settings("cpu")["camera_jitter"], synth_settings("cpu")["pairs"]) == (0.0, 8000)
+    assert synth_settings("cpu", hard=True)["pairs"] == 2000
+    assert synth_settings("smoke") == synth_settings("smoke", hard=True)      # smoke keeps the faithful data
     with pytest.raises(ConfigError, match="cannot be combined with data_root") as err:
         clevr_change("cpu", tmp_path, hard=True)
     assert "fix" in str(err.value).lower() or "drop hard=True" in str(err.value)
