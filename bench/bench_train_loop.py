@@ -11,6 +11,8 @@ features memory-mapped from a file as the feature store does, at the cpu profile
               global batch: the data-parallel overhead on this machine
     workers   as base, with WORKERS DataLoader worker processes reading the feature rows ahead of the step
               (pinned memory on CUDA; idckit.train.loader)
+    nodropout as base with the model's dropout 0: on CPU the dropout masks (bernoulli draws over every attention
+              map) cost about a third of a step at the cpu model's size (--modes base nodropout)
 
 Steps are timed from inside the loop (the start of step WARMUP to the start of the last step), so the model build,
 compilation and the first steps do not count. Run:
@@ -77,7 +79,8 @@ class Timed(PretrainTask):
 
 def run(mode: str, args, out: Path) -> dict:
     """One mode in this process (a torchrun worker for ddp); rank 0 returns {samples_s, ...}."""
-    task = Timed(data(out / "features.npy"), MODEL, batch_size=args.batch, ratios={"mlm": 1}, **PRETRAIN)
+    model = {**MODEL, "dropout": 0.0} if mode == "nodropout" else MODEL
+    task = Timed(data(out / "features.npy"), model, batch_size=args.batch, ratios={"mlm": 1}, **PRETRAIN)
     cfg = train_config(dict(max_steps=args.steps, lr=1e-4, log_every=1000, seed=0, amp=mode == "amp",
                       compile=mode == "compile"))
     fit(task, cfg, out / mode, progress=False, device=args.device,
@@ -134,7 +137,8 @@ def main(argv=None) -> dict:
           f"native CPU bf16: {bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}")
     labels = {"base": "1 process, fp32, eager", "amp": "1 process, mixed precision", "compile": "1 process, compiled",
               "ddp": f"{args.nproc} processes x {max(1, args.threads // args.nproc)} thread(s), gloo/nccl",
-              "workers": f"1 process, {args.workers} DataLoader workers"}
+              "workers": f"1 process, {args.workers} DataLoader workers",
+              "nodropout": "1 process, fp32, dropout 0"}
     for r in results:
         print(f"  {labels[r['mode']]:38s} {r['samples_s']:8.1f} samples/s  {r['s_per_step']:6.3f} s/step  "
               f"{r['samples_s'] / base:5.2f}x")
