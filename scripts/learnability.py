@@ -107,7 +107,8 @@ def plot(out: Path, reports: Path = OUT):
         rows.append({"camera jitter": float(m.group(1)), "what": f"judge alone (no captioner), {scenes.group(1)} scenes, "
                      f"{d['steps']} steps{how}, val-selected{lamp}", "value": best["test"],
                      "panel": "change vs distractor accuracy (test)"})
-    for path in sorted(set(reports.glob("*.json")) - set(reports.glob("judge_alone_*.json"))):
+    # probe_* and pcl_* records (judge_alone_* above; clip4idc_* are quoted in the doc)
+    for path in sorted(set(reports.glob("probe_*.json")) | set(reports.glob("pcl_*.json"))):
         d = json.loads(path.read_text())
         # lamps moved as much as the camera unless the label says otherwise
         lamp = "" if d["lamp_jitter"] == d["camera_jitter"] else f", lamp jitter {d['lamp_jitter']:g}"
@@ -119,9 +120,12 @@ def plot(out: Path, reports: Path = OUT):
             if "d_model" in d["overrides"].get("model", {}) or d["pairs"] == 8000:
                 # the narrow model's settings: only the cpu default's recipe (the judge loss x16, 128 pairs a
                 # step) is drawn, its seeds averaged; the other settings are the doc's tables, one row each
-                if "_dw16" not in path.stem or "_b64" in path.stem:
+                if "_cpudefault_mvcl8" in path.stem:
+                    what = f"the cpu default (d_model 64, judge x16, pre-training 8:8:2, {d['pairs']} scenes)"
+                elif "_dw16" in path.stem and "_b64" not in path.stem:
+                    what = f"d_model 64, judge x16, pre-training 8:1:2 ({d['pairs']} scenes), mean of seeds"
+                else:
                     continue
-                what = f"the cpu default's recipe (d_model 64, judge x16, {d['pairs']} scenes), mean of seeds"
             else:
                 what = f"{d['overrides']['finetune']['train']['max_steps']} steps (the earlier cpu model)"
             rows.append({**row, "what": f"IDC-PCL judge, {what}{lamp}", "value": d["test_judge_accuracy"],

@@ -111,8 +111,8 @@ def test_recipes_pick_the_objectives_and_the_profile_json_gives_their_ratios(tmp
     from idckit.experiments import pcl
     from idckit.experiments.config import load_config
 
-    def pretrain_ratios(overrides=None):
-        s = SimpleNamespace(config=load_config("pcl", "cpu", overrides), identity={"data": "x"}, runs_dir=tmp_path)
+    def pretrain_ratios(overrides=None, profile="paper"):
+        s = SimpleNamespace(config=load_config("pcl", profile, overrides), identity={"data": "x"}, runs_dir=tmp_path)
         out = {}
         for v in recipes.variants("pcl"):
             run = pcl._pretrain_run(s, recipes.get_recipe(v, "pcl").settings, seed=0)
@@ -123,7 +123,7 @@ def test_recipes_pick_the_objectives_and_the_profile_json_gives_their_ratios(tmp
     assert paper == {"none": None, "mlm": {"mlm": 8}, "mlm+mvcl": {"mlm": 8, "mvcl": 1},
                      "full": {"mlm": 8, "mvcl": 1, "fda": 2}, "no_diff_encoder": {"mlm": 8, "mvcl": 1, "fda": 2},
                      "no_judge": {"mlm": 8, "mvcl": 1, "fda": 2}}
-    more_mvcl = pretrain_ratios({"pretrain": {"ratios": {"mvcl": 8}}})
+    more_mvcl = pretrain_ratios({"pretrain": {"ratios": {"mvcl": 8}}}, profile="cpu")
     assert more_mvcl["full"] == {"mlm": 8, "mvcl": 8, "fda": 2} and more_mvcl["mlm"] == {"mlm": 8}
     with pytest.raises(ConfigError, match="no positive ratio for fda") as e:
         pretrain_ratios({"pretrain": {"ratios": {"fda": 0}}})
