@@ -120,8 +120,8 @@ def plot(out: Path, reports: Path = OUT):
             if "d_model" in d["overrides"].get("model", {}) or d["pairs"] == 8000:
                 # the narrow model's settings: only the cpu default's recipe (the judge loss x16, 128 pairs a
                 # step) is drawn, its seeds averaged; the other settings are the doc's tables, one row each
-                if "_cpudefault_mvcl8" in path.stem:
-                    what = f"the cpu default (d_model 64, judge x16, pre-training 8:8:2, {d['pairs']} scenes)"
+                if "_cpudefault_mvcl8" in path.stem or "_cpudefault_seed" in path.stem:
+                    what = f"the cpu default (d_model 64, judge x16, pre-training 8:8:2, {d['pairs']} scenes), mean of seeds"
                 elif "_dw16" in path.stem and "_b64" not in path.stem:
                     what = f"d_model 64, judge x16, pre-training 8:1:2 ({d['pairs']} scenes), mean of seeds"
                 else:

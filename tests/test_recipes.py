@@ -123,8 +123,9 @@ def test_recipes_pick_the_objectives_and_the_profile_json_gives_their_ratios(tmp
     assert paper == {"none": None, "mlm": {"mlm": 8}, "mlm+mvcl": {"mlm": 8, "mvcl": 1},
                      "full": {"mlm": 8, "mvcl": 1, "fda": 2}, "no_diff_encoder": {"mlm": 8, "mvcl": 1, "fda": 2},
                      "no_judge": {"mlm": 8, "mvcl": 1, "fda": 2}}
-    more_mvcl = pretrain_ratios({"pretrain": {"ratios": {"mvcl": 8}}}, profile="cpu")
-    assert more_mvcl["full"] == {"mlm": 8, "mvcl": 8, "fda": 2} and more_mvcl["mlm"] == {"mlm": 8}
+    more_mvcl = pretrain_ratios({"pretrain": {"ratios": {"mvcl": 3}}})
+    assert more_mvcl["full"] == {"mlm": 8, "mvcl": 3, "fda": 2} and more_mvcl["mlm"] == {"mlm": 8}
+    assert pretrain_ratios(profile="cpu")["full"] == {"mlm": 8, "mvcl": 8, "fda": 2}     # the cpu profile's own
     with pytest.raises(ConfigError, match="no positive ratio for fda") as e:
         pretrain_ratios({"pretrain": {"ratios": {"fda": 0}}})
     assert "pretrain.ratios" in e.value.fix
