@@ -130,3 +130,21 @@ def test_killed_two_process_run_resumes_to_the_same_result(runs, killed, tmp_pat
     assert evals(tmp_path / "finetune") == evals(two / "finetune")
     whole, resumed = weights(two / "finetune" / "last.pt"), weights(tmp_path / "finetune" / "last.pt")
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+
+
+def test_ranks_wait_hours_not_torchs_30_minutes_while_rank_0_prepares_the_data(monkeypatch):
+    """Rank 0 renders or extracts features alone in ``main_first`` while the other ranks wait at a barrier; torch's
+    default collective timeout (30 min for gloo) is shorter than rendering the cpu profile's 8,000 scenes."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from idckit.train import distributed
+
+    seen = {}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: seen.update(backend=backend, **kw))
+    assert distributed.init(torch.device("cpu")) is True
+    assert seen["backend"] == "gloo"
+    assert seen["timeout"] >= datetime.timedelta(hours=2)

@@ -18,6 +18,7 @@ How a step is split (the rules :func:`idckit.train.loop.fit` and the tasks follo
 """
 from __future__ import annotations
 
+import datetime
 import os
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -28,6 +29,12 @@ T = TypeVar("T")
 
 
 _ALONE = False     # inside main_first: this process acts as a single one (no collectives)
+
+#: How long a rank waits in a collective. torch's default (30 minutes for gloo, 10 for NCCL) is shorter than what
+#: rank 0 may spend alone in :func:`main_first` while the others wait at its barrier: rendering the cpu profile's
+#: 8,000 SynthCLEVR-Change scenes took 16-32 minutes here, and extracting ResNet-101 features for real CLEVR-Change
+#: takes as long on a GPU.
+TIMEOUT = datetime.timedelta(hours=6)
 
 
 def world() -> int:
@@ -47,7 +54,7 @@ def init(device: torch.device) -> bool:
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=TIMEOUT)
     return True
 
 
