@@ -138,7 +138,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                     runs_dir=args.runs_dir, device=args.device)
     if distributed.is_main():
         for r in results:
-            print(f"{r['label']} (seed {r['seed']}): {r['run']}  val CIDEr-D {100 * r['val']['CIDEr-D']:.1f}")
+            val = r["val"]    # what selected the checkpoint: CIDEr-D for a captioner, R@1 for an adaptation
+            score = (f"val CIDEr-D {100 * val['CIDEr-D']:.1f}" if "CIDEr-D" in val
+                     else f"val text->pair R@1 {val['t2p_R@1']:.1f} %")
+            print(f"{r['label']} (seed {r['seed']}): {r['run']}  {score}")
     if distributed.world() > 1:
         import torch.distributed
 

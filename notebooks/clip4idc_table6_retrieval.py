@@ -55,7 +55,7 @@ t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device)
-adapted = [clip4idc.adapt(setup, None, seed) for seed in seeds]
+adapted = clip4idc.runs(setup, ["adapt"], seeds)
 print(setup.data.description, "|", adapted[0]["clip"])
 
 # %% [markdown]
@@ -90,7 +90,7 @@ other_rows, other_notes, other_adapted = {}, [], []
 for name, root in (("spot-the-diff", spot_root), ("editing-request", ier_root)):
     s = clip4idc.setup(profile, root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device, dataset=name)
-    ad = [clip4idc.adapt(s, None, seed) for seed in seeds]
+    ad = clip4idc.runs(s, ["adapt"], seeds)
     other_adapted += ad
     n_pairs = clip4idc.test_pairs_retrieved(s)
     other_rows[name] = [{**r, "dataset": name} for r in

@@ -68,6 +68,25 @@ def test_one_standin_and_cached_adaptation(env):
     assert [r["variant"] for r in clip4idc.retrieval_rows([a], unadapted=False)] == ["adapted (4/2)"]
 
 
+def test_the_adapt_recipe_is_the_cached_adaptation_and_idckit_train_prints_its_r1(env, capsys, monkeypatch):
+    """Table 6's rows are the recipe clip4idc/adapt: the adaptation run the captioners start from (seed 0), its own
+    run per seed, and `idckit train` reports its selection metric (val R@1; it has no CIDEr-D)."""
+    from idckit import cli
+    from idckit.experiments import clip4idc, train_runs
+
+    s, base = env
+    a = clip4idc.adapt(s)
+    stamp = _mtime(s, a["run"])
+    res = clip4idc.runs(s, ["adapt"], [0])
+    assert res[0]["run"] == a["run"] and _mtime(s, a["run"]) == stamp      # the same run, nothing retrained
+    assert (res[0]["recipe"], res[0]["label"], res[0]["test"]) == ("clip4idc/adapt", "CLIP4IDC adaptation", a["test"])
+    assert clip4idc.retrieval_rows(res, n_pairs=3)[0]["variant"] == "adapted (4/2)"
+    monkeypatch.setattr(train_runs, "train", lambda *a, **k: res)
+    assert cli.main(["train", "clip4idc", "--variants", "adapt", "--profile", "smoke"]) == 0
+    assert capsys.readouterr().out.strip() == (f"CLIP4IDC adaptation (seed 0): {a['run']}  val text->pair R@1 "
+                                               f"{a['val']['t2p_R@1']:.1f} %")
+
+
 def test_captioning_variants_share_runs_and_give_table_rows(env):
     from idckit.experiments import clip4idc, reporting
     from idckit.experiments.runs import RESULT_KEYS

@@ -18,7 +18,7 @@ def test_unknown_recipes_are_the_kits_error_naming_close_matches():
         recipes.get_recipe("pcl/ful")
     with pytest.raises(ConfigError, match=r"unknown clip4idc recipe 'clip5idc' \(did you mean clip4idc\?\)") as e:
         recipes.get_recipe("clip5idc", "clip4idc")
-    assert "known: clip4idc/clip-ft, clip4idc/no-adapt, clip4idc/clip4idc" in str(e.value)
+    assert "known: clip4idc/clip-ft, clip4idc/no-adapt, clip4idc/clip4idc, clip4idc/adapt" in str(e.value)
     assert "idckit list" in e.value.fix
     with pytest.raises(ConfigError, match="unknown pcl recipe 'duda/duda'"):       # known, but another family's
         recipes.get_recipe("duda/duda", "pcl")
@@ -33,9 +33,10 @@ def test_unknown_recipes_are_the_kits_error_naming_close_matches():
 
 
 def test_list_filters_like_timm_list_models():
-    assert recipes.list_recipes("clip4idc/*") == ["clip4idc/clip-ft", "clip4idc/no-adapt", "clip4idc/clip4idc"]
+    assert recipes.list_recipes("clip4idc/*") == ["clip4idc/clip-ft", "clip4idc/no-adapt", "clip4idc/clip4idc",
+                                                  "clip4idc/adapt"]
     assert recipes.list_recipes("*judge*") == ["pcl/no_judge"]
-    assert recipes.list_recipes() == list(recipes.RECIPES) and len(recipes.RECIPES) == 14
+    assert recipes.list_recipes() == list(recipes.RECIPES) and len(recipes.RECIPES) == 15
 
 
 def test_idckit_list_prints_each_recipe_its_line_and_its_table_rows(capsys):
@@ -98,6 +99,7 @@ def test_the_registry_covers_every_recipe_the_notebooks_train_and_names_their_ta
     used = _notebook_recipes()
     assert used["pcl.table4"] == {f"pcl/{v}" for v in recipes.variants("pcl")}
     assert used["clip4idc.table1"] == {"clip4idc/clip4idc", "pcl/full"}
+    assert used["clip4idc.table6"] == {"clip4idc/adapt"}      # the adaptation alone, for every dataset
     # every (recipe, table) a notebook trains is in the registry, and every table the registry names trains it
     claimed = {(name, t) for name, r in recipes.RECIPES.items() for t in r.tables}
     assert {(name, t) for t, names in used.items() for name in names} == claimed

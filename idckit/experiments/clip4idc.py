@@ -400,7 +400,8 @@ def _final_scorer(meteor: bool):
 def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: int | None = None,
                 freeze_visual: bool | None = None, progress: bool | None = None) -> dict[str, Any]:
     """The recipe ``clip4idc/<variant>`` on ``s``: adapt (if it does), caption, select on val, decode and score
-    test; every stage cached by its config.
+    test; every stage cached by its config. ``clip4idc/adapt`` stops after the adaptation (at ``seed``; the
+    captioners start from seed 0's) and returns :func:`adapt`'s result with the recipe's name and label.
 
     ``freeze_visual`` None: the profile's choice (frozen at smoke/cpu, fine-tuned at its small lr at paper); True
     freezes the pair encoder (paper table 7). Returns :data:`idckit.experiments.runs.RESULT_KEYS` (``test``:
@@ -413,6 +414,9 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
     v = recipe.settings
     variant = recipe.variant
     n_intra = s.default_n_intra if n_intra is None else _check_n_intra(s, n_intra)
+    if v["captioner"] is None:     # clip4idc/adapt: the retrieval stage alone, at this seed
+        ad = adapt(s, n_intra, seed, progress=progress)
+        return {"model": MODEL, "recipe": recipe.name, "variant": variant, "label": recipe.label, **ad}
     clip = clip_weights(s, progress=progress)
     ad = adapt(s, n_intra, 0, progress=progress) if v["adapt"] else None
     c = copy.deepcopy(s.config["caption"])

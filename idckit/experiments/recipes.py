@@ -79,6 +79,9 @@ _RECIPES = (
            ("clip4idc.table1", "clip4idc.table2", "clip4idc.table3", "clip4idc.table4", "clip4idc.table5",
             "clip4idc.table7"), {"captioner": {"variant": "clip4idc"}, "adapt": True},
            {"clip4idc.table7": "N_intra/N_inter (one row per split, encoder frozen)"}),
+    # table 6 retrieves with the adaptation alone: the first stage of clip4idc/clip4idc, the same cached run
+    Recipe("clip4idc/adapt", "CLIP4IDC adaptation", "retrieval adaptation of the split pair encoder (pair <-> text "
+           "InfoNCE) without the captioning stage", ("clip4idc.table6",), {"captioner": None, "adapt": True}),
     # the explicit-difference baseline beside IDC-PCL
     Recipe("duda/duda", "DUDA", "the dual dynamic attention baseline, on IDC-PCL's data and features",
            ("pcl.table2", "pcl.table3")),
