@@ -42,7 +42,7 @@ def test_pretrain_pool_follows_the_ratios(smoke):
         PretrainTask(data, smoke.config["model"], batch_size=8, ratios={"itm": 1}, **PRETRAIN)
 
 
-FINETUNE = {"mask_prob": 0.15, "eos_prob": 0.15, "distractor_weight": 1.0, "eval_batch_size": 64}
+FINETUNE = {"mask_prob": 0.15, "eos_prob": 0.15, "distractor_weight": 1.0, "eval_batch_size": 64, "targets": "masked"}
 PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl": 1.0, "tau_fda": 1.0}
 
 
@@ -216,6 +216,41 @@ def test_grouped_batches_are_balanced_whole_before_images_with_distinct_referenc
     assert len(seen) == 8 * len(batches)                             # no pair twice in an epoch
     again = list(task.batches(0, torch.Generator().manual_seed(1)))
     assert all(torch.equal(a["text"], b["text"]) for a, b in zip(batches, again))
+
+
+def test_every_position_targets_label_each_query_with_the_next_word_and_train(smoke):
+    """finetune.targets "every": clean captions in, query i labelled with the word (or [EOS]) at position i, [PAD]
+    ignored; the loss is the mean cross-entropy over those labels (checked by hand), and it needs grouped batches."""
+    import torch.nn.functional as F
+
+    from idckit.tasks.pcl import FinetuneTask
+
+    data = pcl.loaded_data(smoke)
+    kw = {**FINETUNE, "targets": "every", "distractor_weight": 0.0}
+    task = FinetuneTask(data, smoke.config["model"], batch_size=16, group_by_pair=True, captions_per_pair=2, **kw)
+    b = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
+    train = data.splits["train"]
+    ids = b["text"].flatten(0, 1)
+    assert not (ids == data.vocab.mask_id).any()                  # nothing masked in the input
+    assert set(ids[:, 0].tolist()) == {data.vocab.bos_id}
+    assert all((train.sample_ids == row).all(1).any() for row in ids)   # each row is a reference, untouched
+    labels = b["labels"].flatten(0, 1)
+    assert labels.shape == (ids.shape[0], ids.shape[1] - 1)
+    assert torch.equal(labels[labels != -100], ids[:, 1:][ids[:, 1:] != data.vocab.pad_id])
+    assert ((labels == data.vocab.eos_id).sum(1) == 1).all()      # every caption learns where it ends
+    torch.manual_seed(0)
+    model = task.build_model().eval()
+    loss, logs = task.train_step(model, b, 0)
+    f1, f2 = data.pair_features("train", b["pairs"])
+    out = model.forward_grouped(f1, f2, b["text"], queries=True)
+    keep = labels != -100
+    torch.testing.assert_close(loss, F.cross_entropy(model.mlm_logits(out.text[keep]), labels[keep]))
+    assert "judge" not in logs
+    with pytest.raises(ConfigError, match='targets "every" needs finetune.group_by_pair'):
+        FinetuneTask(data, smoke.config["model"], batch_size=16, group_by_pair=False, captions_per_pair=1, **kw)
+    with pytest.raises(ConfigError, match="finetune.targets must be one of masked, every, got 'all'"):
+        FinetuneTask(data, smoke.config["model"], batch_size=16, group_by_pair=True, captions_per_pair=2,
+                     **{**kw, "targets": "all"})
 
 
 def test_grouped_forward_equals_the_per_caption_forward(smoke):

@@ -360,3 +360,23 @@ def test_paper_size_parameter_count():
     # - final LayerNorm (1,024) + the public 7th type row (512)
     assert n == 18_214_482
     assert abs((n - mvcl - 1024 + 512) / 1e6 - 16.90) < 0.005
+
+
+def test_every_position_queries_see_what_generation_sees():
+    """forward_grouped(queries=True): query i's output equals the fine-tuning forward on [BOS] w1 .. w(i-1) [MASK]
+    read at the [MASK] (what greedy decoding computes at step i), for every position, [PAD] included; the clean
+    rows are unchanged and the visual side does not see the queries."""
+    m, (f1, f2), ids = tiny(), feats(), text()
+    out = m.forward_grouped(f1, f2, ids[:, None], queries=True)
+    length = ids.shape[1]
+    assert out.text.shape == (3, length - 1, D)
+    for i in range(1, length):
+        prefix = torch.cat([ids[:, :i], torch.full((3, 1), VOCAB.mask_id)], 1)
+        ref = m(f1, f2, prefix, mode="finetune").text[:, i]
+        torch.testing.assert_close(out.text[:, i - 1], ref, atol=1e-5, rtol=1e-5, msg=f"position {i}")
+    plain = m.forward_grouped(f1, f2, ids[:, None])
+    torch.testing.assert_close(out.img1, plain.img1)
+    torch.testing.assert_close(out.visual, plain.visual)
+    # the greedy decoder's first word is the argmax of query 1 (a generation step, not only a forward)
+    first = greedy_decode(m, (f1, f2), 2)[:, 0]
+    assert torch.equal(first, m.mlm_logits(out.text[:, 0]).argmax(-1))

@@ -325,7 +325,7 @@ class PCL(nn.Module):
         return PCLOutput(visual=x[:, :nv], cls=x[:, nv] if has_cls else None, text=x[:, nv + has_cls:],
                          img1=x[:, 0], img2=x[:, 1 + n])
 
-    def forward_grouped(self, f1, f2, text_ids: torch.Tensor) -> PCLOutput:
+    def forward_grouped(self, f1, f2, text_ids: torch.Tensor, queries: bool = False) -> PCLOutput:
         """The fine-tuning forward for k captions of each pair, with the visual side computed once per pair.
 
         f1, f2 [P, n, feat_dim]; text_ids [P, k, L]. Under the fine-tuning mask visual tokens attend only to visual
@@ -334,6 +334,12 @@ class PCL(nn.Module):
         pair ([P, ...]) and text per caption ([P*k, L, d]); in eval mode the text equals :meth:`forward` in
         ``finetune`` mode on each (pair, caption) row (tested). With dropout, a pair's captions share its visual
         dropout masks.
+
+        ``queries=True`` (the ``every`` fine-tuning targets): ``text_ids`` are clean captions and each position
+        i = 1..L-1 also gets a [MASK] query that sees the visual tokens, the clean words before i and itself, which
+        is exactly what generation's step i sees (:meth:`decode_step`). ``text`` is then the queries' outputs
+        [P*k, L-1, d], one per position to predict (equal to :meth:`forward` on ``[BOS] w1 .. w(i-1) [MASK]``,
+        tested), so one forward trains every position of every caption on the context generation will give it.
         """
         p, k, length = text_ids.shape
         flat = text_ids.reshape(p * k, length)
@@ -341,6 +347,8 @@ class PCL(nn.Module):
         nv = xv.shape[1]
         xt = self._text(flat)
         mask = self._finetune_mask(nv, flat)[:, :, nv:]                # [P*k, 1, L, nv + L]: the text rows
+        if queries:
+            xt, mask = self._with_queries(xt, flat, mask, nv)
         for blk in self.cross:
             qv, kv, vv = blk.attn.heads(blk.ln1(xv))
             qt, kt, vt = blk.attn.heads(blk.ln1(xt))
@@ -350,7 +358,23 @@ class PCL(nn.Module):
             xv = blk.finish(xv + blk.drop(blk.attn.attend(qv, kv, vv)))
         xv, xt = self.ln_f(xv), self.ln_f(xt)
         n = self.cfg.n_regions
-        return PCLOutput(visual=xv, cls=None, text=xt, img1=xv[:, 0], img2=xv[:, 1 + n])
+        return PCLOutput(visual=xv, cls=None, text=xt[:, length:] if queries else xt, img1=xv[:, 0],
+                         img2=xv[:, 1 + n])
+
+    def _with_queries(self, xt: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, n_visual: int):
+        """The clean text stream ``xt`` [B, L, d] with a [MASK] query per position 1..L-1 appended, and the mask of
+        all its rows [B, 1, 2L-1, nv + 2L-1]: the clean rows as before (they never see a query), query i the
+        visual keys, the non-[PAD] clean keys at positions < i, and itself."""
+        b, length = ids.shape
+        dev = ids.device
+        q = self._text(torch.full((b, length - 1), self.mask_id, dtype=ids.dtype, device=dev),
+                       torch.arange(1, length, device=dev))
+        before = torch.ones(length - 1, length, dtype=torch.bool, device=dev).tril()     # query i: positions < i
+        query_rows = torch.cat([torch.ones(b, length - 1, n_visual, dtype=torch.bool, device=dev),
+                                before[None] & (ids != self.pad_id)[:, None, :],
+                                torch.eye(length - 1, dtype=torch.bool, device=dev).expand(b, -1, -1)], 2)
+        clean_rows = torch.cat([mask[:, 0], torch.zeros(b, length, length - 1, dtype=torch.bool, device=dev)], 2)
+        return torch.cat([xt, q], 1), torch.cat([clean_rows, query_rows], 1)[:, None]
 
     # -- heads ---------------------------------------------------------------------------------------------
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:

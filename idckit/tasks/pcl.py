@@ -42,6 +42,10 @@ from idckit.text.vocab import Vocab
 from idckit.train import distributed
 
 PRETRAIN_TASKS = ("mlm", "mvcl", "fda", "fgvc")
+#: what fine-tuning predicts: "masked", the paper's ~mask_prob of the words (and eos_prob of the [EOS]) replaced by
+#: [MASK] in the caption; "every", each position through its own [MASK] query over the clean words before it
+#: (:meth:`PCL.forward_grouped` with ``queries``), the context greedy decoding gives it
+FINETUNE_TARGETS = ("masked", "every")
 
 
 @dataclass
@@ -403,9 +407,16 @@ class FinetuneTask(_PCLTask):
 
     def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, mask_prob: float,
                  eos_prob: float, distractor_weight: float, eval_batch_size: int, group_by_pair: bool,
-                 captions_per_pair: int, init_from=None, scorer=None, selection_metric: str = "CIDEr-D",
-                 tokenize: bool = True):
+                 captions_per_pair: int, targets: str, init_from=None, scorer=None,
+                 selection_metric: str = "CIDEr-D", tokenize: bool = True):
         super().__init__(data, model, batch_size=batch_size, init_from=init_from)
+        if targets not in FINETUNE_TARGETS:
+            raise ConfigError(f"finetune.targets must be one of {', '.join(FINETUNE_TARGETS)}, got {targets!r}",
+                              fix='"masked" is the paper\'s masked-LM fine-tuning; "every" trains every position')
+        if targets == "every" and not group_by_pair:
+            raise ConfigError('finetune.targets "every" needs finetune.group_by_pair true',
+                              fix="set finetune.group_by_pair to true (the grouped forward holds the queries)")
+        self.targets = targets
         # Birds-to-Words selects on ROUGE-L and its text is already tokenised (no PTB tokenizer)
         self.selection_metric, self.tokenize = selection_metric, tokenize
         self.mask_prob, self.eos_prob, self.distractor_weight = mask_prob, eos_prob, distractor_weight
@@ -448,10 +459,13 @@ class FinetuneTask(_PCLTask):
             pick = order.argsort(1)[:, :k] if order.shape[1] >= k else order.argsort(1).repeat(1, k)[:, :k]
             samples = self.offsets[pairs][:, None] + pick % counts[:, None]
             ids = train.sample_ids[samples.flatten()]
-            text, labels = mask_tokens(ids, self.data.vocab, generator, p=self.mask_prob, eos_p=self.eos_prob)
             length = ids.shape[1]
+            if self.targets == "every":       # clean text; the label of query i is the word at position i
+                text, labels = ids, ids[:, 1:].masked_fill(ids[:, 1:] == self.data.vocab.pad_id, -100)
+            else:
+                text, labels = mask_tokens(ids, self.data.vocab, generator, p=self.mask_prob, eos_p=self.eos_prob)
             yield {"pairs": pairs, "text": text.view(len(pairs), k, length),
-                   "labels": labels.view(len(pairs), k, length)}
+                   "labels": labels.reshape(len(pairs), k, -1)}
 
     def load(self, batch: dict[str, Any]) -> dict[str, Any]:
         """The batch with its pairs' features read (float16, CPU): a DataLoader worker's part of the step."""
@@ -467,7 +481,7 @@ class FinetuneTask(_PCLTask):
         f1, f2 = self.data.pair_features("train", batch["pairs"], dev, batch.get("features"))
         text, labels = batch["text"].to(dev), batch["labels"].to(dev)
         if text.dim() == 3:
-            out = model.forward_grouped(f1, f2, text)
+            out = model.forward_grouped(f1, f2, text, queries=self.targets == "every")
             labels = labels.flatten(0, 1)
         else:
             out = model(f1, f2, text, mode="finetune")
