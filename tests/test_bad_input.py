@@ -381,6 +381,20 @@ CASES = [
     Case("nb-clip-pretrained-missing", lambda c: lambda: _mod("idckit.experiments.clip4idc").setup(
         "smoke", c.clevr, runs_dir=c.tmp / "runs", pretrained=str(c.tmp / "clip.pt"), progress=False),
         WeightsUnavailableError, lambda c: c.tmp / "clip.pt"),
+    # on the synthetic default (data_root None): a bad setting must fail before that data is generated
+    Case("nb-pcl-device-unknown", lambda c: lambda: _mod("idckit.experiments.pcl").setup(
+        "smoke", None, runs_dir=c.tmp / "runs", device="tpu", progress=False), ConfigError, "'tpu'"),
+    Case("nb-birds-device-unknown", lambda c: lambda: _mod("idckit.experiments.birds").setup(
+        "smoke", None, runs_dir=c.tmp / "runs", device="tpu", progress=False), ConfigError, "'tpu'"),
+    Case("nb-birds-runs-dir-a-file", lambda c: _later(c.file("runs.txt"), lambda f: _mod(
+        "idckit.experiments.birds").setup("smoke", None, runs_dir=f, progress=False)), ConfigError,
+        lambda c: c.tmp / "runs.txt"),
+    Case("nb-clip4idc-device-unknown", lambda c: lambda: _mod("idckit.experiments.clip4idc").setup(
+        "smoke", None, runs_dir=c.tmp / "runs", device="tpu", progress=False), ConfigError, "'tpu'"),
+    Case("nb-clip4idc-model-unknown-default-data", lambda c: lambda: _mod("idckit.experiments.clip4idc").setup(
+        "smoke", None, runs_dir=c.tmp / "runs", clip_model="ViT-Z-99", progress=False), ConfigError, "'ViT-Z-99'"),
+    Case("nb-clip4idc-dataset-unknown", lambda c: lambda: _mod("idckit.experiments.clip4idc").setup(
+        "smoke", None, runs_dir=c.tmp / "runs", dataset="coco", progress=False), ConfigError, "'coco'"),
     Case("nb-override-typo", lambda c: lambda: _mod("idckit.experiments.pcl").setup(
         "smoke", c.clevr, runs_dir=c.tmp / "runs", overrides={"finetune": {"batchsize": 4}}, progress=False),
         ConfigError, "finetune.batchsize"),
