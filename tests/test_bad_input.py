@@ -436,6 +436,10 @@ CASES = [
         lambda c: c.tmp / "store" / "features.npy"),
     Case("file-run-metrics-malformed", lambda c: _later(_run_with_metrics(c, "{"), lambda run: run.metrics()),
          ConfigError, lambda c: c.tmp / "runs" / "toy-run" / "metrics.json"),
+    Case("file-run-test-captions-malformed", lambda c: _later(
+        (c.file("runs/toy-run/test/total_results.json", '[{"image_id": "1"}]'), c.tmp / "runs" / "toy-run")[1],
+        lambda run: _mod("idckit.experiments.runs").test_captions(run)), ConfigError,
+        lambda c: c.tmp / "runs" / "toy-run" / "test" / "total_results.json"),
     Case("api-features-no-images", lambda c: lambda: _mod("idckit.data.features").extract_features(
         c.clevr, images=[], out_dir=c.tmp / "store", progress=False), DatasetError, lambda c: c.clevr),
 ]
