@@ -423,6 +423,10 @@ CASES = [
     Case("nb-report-dir-a-file", lambda c: _later(c.file("reports.txt"), lambda f: _mod("idckit.report").write_report(
         f, "t", "t", [], {k: None for k in _mod("idckit.report").PROVENANCE_KEYS})), ConfigError,
         lambda c: c.tmp / "reports.txt"),
+    Case("nb-walkthrough-n-show-0", lambda c: lambda: _mod("idckit.plots").show_pairs(
+        _mod("idckit.data.clevr_change").ClevrChange(c.clevr).pairs("test"), n=0), ConfigError, "got 0"),
+    Case("nb-walkthrough-n-show-a-string", lambda c: lambda: _mod("idckit.plots").show_pairs(
+        _mod("idckit.data.clevr_change").ClevrChange(c.clevr).pairs("test"), n="4"), ConfigError, "'4'"),
     Case("nb-reproduce-profile", lambda c: lambda: _mod("idckit.reproduce").reproduce(
         ["00_walkthrough"], profile="gpu", report_dir=c.tmp / "rep"), ConfigError, "'gpu'"),
     Case("file-store-meta-malformed", lambda c: _later(
