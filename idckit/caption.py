@@ -84,6 +84,15 @@ def choose_run(runs_dir: str | Path | None = None, *, profile: str | None = None
     from idckit.experiments.data import content_identity
 
     root = Path(runs_dir or paths.runs_dir())
+    if profile is not None:
+        check_profile(profile)
+    ident = None
+    if data_root is not None:
+        from idckit.data.clevr_change import ClevrChange
+
+        ClevrChange(Path(data_root).expanduser())  # a wrong root is named here, with the layout it needs
+        ident = content_identity(Path(data_root).expanduser())
+    _check_runs_dir(root)
     runs = _finished(runs_dir)
     if not runs:
         raise ConfigError("no trained IDC-PCL run found in the run cache", path=root,
@@ -92,13 +101,8 @@ def choose_run(runs_dir: str | Path | None = None, *, profile: str | None = None
                               "or pass --model RUN_DIR")
     wanted = runs
     if profile is not None:
-        check_profile(profile)
         wanted = [r for r in wanted if r.profile == profile]
     if data_root is not None:
-        from idckit.data.clevr_change import ClevrChange
-
-        ClevrChange(Path(data_root).expanduser())  # a wrong root is named here, with the layout it needs
-        ident = content_identity(Path(data_root).expanduser())
         wanted = [r for r in wanted if r.data == ident]
     groups: dict[tuple, list[FinishedRun]] = {}
     for r in wanted:
@@ -133,6 +137,12 @@ def choose_run(runs_dir: str | Path | None = None, *, profile: str | None = None
     return best.dir, why
 
 
+def _check_runs_dir(root: Path) -> None:
+    if root.exists() and not root.is_dir():
+        raise ConfigError("--runs-dir names a file, not a run cache directory", path=root,
+                          fix="pass the directory runs are cached in (default runs/)")
+
+
 def resolve_model(model: str | Path | None, runs_dir: str | Path | None = None, *, profile: str | None = None,
                   data_root: str | Path | None = None) -> Path:
     return _resolve(model, runs_dir, profile=profile, data_root=data_root)[0]
@@ -143,8 +153,14 @@ def _resolve(model, runs_dir, *, profile=None, data_root=None) -> tuple[Path, st
         return choose_run(runs_dir, profile=profile, data_root=data_root)
     run = Path(model)
     if not run.is_dir():
-        candidate = Path(runs_dir or paths.runs_dir()) / str(model)
-        run = candidate if candidate.is_dir() else run
+        root = Path(runs_dir or paths.runs_dir())
+        _check_runs_dir(root)
+        candidate = root / str(model)
+        if not candidate.is_dir():
+            raise ConfigError(f"--model {model} is neither a run directory nor the name of a run in the run cache",
+                              path=candidate, fix="pass a runs/pcl-finetune-<key> directory (or its name), or omit "
+                                                  "--model to take the best finished run")
+        run = candidate
     for need in ("best.pt", "vocab.json", "config.json"):
         if not (run / need).is_file():
             raise ConfigError(f"not a finished IDC-PCL run: {need} is missing", path=run / need,
@@ -182,12 +198,16 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
 
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
         raise ConfigError(f"--beam must be an integer >= 1, got {beam!r}", fix="pass --beam 1 (greedy) or a width")
-    for p in (before, after):
-        load_image(p)  # a clear DatasetError for a missing or unreadable file, before any model work
+    for name, p in (("BEFORE", before), ("AFTER", after)):
+        if not Path(p).is_file():
+            raise DatasetError(f"the {name} image " + ("is a directory" if Path(p).is_dir() else "does not exist"),
+                               path=p, fix="pass the paths of two image files (PNG, JPEG, ...): idckit caption "
+                                           "BEFORE AFTER")
+        load_image(p)  # a clear DatasetError for an unreadable file, before any model work
+    dev = resolve(device)
     run, why = _resolve(model, runs_dir, profile=profile, data_root=data_root)
     cfg = _run_config(run)
     vocab = Vocab.load(run / "vocab.json")
-    dev = resolve(device)
     net, forward, label = build_backbone(cfg["features"], None)
     net.to(dev)
     if label != cfg.get("weights"):

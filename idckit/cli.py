@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from idckit import paths
-from idckit.errors import DatasetError, IdckitError
+from idckit.errors import IdckitError
 from idckit.experiments.config import PROFILES
 
 
@@ -29,9 +29,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from idckit.fileio import check_output_dir
 
     check_output_dir(args.out, "--out")
-    if args.seed < 0:  # numpy's generators take only non-negative seeds; say so before any rendering
-        raise DatasetError(f"--seed must be >= 0, got {args.seed}", path=args.out, fix="pass --seed 0 or any n >= 0")
-
     generate(args.out, n_pairs=args.pairs, seed=args.seed, size=args.size, camera_jitter=args.camera_jitter,
              lamp_jitter=args.lamp_jitter, workers=args.workers, overwrite=args.overwrite)
     return 0
@@ -87,6 +84,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                           fix="torchrun --nproc_per_node=N -m idckit.cli train pcl|clip4idc ..., then "
                               "`idckit reproduce` (or: make reproduce NPROC=N)")
 
+    if args.device:    # every notebook would fail on it, one after the other
+        from idckit.device import resolve
+
+        resolve(args.device)
     outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
                          report_dir=args.report_dir, runs_dir=args.runs_dir,
                          extra_parameters={"device": args.device} if args.device else None)

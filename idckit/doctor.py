@@ -174,6 +174,10 @@ def report(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
                         "root as data_root " + (f"({found[0].name}, generated)" if found
                                                 else "(generated on first use)")))
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
+    if runs.exists() and not runs.is_dir():
+        lines.append((False, f"runs: {runs} is a file, not a run cache directory; pass --runs-dir DIR (default "
+                             "runs/)"))
+        return lines
     stores = sorted(runs.glob("features/*/*/meta.json"))
     kinds = {}
     for fit in runs.glob("*/fit.json"):

@@ -9,6 +9,7 @@ import textwrap
 from typing import Any, Mapping, Sequence
 
 from idckit.data.clevr_change import Pair, load_image
+from idckit.errors import ConfigError
 
 
 def pick_pairs(pairs: Sequence[Pair], n: int = 4) -> list[Pair]:
@@ -49,6 +50,9 @@ def show_pairs(pairs: Sequence[Pair], *, n: int = 4, captions: Mapping[str, Mapp
     (Birds-to-Words: ``("animal1", "animal2")``)."""
     import matplotlib.pyplot as plt
 
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:   # the walkthrough's n_show parameter
+        raise ConfigError(f"the number of pairs to show must be an integer >= 1, got {n!r}",
+                          fix="pass e.g. n_show=4")
     shown = pick_pairs(pairs, n)
     texts = [_caption_text(p, captions, references, 70) for p in shown]
     heights = [max(2.3, 0.2 * t.count("\n") + 0.6) for t in texts]

@@ -28,7 +28,7 @@
 profile = "cpu"        # smoke | cpu | paper
 data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # unused here (no training); kept so every notebook takes the same parameters
-report_dir = None      # None: reports/ in the repo
+report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 n_show = 4

@@ -32,7 +32,7 @@
 profile = "cpu"        # smoke | cpu | paper
 data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo (shared with the captioning tables)
-report_dir = None      # None: reports/ in the repo
+report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]            # adaptation seeds (the captioning tables use seed 0)
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu); e.g. ViT-B-32

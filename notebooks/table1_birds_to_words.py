@@ -31,7 +31,7 @@
 profile = "cpu"        # smoke | cpu | paper
 data_root = None       # None: the SynthBirds default of the profile; else a root with birds_to_words/, CUB_200_2011/, nabirds/
 runs_dir = None        # None: runs/ in the repo (runs are cached by config hash and shared with table 5)
-report_dir = None      # None: reports/ in the repo
+report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 
@@ -48,7 +48,7 @@ from idckit.plots import show_pairs, side_by_side_bars
 from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
 t0 = time.time()
-report_dir = report_dir or paths.reports_dir()
+report_dir = report_dir or paths.reports_dir(profile)
 setup = birds.setup(profile, data_root, runs_dir=runs_dir, device=device)
 results = birds.runs(setup, ["b2w", "both"], seeds)
 base = birds.baselines(setup)

@@ -28,7 +28,7 @@
 profile = "cpu"        # smoke | cpu | paper
 data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo (runs are cached by config hash and shared between tables)
-report_dir = None      # None: reports/ in the repo
+report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 backbone = None        # None: the profile default (efficientnet_lite0); resnet101 or clip:MODEL

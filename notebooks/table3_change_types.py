@@ -23,7 +23,7 @@
 profile = "cpu"        # smoke | cpu | paper
 data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo (shared with table 2 and table 4)
-report_dir = None      # None: reports/ in the repo
+report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 backbone = None        # None: the profile default (efficientnet_lite0)

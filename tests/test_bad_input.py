@@ -138,6 +138,32 @@ CASES = [
                                          "--lamp-jitter", "nan"), DatasetError, "nan"),
     Case("generate-seed-negative", cli("generate", "clevr-change", "--out", lambda c: c.tmp / "ds", "--pairs", "20",
                                        "--seed", "-1"), DatasetError, "-1"),
+    Case("generate-birds-seed-negative", cli("generate", "birds", "--out", lambda c: c.tmp / "ds", "--pairs", "30",
+                                             "--seed", "-1"), DatasetError, "-1"),
+    Case("generate-birds-out-under-a-file", cli("generate", "birds", "--out", lambda c: c.file("f.txt") / "ds"),
+         ConfigError, lambda c: c.tmp / "f.txt"),
+    Case("generate-birds-marker-malformed", cli("generate", "birds", "--out", lambda c: (
+        c.file("ds/synth_info.json", "{"), c.file("ds/thesis.tex"), c.tmp / "ds")[2], "--overwrite"), DatasetError,
+        lambda c: c.tmp / "ds" / "synth_info.json"),
+    Case("generate-birds-marker-not-synthetic", cli("generate", "birds", "--out", lambda c: (
+        c.file("ds/synth_info.json", '{"pairs": 600}'), c.tmp / "ds")[1], "--overwrite"), DatasetError,
+        lambda c: c.tmp / "ds" / "synth_info.json"),
+    Case("generate-spot-the-diff-seed-negative", cli("generate", "spot-the-diff", "--out", lambda c: c.tmp / "ds",
+                                                     "--pairs", "12", "--seed", "-1"), DatasetError, "-1"),
+    Case("generate-spot-the-diff-out-under-a-file", cli("generate", "spot-the-diff", "--out",
+                                                        lambda c: c.file("f.txt") / "ds"), ConfigError,
+         lambda c: c.tmp / "f.txt"),
+    Case("generate-editing-request-seed-negative", cli("generate", "editing-request", "--out",
+                                                       lambda c: c.tmp / "ds", "--pairs", "12", "--seed", "-2"),
+         DatasetError, "-2"),
+    Case("generate-editing-request-out-under-a-file", cli("generate", "editing-request", "--out",
+                                                          lambda c: c.file("f.txt") / "ds"), ConfigError,
+         lambda c: c.tmp / "f.txt"),
+    Case("generate-editing-request-workers-0", cli("generate", "editing-request", "--out", lambda c: c.tmp / "ds",
+                                                   "--workers", "0"), DatasetError, "got 0"),
+    Case("generate-editing-request-marker-malformed", cli("generate", "editing-request", "--out", lambda c: (
+        c.file("ds/synth_info.json", "not json"), c.tmp / "ds")[1], "--overwrite"), DatasetError,
+        lambda c: c.tmp / "ds" / "synth_info.json"),
     # -- evaluate: the dataset's files ---------------------------------------------------------------------
     Case("evaluate-empty-reference", cli("evaluate", RESULTS, "--data", lambda c: (c.edit_json(
         "change_captions.json", lambda o: o.update({"CLEVR_default_000002.png": [""]})), c.clevr)[1]),
@@ -238,6 +264,8 @@ CASES = [
     Case("reproduce-runs-dir-a-file", cli("reproduce", "00_walkthrough", "--report-dir", lambda c: c.tmp / "rep",
                                           "--runs-dir", lambda c: c.file("runs.txt")), ConfigError,
          lambda c: c.tmp / "runs.txt"),
+    Case("reproduce-device-unknown", cli("reproduce", "00_walkthrough", "--profile", "smoke", "--report-dir",
+                                         lambda c: c.tmp / "rep", "--device", "tpu"), ConfigError, "'tpu'"),
     Case("reproduce-status-malformed", cli("reproduce", "00_walkthrough", "--report-dir",
                                            lambda c: c.reports({"status.json": "{oops"})),
          ConfigError, lambda c: c.tmp / "reports" / "status.json"),
@@ -272,6 +300,34 @@ CASES = [
                                             lambda c: c.clevr / "sc_images" / "CLEVR_semantic_000000.png", "--model",
                                             lambda c: c.fake_run()),
          ConfigError, lambda c: c.tmp / "runs" / "pcl-finetune-0123456789ab" / "best.pt"),
+    Case("caption-after-a-directory", cli("caption", lambda c: c.clevr / "images" / "CLEVR_default_000000.png",
+                                          lambda c: c.clevr / "images"), DatasetError, lambda c: c.clevr / "images"),
+    Case("caption-profile-unknown", cli("caption", lambda c: c.clevr / "images" / "CLEVR_default_000000.png",
+                                        lambda c: c.clevr / "sc_images" / "CLEVR_semantic_000000.png", "--profile",
+                                        "gpu", "--runs-dir", lambda c: c.tmp / "runs"), ConfigError, "'gpu'"),
+    Case("caption-data-root-missing", cli("caption", lambda c: c.clevr / "images" / "CLEVR_default_000000.png",
+                                          lambda c: c.clevr / "sc_images" / "CLEVR_semantic_000000.png",
+                                          "--data-root", lambda c: c.tmp / "nowhere", "--runs-dir",
+                                          lambda c: c.tmp / "runs"), DatasetError, lambda c: c.tmp / "nowhere"),
+    Case("caption-runs-dir-a-file", cli("caption", lambda c: c.clevr / "images" / "CLEVR_default_000000.png",
+                                        lambda c: c.clevr / "sc_images" / "CLEVR_semantic_000000.png", "--runs-dir",
+                                        lambda c: c.file("runs.txt")), ConfigError, lambda c: c.tmp / "runs.txt"),
+    Case("caption-model-name-unknown", cli("caption", lambda c: c.clevr / "images" / "CLEVR_default_000000.png",
+                                           lambda c: c.clevr / "sc_images" / "CLEVR_semantic_000000.png", "--model",
+                                           "pcl-finetune-nosuchrun", "--runs-dir", lambda c: c.tmp / "runs"),
+         ConfigError, "pcl-finetune-nosuchrun"),
+    Case("caption-device-unknown", cli("caption", lambda c: c.clevr / "images" / "CLEVR_default_000000.png",
+                                       lambda c: c.clevr / "sc_images" / "CLEVR_semantic_000000.png", "--device",
+                                       "tpu", "--runs-dir", lambda c: c.tmp / "runs"), ConfigError, "'tpu'"),
+    # -- train, list ---------------------------------------------------------------------------------------
+    Case("train-seeds-negative", cli("train", "pcl", "--profile", "smoke", "--seeds", "-1"), ConfigError, "-1"),
+    Case("train-seeds-repeated", cli("train", "pcl", "--profile", "smoke", "--seeds", "0", "0"), ConfigError,
+         "[0, 0]"),
+    Case("train-variant-unknown", cli("train", "clip4idc", "--profile", "smoke", "--variants", "clip5idc"),
+         ConfigError, "'clip5idc'"),
+    Case("train-device-unknown", cli("train", "pcl", "--profile", "smoke", "--device", "tpu"), ConfigError,
+         "'tpu'"),
+    Case("list-no-match", cli("list", "zzz/*"), ConfigError, "'zzz/*'"),
     # -- pretrain-clip -------------------------------------------------------------------------------------
     Case("pretrain-clip-out-is-a-dir", cli("pretrain-clip", "--profile", "smoke", "--runs-dir",
                                            lambda c: c.tmp / "runs", "--out",
@@ -325,6 +381,20 @@ CASES = [
     Case("nb-clip-pretrained-missing", lambda c: lambda: _mod("idckit.experiments.clip4idc").setup(
         "smoke", c.clevr, runs_dir=c.tmp / "runs", pretrained=str(c.tmp / "clip.pt"), progress=False),
         WeightsUnavailableError, lambda c: c.tmp / "clip.pt"),
+    # on the synthetic default (data_root None): a bad setting must fail before that data is generated
+    Case("nb-pcl-device-unknown", lambda c: lambda: _mod("idckit.experiments.pcl").setup(
+        "smoke", None, runs_dir=c.tmp / "runs", device="tpu", progress=False), ConfigError, "'tpu'"),
+    Case("nb-birds-device-unknown", lambda c: lambda: _mod("idckit.experiments.birds").setup(
+        "smoke", None, runs_dir=c.tmp / "runs", device="tpu", progress=False), ConfigError, "'tpu'"),
+    Case("nb-birds-runs-dir-a-file", lambda c: _later(c.file("runs.txt"), lambda f: _mod(
+        "idckit.experiments.birds").setup("smoke", None, runs_dir=f, progress=False)), ConfigError,
+        lambda c: c.tmp / "runs.txt"),
+    Case("nb-clip4idc-device-unknown", lambda c: lambda: _mod("idckit.experiments.clip4idc").setup(
+        "smoke", None, runs_dir=c.tmp / "runs", device="tpu", progress=False), ConfigError, "'tpu'"),
+    Case("nb-clip4idc-model-unknown-default-data", lambda c: lambda: _mod("idckit.experiments.clip4idc").setup(
+        "smoke", None, runs_dir=c.tmp / "runs", clip_model="ViT-Z-99", progress=False), ConfigError, "'ViT-Z-99'"),
+    Case("nb-clip4idc-dataset-unknown", lambda c: lambda: _mod("idckit.experiments.clip4idc").setup(
+        "smoke", None, runs_dir=c.tmp / "runs", dataset="coco", progress=False), ConfigError, "'coco'"),
     Case("nb-override-typo", lambda c: lambda: _mod("idckit.experiments.pcl").setup(
         "smoke", c.clevr, runs_dir=c.tmp / "runs", overrides={"finetune": {"batchsize": 4}}, progress=False),
         ConfigError, "finetune.batchsize"),
@@ -353,6 +423,10 @@ CASES = [
     Case("nb-report-dir-a-file", lambda c: _later(c.file("reports.txt"), lambda f: _mod("idckit.report").write_report(
         f, "t", "t", [], {k: None for k in _mod("idckit.report").PROVENANCE_KEYS})), ConfigError,
         lambda c: c.tmp / "reports.txt"),
+    Case("nb-walkthrough-n-show-0", lambda c: lambda: _mod("idckit.plots").show_pairs(
+        _mod("idckit.data.clevr_change").ClevrChange(c.clevr).pairs("test"), n=0), ConfigError, "got 0"),
+    Case("nb-walkthrough-n-show-a-string", lambda c: lambda: _mod("idckit.plots").show_pairs(
+        _mod("idckit.data.clevr_change").ClevrChange(c.clevr).pairs("test"), n="4"), ConfigError, "'4'"),
     Case("nb-reproduce-profile", lambda c: lambda: _mod("idckit.reproduce").reproduce(
         ["00_walkthrough"], profile="gpu", report_dir=c.tmp / "rep"), ConfigError, "'gpu'"),
     Case("file-store-meta-malformed", lambda c: _later(
@@ -366,6 +440,10 @@ CASES = [
         lambda c: c.tmp / "store" / "features.npy"),
     Case("file-run-metrics-malformed", lambda c: _later(_run_with_metrics(c, "{"), lambda run: run.metrics()),
          ConfigError, lambda c: c.tmp / "runs" / "toy-run" / "metrics.json"),
+    Case("file-run-test-captions-malformed", lambda c: _later(
+        (c.file("runs/toy-run/test/total_results.json", '[{"image_id": "1"}]'), c.tmp / "runs" / "toy-run")[1],
+        lambda run: _mod("idckit.experiments.runs").test_captions(run)), ConfigError,
+        lambda c: c.tmp / "runs" / "toy-run" / "test" / "total_results.json"),
     Case("api-features-no-images", lambda c: lambda: _mod("idckit.data.features").extract_features(
         c.clevr, images=[], out_dir=c.tmp / "store", progress=False), DatasetError, lambda c: c.clevr),
 ]

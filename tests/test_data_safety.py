@@ -105,3 +105,14 @@ def test_a_damaged_image_cache_is_decoded_again_not_a_traceback(tiny_clevr, tmp_
             (tmp_path / "cache" / name).write_bytes(data)
         again = ImageCache.build(tiny_clevr, rel, 16, cache_dir=tmp_path / "cache")
         assert again.index == first.index and bool((again.pixels == first_pixels).all())
+
+
+def test_every_notebook_reports_into_its_profiles_directory():
+    """A notebook run directly (papermill -p profile smoke) must not overwrite the committed cpu reports either."""
+    import re
+
+    notebooks = sorted(paths.notebooks_dir().glob("*.py"))
+    assert notebooks
+    for nb in notebooks:
+        calls = re.findall(r"paths\.reports_dir\(([^)]*)\)", nb.read_text())
+        assert calls == ["profile"], f"{nb.name}: report_dir must default to paths.reports_dir(profile), got {calls}"

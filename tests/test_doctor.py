@@ -36,3 +36,12 @@ def test_doctor_fails_on_a_dataset_without_the_layout(capsys, tmp_path):
     assert main(["doctor", "--data-root", str(tmp_path / "nowhere"), "--runs-dir", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "! data:" in out and "fix:" in out
+
+
+def test_doctor_flags_a_runs_dir_that_is_a_file(capsys, tmp_path):
+    runs = tmp_path / "runs.txt"
+    runs.write_text("notes")
+    assert main(["doctor", "--profile", "smoke", "--runs-dir", str(runs)]) == 1
+    problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("! ")]
+    assert any(str(runs) in p and "is a file" in p and "--runs-dir" in p for p in problems)
+    assert runs.read_text() == "notes"

@@ -144,7 +144,8 @@ def test_caption_cli_uses_the_best_run(smoke, capsys):
                  "--model", full["run"]]) == 0
     assert "judgment:" in capsys.readouterr().out
     assert main(["caption", str(pair.before), "/nonexistent.png", "--runs-dir", str(smoke.runs_dir)]) == 2
-    assert "image file not found" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the AFTER image does not exist" in err and "/nonexistent.png" in err and "fix:" in err
     with pytest.raises(DatasetError):
         caption_pair(pair.before, smoke.runs_dir / "config.json", runs_dir=smoke.runs_dir)
 

@@ -83,7 +83,7 @@ def test_idempotent_and_refuses_what_it_did_not_write(synth, tmp_path):
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
-    with pytest.raises(DatasetError, match="not a SynthBirds directory"):
+    with pytest.raises(DatasetError, match="no synth_info.json"):
         generate(foreign, overwrite=True, progress=False, **ARGS)
     assert main(["generate", "birds", "--out", str(foreign), "--pairs", "48", "--overwrite"]) == 2
     assert (foreign / "notes.txt").read_text() == "keep me"

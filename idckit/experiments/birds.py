@@ -30,6 +30,7 @@ from idckit.experiments.config import check_profile, check_seeds, load_config, t
 from idckit.experiments.data import BirdsChoice, birds
 from idckit.experiments.pcl import MODEL
 from idckit.experiments.runs import Run, open_run, variant_result
+from idckit.fileio import check_output_dir
 
 FAMILY = "pcl-birds"           # the recipes this module trains (table 5's rows): pcl-birds/b2w, ...
 #: table 1's names of the ``b2w`` and ``both`` rows (IDC-PCL, IDC-PCL + extra data)
@@ -59,12 +60,15 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
           device: str | None = None) -> Setup:
     """Data (SynthBirds generated on first use unless ``data_root``) and the grid features of every image of its
     three datasets (extracted once, cached). ``device``: None (auto), ``cpu``, ``cuda:1``, ..."""
+    from idckit.device import resolve
+
     check_profile(profile)
     cfg = load_config("pcl_birds", profile, overrides)
     configured = cfg.pop("device")      # never part of a run key
     loader = cfg.pop("loader")
     device = device or configured
-    runs = Path(runs_dir) if runs_dir else paths.runs_dir()
+    runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
+    resolve(device)     # an unknown device fails here, before SynthBirds is generated
     data = birds(profile, data_root, progress=progress)
     out = runs / "features" / data.cache_name / cfg["backbone"].replace(":", "_").replace("/", "_")
     store = extract_features(data.root, cfg["backbone"], images=data.images(), out_dir=out, progress=progress,

@@ -76,15 +76,7 @@ class Setup:
         return {"data": self.data.identity, "data_version": self.data.version}
 
     def _vision(self) -> dict:
-        import open_clip
-
-        import idckit.models.clip_loader  # noqa: F401  (registers the kit's stand-in configs)
-
-        cfg = open_clip.get_model_config(self.clip_model)
-        if cfg is None:
-            raise ConfigError(f"unknown CLIP architecture {self.clip_model!r}",
-                              fix="use one of open_clip.list_models(), e.g. 'ViT-B-32' or 'idckit-standin-ViT-T-16'")
-        return cfg["vision_cfg"]
+        return _vision_config(self.clip_model)
 
     @property
     def image_size(self) -> int:
@@ -115,6 +107,8 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     ``pretrained=None`` with no override means the profile's choice (the stand-in at smoke and cpu).
     ``overrides`` = ``{"standin": {...}, "adapt": {...}, "caption": {...}}`` deep-merged into the configs.
     ``device`` (``auto``, ``cpu``, ``cuda:1``, ...) overrides every config's device."""
+    from idckit.device import resolve as resolve_device
+
     check_profile(profile)
     overrides = overrides or {}
     if not isinstance(overrides, dict):
@@ -141,11 +135,13 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
         cfg[kind].pop("device", None)
     loaders = {kind: cfg[kind].pop("loader") for kind in devices}
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
-    s = Setup(profile, cfg, pair_dataset(dataset, profile, data_root, progress=progress), runs, progress, devices,
-              loaders)
-    s.image_size  # noqa: B018  (fails now, with the fix, on an unknown architecture)
+    # every setting is checked before the data is generated (a bad one would otherwise leave a dataset behind)
+    for spec in set(devices.values()):
+        resolve_device(spec)
+    _vision_config(clip["model"])
     _check_pretrained(clip["model"], clip["pretrained"])
-    return s
+    return Setup(profile, cfg, pair_dataset(dataset, profile, data_root, progress=progress), runs, progress, devices,
+                 loaders)
 
 
 def dataset_settings(name: str, dataset: str, profile: str) -> dict[str, Any]:
@@ -154,6 +150,18 @@ def dataset_settings(name: str, dataset: str, profile: str) -> dict[str, Any]:
     CLEVR-Change, the files' own subject, has none."""
     block = read_config_file(name).get("datasets", {}).get(dataset, {})
     return copy.deepcopy(block.get(profile, {}))
+
+
+def _vision_config(model: str) -> dict:
+    import open_clip
+
+    import idckit.models.clip_loader  # noqa: F401  (registers the kit's stand-in configs)
+
+    cfg = open_clip.get_model_config(model)
+    if cfg is None:
+        raise ConfigError(f"unknown CLIP architecture {model!r}",
+                          fix="use one of open_clip.list_models(), e.g. 'ViT-B-32' or 'idckit-standin-ViT-T-16'")
+    return cfg["vision_cfg"]
 
 
 def _check_pretrained(model: str, pretrained: object) -> None:

@@ -95,7 +95,8 @@ def loader(name: str):
     from idckit.errors import ConfigError
 
     if name not in DATASETS:
-        raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+        raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}",
+                          fix=f"pass dataset= one of {', '.join(DATASETS)} (data_root in that dataset's layout)")
     module, cls = DATASETS[name]["loader"].split(":")
     return getattr(importlib.import_module(module), cls)
 

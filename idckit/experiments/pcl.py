@@ -63,6 +63,8 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     ``hard=True``: the synthetic set at CLEVR-Change's own jitter instead of the profile's learnable default.
     ``device`` (``auto``, ``cpu``, ``cuda:1``, ...) overrides the config's; a run's result does not depend on it
     beyond float rounding, so it is not part of the run keys."""
+    from idckit.device import resolve
+
     check_profile(profile)
     cfg = load_config("pcl", profile, overrides)
     configured = cfg.pop("device")
@@ -71,6 +73,7 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     if backbone:
         cfg["backbone"] = backbone
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
+    resolve(device)     # an unknown device fails here, before the data is generated
     data = clevr_change(profile, data_root, hard=hard, progress=progress)
     out = runs / "features" / data.tag / cfg["backbone"].replace(":", "_").replace("/", "_")
     store = extract_features(data.root, cfg["backbone"], weights=cfg["backbone_weights"], out_dir=out,

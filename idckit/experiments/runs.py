@@ -141,7 +141,12 @@ def test_captions(run_dir: str | Path) -> dict[str, str]:
     path = Path(run_dir) / "test" / "total_results.json"
     if not path.is_file():
         return {}
-    return {x["image_id"]: x["caption"] for x in json.loads(path.read_text())}
+    try:
+        return {x["image_id"]: x["caption"] for x in json.loads(path.read_text())}
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError) as e:
+        raise ConfigError(f"this run's test captions are unreadable ({type(e).__name__}: {e})", path=path,
+                          fix="delete the run's metrics.json and run again: the run resumes from its last checkpoint "
+                              "and decodes test anew") from e
 
 
 def captions_by_run(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:

@@ -35,9 +35,13 @@ def train(kind: str, profile: str = DEFAULT_PROFILE, data_root: str | Path | Non
         from idckit.experiments import pcl as experiments
     else:
         from idckit.experiments import clip4idc as experiments
-    variants = recipes.check_variants(list(variants) if variants else None, kind)   # before any process starts
+    from idckit.experiments.config import check_seeds
+
+    # before any process starts, and before the data and features are prepared
+    variants = recipes.check_variants(list(variants) if variants else None, kind)
+    seeds = check_seeds(list(seeds))
     distributed.init(resolve(device))
     progress = progress and distributed.is_main()
     s = distributed.main_first(lambda: experiments.setup(profile, data_root, runs_dir=runs_dir, progress=progress,
                                                          device=device))
-    return experiments.runs(s, variants, list(seeds), progress=progress)
+    return experiments.runs(s, variants, seeds, progress=progress)

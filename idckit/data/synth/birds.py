@@ -35,7 +35,7 @@ from typing import Callable
 import numpy as np
 
 from idckit.data.birds_to_words import COLUMNS, TSV_NAME
-from idckit.data.synth import bird_text
+from idckit.data.synth import bird_text, writing
 from idckit.data.synth.bird_render import render_bird
 from idckit.data.synth.bird_species import Taxonomy, sample_individual, sample_taxonomy, visual_neighbour
 from idckit.errors import DatasetError
@@ -162,27 +162,15 @@ def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nab
                            fix="each class needs a training and a test image")
     if size < 48:
         raise DatasetError(f"--size {size} is too small to draw a bird", path=out, fix="use at least 48 (default 128)")
-    if workers < 1:
-        raise DatasetError(f"--workers must be >= 1, got {workers}", path=out)
+    writing.check_workers_seed_out(out, workers, seed)
     tree = tuple(int(v) for v in tree)
     if len(tree) != 4 or tree[0] < 2 or min(tree[1:]) < 2:
         raise DatasetError(f"tree {tree} cannot give every branch of the pivot-branch scheme", path=out,
                            fix="use at least 2 orders, 2 families per order, 2 genera per family, 2 species per genus")
     info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "cub_per_class": cub_per_class,
             "nabirds_per_class": nabirds_per_class, "size": size, "seed": seed, "tree": list(tree)}
-    info_path = out / "synth_info.json"
-    if out.exists() and not out.is_dir():
-        raise DatasetError("--out is a file, not a directory", path=out, fix="choose a directory path for --out")
-    if out.exists() and any(out.iterdir()):
-        if not info_path.is_file():
-            raise DatasetError("output directory exists and is not a SynthBirds directory (no synth_info.json)",
-                               path=out, fix="choose another --out; the kit only replaces what it generated")
-        old = json.loads(info_path.read_text())
-        if {k: old.get(k) for k in info} == info:
-            return out
-        if not overwrite:
-            raise DatasetError("output directory holds SynthBirds made with other arguments", path=out,
-                               fix="choose another --out, or pass --overwrite to replace it")
+    if writing.reusable(out, info, overwrite):
+        return out
 
     tax = sample_taxonomy(seed, orders=tree[0], families=tree[1], genera=tree[2], species=tree[3])
     plans = {"birds_to_words": _plan_birds_to_words(tax, n_pairs, seed, size),

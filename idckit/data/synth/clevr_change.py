@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from idckit.data.clevr_change import CHANGE_TYPES, default_name
-from idckit.data.synth import captions, render, scene as scenes
+from idckit.data.synth import captions, render, scene as scenes, writing
 from idckit.data.synth.vocab import GENERATOR_VERSION
 from idckit.errors import DatasetError
 
@@ -118,8 +118,7 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
     if min(size) < 32:
         raise DatasetError(f"--size {size[0]}x{size[1]} is too small to render objects", path=out,
                            fix="use at least 64x48; the default is 240x160")
-    if workers < 1:
-        raise DatasetError(f"--workers must be >= 1, got {workers}", path=out, fix="pass --workers 1 or more")
+    writing.check_workers_seed_out(out, workers, seed)
     for name, value in (("--camera-jitter", camera_jitter), ("--lamp-jitter", lamp_jitter)):
         if not (0.0 <= float(value) <= 3.0):
             raise DatasetError(f"{name} must be between 0 and 3 scene units, got {value}", path=out,

@@ -435,7 +435,7 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, 
     from tqdm.auto import tqdm
 
     out = Path(out)
-    writing.check_common(out, n_pairs, 12, workers)
+    writing.check_common(out, n_pairs, 12, workers, seed)
     info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "seed": seed, "size": [SIZE, SIZE]}
     if writing.reusable(out, info, overwrite):
         return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import numbers
 import os
 import shutil
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ def reusable(out: Path, info: dict, overwrite: bool) -> bool:
     if not out.exists():
         return False
     if not out.is_dir():
-        raise DatasetError("output path exists and is not a directory", path=out, fix="choose another --out")
+        raise DatasetError("output path is a file, not a directory", path=out, fix="choose another --out")
     marker = out / MARKER
     if not marker.is_file():
         if any(out.iterdir()):
@@ -37,11 +38,15 @@ def reusable(out: Path, info: dict, overwrite: bool) -> bool:
     try:
         old = json.loads(marker.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
-        old = {}
+        old = None
+    if not isinstance(old, dict) or old.get("synthetic") is not True:   # not the marker the kit writes
+        raise DatasetError(f"{MARKER} here is not one idckit wrote (unreadable, or not marked synthetic), so this "
+                           "directory may not be a synthetic dataset; refusing to replace it", path=marker,
+                           fix="choose another --out (or empty this directory yourself)")
     if {k: old.get(k) for k in info} == info:
         return True
     if not overwrite:
-        raise DatasetError("output directory holds another synthetic dataset (different generator arguments)",
+        raise DatasetError("output directory holds another synthetic dataset (made with other arguments)",
                            path=out, fix="choose another --out, or pass --overwrite to replace it")
     return False
 
@@ -91,12 +96,24 @@ def ordered_map(fn: Callable, jobs: Iterable, workers: int, chunksize: int = 4) 
         yield from pool.imap(fn, jobs, chunksize=chunksize)
 
 
-def check_common(out: Path, n_pairs: int, minimum: int, workers: int) -> None:
+def check_common(out: Path, n_pairs: int, minimum: int, workers: int, seed: int) -> None:
+    """Every generator argument checked before the first image (a bad one found later would waste the rendering)."""
     if n_pairs < minimum:
         raise DatasetError(f"--pairs {n_pairs} is too small", path=out,
                            fix=f"use at least {minimum} so every split has pairs")
+    check_workers_seed_out(out, workers, seed)
+
+
+def check_workers_seed_out(out: Path, workers: int, seed: int) -> None:
+    from idckit.fileio import check_output_dir
+
     if workers < 1:
-        raise DatasetError(f"--workers must be >= 1, got {workers}", path=out)
+        raise DatasetError(f"--workers must be >= 1, got {workers}", path=out, fix="pass --workers 1 or more")
+    # numpy's seed sequences take only non-negative integers
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise DatasetError(f"--seed must be an integer >= 0, got {seed!r}", path=out, fix="pass --seed 0 or any n >= 0")
+    if not out.exists():    # a path under a file or in a read-only place: refused before any work
+        check_output_dir(out, "--out")
 
 
 def split_ids(n: int, seed: int, fractions: dict[str, float]) -> dict[str, list[int]]:
