@@ -1,4 +1,5 @@
-"""FDA hard negatives (Retrieve / Replace / Confuse) on the real caption shapes of datasets.md 1.5 and 4."""
+"""FDA hard negatives (Retrieve / Replace / Confuse) on the caption shapes of the real CLEVR-Change and
+Birds-to-Words releases."""
 from __future__ import annotations
 
 import json

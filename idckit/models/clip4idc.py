@@ -1,6 +1,6 @@
 """CLIP4IDC (Guo et al., AACL 2022) on open_clip: pair encoder, retrieval adaptation model, captioner.
 
-Follows the paper (003_, section 2 and appendix B) and, where the paper is silent, the authors' public code
+Follows the paper (section 2 and appendix B) and, where the paper is silent, the authors' public code
 (sushizixin/CLIP4IDC; see docs/clip4idc.md). open_clip's modules are wrapped, never copied.
 
 Pair encoder (paper eq. 2-5; public code ``VisualTransformer.forward``). Each image of a pair goes through CLIP's own
@@ -22,8 +22,9 @@ The pair vector is the mean of the two projected CLS tokens (eq. 5, positions 1 
 
 Deviations from the public code, on purpose:
 * fp32 throughout. The public code converts CLIP's linear/conv/attention weights to fp16 and trains them with a
-  BertAdam at lr 1e-7 with no loss scaling; in fp16 those updates underflow or round away (clip4idc.md section 7),
-  so "CLIP fine-tuned at 1e-7" would mean something else per gradient scale. Mixed precision belongs to autocast.
+  BertAdam at lr 1e-7 with no loss scaling; in fp16 Adam's second moment underflows for small gradients and
+  larger updates round away, so "CLIP fine-tuned at 1e-7" would mean something else per gradient scale. Mixed
+  precision belongs to autocast.
 * Text features for captions shorter than CLIP's context (32 of 77 tokens, as in the public code) are computed on
   the first L positions only. Because CLIP's text attention is causal, this equals open_clip's ``encode_text`` on
   the same tokens padded to the full context (tested) at less than half the cost.
