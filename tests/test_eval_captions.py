@@ -11,6 +11,7 @@ import math
 
 import pytest
 
+from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.errors import MissingDependencyError, ResultsError
 from idckit.eval import captions as C
 
@@ -61,7 +62,7 @@ CANDS = {
 }
 SUBSETS = {"total": sorted(CANDS), "semantic": sorted(k for k in CANDS if not k.endswith("_n")),
            **{t: sorted(k for k in CANDS if TYPES[k] == t)
-              for t in ("color", "material", "add", "drop", "move", "distractor")}}
+              for t in (*CHANGE_TYPES, DISTRACTOR)}}
 
 
 @pytest.fixture(autouse=True)

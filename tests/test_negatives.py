@@ -10,6 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.data.synth.vocab import COLORS, NO_CHANGE_SENTENCES
 from idckit.errors import ConfigError, DatasetError
 from idckit.text import negatives as N
@@ -51,7 +52,7 @@ def clevr_corpus(n_images=60, seed=0):
     rng = random.Random(seed)
     out = {}
     for i in range(n_images):
-        ctype = rng.choice(["color", "material", "add", "drop", "move"])
+        ctype = rng.choice(list(CHANGE_TYPES))
         o, other = _object(rng), _object(rng)
         new_color = rng.choice([c for c in COLORS if c != o["color"]])
         caps = []
