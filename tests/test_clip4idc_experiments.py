@@ -73,6 +73,7 @@ def test_the_adapt_recipe_is_the_cached_adaptation_and_idckit_train_prints_its_r
     run per seed, and `idckit train` reports its selection metric (val R@1; it has no CIDEr-D)."""
     from idckit import cli
     from idckit.experiments import clip4idc, train_runs
+    from idckit.experiments.runs import RESULT_KEYS
 
     s, base = env
     a = clip4idc.adapt(s)
@@ -80,6 +81,8 @@ def test_the_adapt_recipe_is_the_cached_adaptation_and_idckit_train_prints_its_r
     res = clip4idc.runs(s, ["adapt"], [0])
     assert res[0]["run"] == a["run"] and _mtime(s, a["run"]) == stamp      # the same run, nothing retrained
     assert (res[0]["recipe"], res[0]["label"], res[0]["test"]) == ("clip4idc/adapt", "CLIP4IDC adaptation", a["test"])
+    assert set(RESULT_KEYS) <= set(res[0]) and res[0]["run_dir"] == str(s.runs_dir / a["run"])   # every recipe's keys
+    assert (res[0]["judge_accuracy"], res[0]["test_pairs"], res[0]["train_seconds"]) == (None, None, a["train_seconds"])
     assert clip4idc.retrieval_rows(res, n_pairs=3)[0]["variant"] == "adapted (4/2)"
     monkeypatch.setattr(train_runs, "train", lambda *a, **k: res)
     assert cli.main(["train", "clip4idc", "--variants", "adapt", "--profile", "smoke"]) == 0

@@ -401,7 +401,8 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
                 freeze_visual: bool | None = None, progress: bool | None = None) -> dict[str, Any]:
     """The recipe ``clip4idc/<variant>`` on ``s``: adapt (if it does), caption, select on val, decode and score
     test; every stage cached by its config. ``clip4idc/adapt`` stops after the adaptation (at ``seed``; the
-    captioners start from seed 0's) and returns :func:`adapt`'s result with the recipe's name and label.
+    captioners start from seed 0's) and returns :func:`adapt`'s result with the same keys (its caption counts and
+    ``judge_accuracy`` None).
 
     ``freeze_visual`` None: the profile's choice (frozen at smoke/cpu, fine-tuned at its small lr at paper); True
     freezes the pair encoder (paper table 7). Returns :data:`idckit.experiments.runs.RESULT_KEYS` (``test``:
@@ -416,13 +417,16 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
     n_intra = s.default_n_intra if n_intra is None else _check_n_intra(s, n_intra)
     if v["captioner"] is None:     # clip4idc/adapt: the retrieval stage alone, at this seed
         ad = adapt(s, n_intra, seed, progress=progress)
-        return {"model": MODEL, "recipe": recipe.name, "variant": variant, "label": recipe.label, **ad}
+        # the keys of every recipe's result: a retrieval run decodes no captions and has no judge
+        return {"model": MODEL, "recipe": recipe.name, "variant": variant, "label": recipe.label, **ad,
+                "run_dir": str(s.runs_dir / ad["run"]), "distinct_test_captions": None, "test_pairs": None,
+                "judge_accuracy": None}
     clip = clip_weights(s, progress=progress)
     ad = adapt(s, n_intra, 0, progress=progress) if v["adapt"] else None
     c = copy.deepcopy(s.config["caption"])
     frozen = c["captioner"]["freeze_visual"] if freeze_visual is None else bool(freeze_visual)
-    if frozen:
-        c["visual_lr_scale"] = 0.0
+    if frozen:     # freezing is captioner.freeze_visual; the scale of an encoder that trains nothing is recorded
+        c["visual_lr_scale"] = 0.0      # as 0, as every frozen run's key always has
     captioner = {**c.pop("captioner"), **v["captioner"], "freeze_visual": frozen}
     captioner["n_intra"] = n_intra if variant != "clip-ft" else None
     run = open_run(s.runs_dir, "clip4idc-caption", {"kind": "clip4idc-caption", **s.identity, "clip": clip["key"],
