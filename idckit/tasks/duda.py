@@ -22,7 +22,7 @@ import torch
 
 from idckit.device import copy_to, model_device
 from idckit.errors import DatasetError
-from idckit.losses import mlm_loss
+from idckit.losses import attention_mass, mlm_loss
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.duda import DUDA, DUDAConfig
 from idckit.tasks.pcl import PCLData, SplitData
@@ -121,7 +121,7 @@ class DUDATask:
         change = mlm_loss(out.logits[:b], labels[:b])
         no_change = mlm_loss(out.logits[b:], labels[b:])
         a = out.attended
-        mass = 0.5 * (a.att_before[:b].float().sum(1) + a.att_after[:b].float().sum(1)).mean()
+        mass = attention_mass(a.att_before[:b], a.att_after[:b])
         loss = 0.5 * change + 0.5 * no_change + self.attention_l1 * mass
         return loss, {"ce_change": float(change.detach()), "ce_no_change": float(no_change.detach()),
                       "attention_mass": float(mass.detach())}
