@@ -20,6 +20,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from idckit.data.clevr_change import DISTRACTOR
 from idckit.device import copy_to, model_device
 from idckit.errors import DatasetError
 from idckit.losses import attention_mass, mlm_loss
@@ -140,7 +141,7 @@ class DUDATask:
                "distinct_captions": len(set(preds["captions"].values())),
                "caption_judge_accuracy": caption_judge_accuracy(preds["captions"], s, self.no_change)}
         # the total rewards a constant "no change" caption on the distractor half; the halves show what it hides
-        for sub in ("semantic", "distractor"):
+        for sub in ("semantic", DISTRACTOR):
             if sub in scores:
                 out[f"CIDEr-D_{sub}"] = scores[sub]["CIDEr-D"]
         return out
