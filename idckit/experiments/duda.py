@@ -59,8 +59,12 @@ def run_variant(s: Setup, variant: str = "duda", seed: int = 0, *, progress: boo
     """
     recipe = recipes.get_recipe(variant, FAMILY)
     check_seeds([seed])
-    run_cfg = {"kind": "duda", **s.identity, "max_len": s.config["max_len"], "model": s.config["model"],
-               "train": s.config["train"], "seed": seed}
+    c = s.config
+    # the settings in the shape every DUDA run key has hashed: the task's settings with the loop's as "loop"
+    train = {**{k: c[k] for k in ("batch_size", "attention_l1", "swap_before", "eval_batch_size")},
+             "loop": c["train"]}
+    run_cfg = {"kind": "duda", **s.identity, "max_len": c["max_len"], "model": c["model"], "train": train,
+               "seed": seed}
     run = open_run(s.runs_dir, "duda", run_cfg)
     if not run.is_complete():
         _train(s, run, progress)
