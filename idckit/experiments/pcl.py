@@ -52,7 +52,7 @@ class Setup:
 
     @property
     def train_fraction(self) -> float:
-        return float(self.config.get("train_fraction", 1.0))
+        return float(self.config["train_fraction"])
 
 
 def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
