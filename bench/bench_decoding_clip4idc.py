@@ -82,7 +82,7 @@ def main(argv=None) -> dict:
     # An evaluation batch. At batch 4 the cached decoder is bound by reading the 49408x512 LM head (101 MB fp32)
     # once per step; measured 7.5x (batch 4) vs 13.3x (batch 16) over the public way, decoding after the ViT.
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--max-len", type=int, default=32, help="decoding steps (the profiles' max_len is 32)")
+    parser.add_argument("--max-len", type=int, default=None, help="decoding steps (default: the profile's max_len)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--skip-naive", action="store_true", help="skip the everything-every-step baseline")
@@ -93,6 +93,7 @@ def main(argv=None) -> dict:
     profile = MODELS[args.model]
     arch = load_config("clip4idc_adapt", profile)["clip"]["model"]
     cfg = model_config(f"clip4idc-{profile}", freeze_visual=False)     # the encoder's cost is measured, not skipped
+    max_len = args.max_len or cfg.max_len
     clip, _, _ = load_clip(arch, None)
     size = clip.visual.image_size[0]
     model = CLIP4IDCCaptioner(clip, cfg).eval()
@@ -101,12 +102,12 @@ def main(argv=None) -> dict:
     print(f"model: {arch} (random weights, pretrained=None), captioner hidden {cfg.hidden}, "
           f"{cfg.enc_layers}+{cfg.dec_layers} layers, {model.pair_encoder.n_intra}/{model.pair_encoder.n_inter} "
           f"intra/inter, {2 * model.pair_encoder.tokens_per_image} visual tokens; batch {args.batch}, "
-          f"max_len {args.max_len}, {args.threads} threads (cores shared with other jobs)")
+          f"max_len {max_len}, {args.threads} threads (cores shared with other jobs)")
 
     runs = {
-        "cached": lambda: decoding.greedy_decode(model, visual, args.max_len),
-        "public": lambda: public_code_greedy(model, visual, args.max_len),
-        "naive": lambda: decoding.naive_greedy_decode(model, visual, args.max_len),
+        "cached": lambda: decoding.greedy_decode(model, visual, max_len),
+        "public": lambda: public_code_greedy(model, visual, max_len),
+        "naive": lambda: decoding.naive_greedy_decode(model, visual, max_len),
     }
     if args.skip_naive:
         del runs["naive"]

@@ -78,7 +78,8 @@ def gflops(fn) -> float:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=39, help="decoding steps (max_len - 1; the paper's max_len is 40)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="decoding steps (default: the paper profile's max_len - 1)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--caption-len", type=int, default=10,
@@ -89,12 +90,13 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(80 - len(SPECIALS))])
-    model = PCL(model_config("pcl-paper", vocab_size=80, feat_dim=2048, n_regions=49,
-                             max_text_len=args.steps + 1), vocab).eval()
+    length = {} if args.steps is None else {"max_text_len": args.steps + 1}
+    model = PCL(model_config("pcl-paper", vocab_size=80, feat_dim=2048, n_regions=49, **length), vocab).eval()
     with torch.no_grad():
         model.mlm_head.bias[vocab.eos_id] = -1e4   # run every step, like the public code
     visual = (torch.randn(args.batch, 49, 2048), torch.randn(args.batch, 49, 2048))
-    steps, tokens = args.steps, args.batch * args.steps
+    steps = model.cfg.max_text_len - 1
+    tokens = args.batch * steps
     runs = {"cached": lambda: greedy_decode(model, visual, steps),
             "public": lambda: public_code_greedy(model, visual, steps),
             "typical": lambda: greedy_decode(model, visual, args.caption_len)}

@@ -252,8 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a run directory or its name in the run cache (default: the best finished run on val)")
     c.add_argument("--runs-dir", type=Path, default=None)
     c.add_argument("--beam", type=int, default=1, help="beam width (1 = greedy, the papers' decoding)")
-    c.add_argument("--profile", default=None, help="only runs of this profile (default: cpu's, else paper's, "
-                                                   "else smoke's)")
+    c.add_argument("--profile", default=None, help="only runs of this profile (default: "
+                                                   f"{paths.DEFAULT_PROFILE}'s, else paper's, else smoke's)")
     c.add_argument("--data-root", default=None, help="only runs trained on this dataset (default: the profile's "
                                                      "synthetic default)")
     _device_option(c)

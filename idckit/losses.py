@@ -108,6 +108,19 @@ def judge_loss(logits: torch.Tensor, is_change: torch.Tensor, reduction: str = "
     return F.cross_entropy(logits.float(), is_change.long(), reduction=reduction)
 
 
+def attention_mass(att_before: torch.Tensor, att_after: torch.Tensor) -> torch.Tensor:
+    """DUDA's attention penalty (RCC's ``train.py``), the mean over the B pairs of the two maps' average mass
+
+        1/B sum_b 0.5 (sum_n a_bef[b, n] + sum_n a_aft[b, n])
+
+    with ``att_before``, ``att_after`` [B, N] (sigmoid gates, so the mass is not fixed at 1). The caller weights it
+    and picks the pairs it applies to (the public code: change pairs only)."""
+    if att_before.dim() != 2 or att_before.shape != att_after.shape:
+        raise ValueError(f"expected two [B, N] attention maps, got {tuple(att_before.shape)} and "
+                         f"{tuple(att_after.shape)}")
+    return 0.5 * (att_before.float().sum(1) + att_after.float().sum(1)).mean()
+
+
 def class_contrastive(z: torch.Tensor, labels: torch.Tensor, margin: float = 0.4) -> torch.Tensor:
     """The FGVC stage's in-batch contrastive loss over N image vectors (the public code's ``con_loss``):
 

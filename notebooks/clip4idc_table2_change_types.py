@@ -18,7 +18,7 @@
 #
 # The same runs as Table 1 (cached, shared: nothing is trained here when Table 1 ran first), scored per change type
 # and on the distractors. Each subset is its own corpus, so CIDEr-D's IDF is recomputed per subset (RCC's protocol;
-# the public CLIP4IDC code never wired this in, its issue #5). Unless `data_root` is real this is SynthCLEVR-Change,
+# the public CLIP4IDC code never wired this in: GitHub issue sushizixin/CLIP4IDC#5). Unless `data_root` is real this is SynthCLEVR-Change,
 # and at `smoke`/`cpu` the CLIP is the **idckit stand-in CLIP (synthetic pre-training)**, not OpenAI's.
 
 # %% tags=["parameters"]

@@ -48,6 +48,7 @@ from IPython.display import display
 
 from idckit import paths
 from idckit.experiments import clip4idc
+from idckit.experiments import reporting
 from idckit.plots import retrieval_bars
 from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
 
@@ -63,9 +64,9 @@ print(setup.data.description, "|", adapted[0]["clip"])
 # The last row is chance: a random ranking of the test pairs (R@K = K / pairs, median rank (pairs + 1) / 2).
 
 # %%
-rows = clip4idc.retrieval_rows(adapted, n_pairs=clip4idc.test_pairs_retrieved(setup))
+rows = reporting.retrieval_rows(adapted, n_pairs=clip4idc.test_pairs_retrieved(setup))
 paper = [r for r in paper_table("clip4idc.table6")["rows"] if r.get("dataset") == "clevr_change"]
-side_by_side(rows, paper, metrics=clip4idc.RETRIEVAL_KEYS).round(1)
+side_by_side(rows, paper, metrics=reporting.RETRIEVAL_KEYS).round(1)
 
 # %% [markdown]
 # ## R@K before and after adaptation, beside chance
@@ -94,7 +95,7 @@ for name, root in (("spot-the-diff", spot_root), ("editing-request", ier_root)):
     other_adapted += ad
     n_pairs = clip4idc.test_pairs_retrieved(s)
     other_rows[name] = [{**r, "dataset": name} for r in
-                        clip4idc.retrieval_rows(ad, n_pairs=n_pairs, keys=clip4idc.retrieval_keys(s))]
+                        reporting.retrieval_rows(ad, n_pairs=n_pairs, keys=clip4idc.retrieval_keys(s))]
     keys = PAPER_KEYS[name]
     chance = other_rows[name][-1]["metrics"]
     above = ", ".join(f"{k} {ad[0]['test'][k]:.1f} (chance {chance[k]:.1f}, before adaptation "

@@ -47,6 +47,7 @@ import pandas as pd
 
 from idckit import paths
 from idckit.experiments import clip4idc
+from idckit.experiments import reporting
 from idckit.experiments.runs import captions_by_run, collapse_check
 from idckit.plots import show_pairs
 from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
@@ -69,8 +70,8 @@ pd.DataFrame(splits)
 
 # %%
 n_pairs = clip4idc.test_pairs_retrieved(setup)
-rows = clip4idc.layer_split_rows(splits, adapted, captioned, n_pairs)
-side_by_side(rows + [clip4idc.chance_row(n_pairs)], paper_table("clip4idc.table7")["rows"],
+rows = reporting.layer_split_rows(splits, adapted, captioned, n_pairs)
+side_by_side(rows + [reporting.chance_row(n_pairs)], paper_table("clip4idc.table7")["rows"],
              metrics=("p2t_R@1", "t2p_R@1", "t2p_MnR", "Bleu_4", "CIDEr-D")).round(1)
 
 # %% [markdown]

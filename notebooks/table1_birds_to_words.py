@@ -62,7 +62,7 @@ print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.met
 
 # %%
 METRICS = ["Bleu_4", "METEOR", "CIDEr-D", "ROUGE_L", "verified_share", "difference_recall"]
-rows = reporting.rows(results, labels=birds.TABLE1_LABELS, percent=birds.GRAMMAR) + birds.baseline_rows(base)
+rows = reporting.rows(results, labels=birds.TABLE1_LABELS, percent=birds.GRAMMAR) + reporting.baseline_rows(base, percent=birds.GRAMMAR)
 paper = paper_table("pcl.table1")
 side_by_side(rows, paper["rows"], METRICS).round(1)
 
@@ -79,7 +79,7 @@ fig = side_by_side_bars(kit_rouge, paper_rouge, order, value="ROUGE-L", paper_la
 # ## ROUGE-L per pivot-branch selection (how far apart the two birds are in the taxonomy)
 
 # %%
-pd.DataFrame(birds.selection_rows(results)).round(1)
+pd.DataFrame(reporting.selection_rows(results)).round(1)
 
 # %% [markdown]
 # ## Does the model look at the images?
@@ -108,7 +108,7 @@ for n in order_notes:
 # %%
 model_rows = [r for r in rows if r["model"] == "IDC-PCL (idckit)"]
 kit_cider = reporting.per_variant(model_rows, "CIDEr-D")
-best_base = max(birds.baseline_rows(base), key=lambda r: r["metrics"]["ROUGE_L"])
+best_base = max(reporting.baseline_rows(base, percent=birds.GRAMMAR), key=lambda r: r["metrics"]["ROUGE_L"])
 margins = [f"{v} (test, mean of {len(seeds)} seed(s)): ROUGE-L {kit_rouge[v]:.1f} and CIDEr-D {kit_cider[v]:.1f} "
            f"against the best baseline ({best_base['variant']}) {best_base['metrics']['ROUGE_L']:.1f} and "
            f"{best_base['metrics']['CIDEr-D']:.1f}." for v in birds.TABLE1_LABELS.values()]

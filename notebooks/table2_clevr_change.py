@@ -97,7 +97,7 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
 mean = next(r for r in rows if r["seed"] == "mean") if len(results) > 1 else rows[0]
 hard_notes = [f"Rows marked [hard data] ran on {hard.data.description}: CLEVR-Change's own camera and lamp jitter, "
               "kept beside the learnable default so the table shows what the difficulty changes."] if hard else []
-baseline_notes = duda.compare_notes(results, duda_results) + duda.compare_notes(hard_results, duda_hard)
+baseline_notes = reporting.duda_notes(results, duda_results) + reporting.duda_notes(hard_results, duda_hard)
 path = write_report(
     report_dir, "table2_clevr_change", "pcl.table2", rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),

@@ -1,7 +1,7 @@
 """How far do more training minutes move the cpu-profile captioners? Val CIDEr-D against minutes of training.
 
-Issue 3 asks for CIDEr-D >= 100 on SynthCLEVR-Change, or, where the cpu budget cannot reach it, a curve of
-CIDEr-D against training minutes that shows what does. This script trains ONE captioner of the cpu profile for
+The cpu profile's first aim is CIDEr-D >= 100 on SynthCLEVR-Change; where its budget cannot reach that, a curve
+of CIDEr-D against training minutes shows what does. This script trains ONE captioner of the cpu profile for
 longer than the table notebooks do (same data, same model, same cached pre-training / stand-in CLIP; only the
 step budget, the lr decay points and the eval interval change), records val CIDEr-D at every evaluation, decodes
 test at the val-selected step and counts distinct test captions (a collapsed run writes one sentence for all).

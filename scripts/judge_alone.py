@@ -140,7 +140,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     from idckit.experiments import pcl
-    from idckit.models.pcl import PCL, PCLConfig
+    from idckit.models.pcl import PCL
     from idckit.report import git_commit
 
     overrides = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in a.set)}
@@ -172,11 +172,11 @@ def main() -> None:
         out.update({"data": s.data.description.replace(where, ""), "model": s.config["model"]})
     else:
         n, fd = 49, 1280
-        from idckit.experiments.config import load_config
-        settings = load_config("pcl", "cpu")["model"]          # the cpu profile's model, as in the data setting
-        settings.update(overrides)
+        from idckit.experiments.config import load_config, model_config
+        settings = {**load_config("pcl", "cpu")["model"], **overrides}     # what the record names
         vocab = {"pad": 0, "bos": 1, "eos": 2, "mask": 3, "img1": 4, "img2": 5, "cls": 6}
-        model = PCL(PCLConfig(vocab_size=20, feat_dim=fd, n_regions=n, max_text_len=28, **settings), vocab)
+        # the cpu profile's model (its sizes and caption length), as in the data setting
+        model = PCL(model_config("pcl-cpu", vocab_size=20, feat_dim=fd, n_regions=n, **overrides), vocab)
         g = torch.Generator().manual_seed(0)
         tr, te = toy_set(a.pairs, n, fd, a.noise, g), toy_set(400, n, fd, a.noise, g)
 

@@ -10,7 +10,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# The fixture of datasets.md 1.7 (the real schemas), with one more index per split so no subset is a singleton.
+# CLEVR-Change's released schemas (RCC's change/no-change captions, splits, type_mapping), with one more index
+# per split so no subset is a singleton.
 CHANGE = {
     "CLEVR_default_000000.png": ["the small yellow rubber cylinder changed to brown", "the tiny yellow cylinder turned brown"],
     "CLEVR_default_000001.png": ["the large red metal cube has been added", "the big red thing has been newly placed"],

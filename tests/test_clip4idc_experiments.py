@@ -41,7 +41,7 @@ def _mtime(s, run):
 
 
 def test_one_standin_and_cached_adaptation(env):
-    from idckit.experiments import clip4idc
+    from idckit.experiments import clip4idc, reporting
 
     s, base = env
     assert s.clip_model == "idckit-standin-ViT-T-16" and s.config["clip"]["pretrained"] is None
@@ -58,21 +58,22 @@ def test_one_standin_and_cached_adaptation(env):
     assert other["run"] != a["run"] and len(list(s.runs_dir.glob("clip-standin-*"))) == 1
     n = clip4idc.test_pairs_retrieved(s)
     assert n == sum(p.is_change for p in s.data.dataset().pairs("test")) > 0
-    rows = clip4idc.retrieval_rows([a], n_pairs=n)
+    rows = reporting.retrieval_rows([a], n_pairs=n)
     assert [r["variant"] for r in rows] == ["adapted (4/2)", "before adaptation (4/2, fresh e1/e2/p)",
                                             "plain CLIP (mean of the two image embeddings)",
                                             f"random ranking of {n} test pairs"]
-    assert all(set(r["metrics"]) == set(clip4idc.RETRIEVAL_KEYS) for r in rows)
+    assert all(set(r["metrics"]) == set(reporting.RETRIEVAL_KEYS) for r in rows)
     assert rows[-1]["model"] == "chance" and rows[-1]["metrics"]["t2p_R@1"] == pytest.approx(100 / n)
     assert rows[0]["chance"] == rows[-1]["metrics"] and "chance" not in rows[1]   # the trained row knows its chance
-    assert [r["variant"] for r in clip4idc.retrieval_rows([a], unadapted=False)] == ["adapted (4/2)"]
+    assert [r["variant"] for r in reporting.retrieval_rows([a], unadapted=False)] == ["adapted (4/2)"]
 
 
 def test_the_adapt_recipe_is_the_cached_adaptation_and_idckit_train_prints_its_r1(env, capsys, monkeypatch):
     """Table 6's rows are the recipe clip4idc/adapt: the adaptation run the captioners start from (seed 0), its own
     run per seed, and `idckit train` reports its selection metric (val R@1; it has no CIDEr-D)."""
     from idckit import cli
-    from idckit.experiments import clip4idc, train_runs
+    from idckit.experiments import clip4idc, reporting, train_runs
+    from idckit.experiments.runs import RESULT_KEYS
 
     s, base = env
     a = clip4idc.adapt(s)
@@ -80,7 +81,9 @@ def test_the_adapt_recipe_is_the_cached_adaptation_and_idckit_train_prints_its_r
     res = clip4idc.runs(s, ["adapt"], [0])
     assert res[0]["run"] == a["run"] and _mtime(s, a["run"]) == stamp      # the same run, nothing retrained
     assert (res[0]["recipe"], res[0]["label"], res[0]["test"]) == ("clip4idc/adapt", "CLIP4IDC adaptation", a["test"])
-    assert clip4idc.retrieval_rows(res, n_pairs=3)[0]["variant"] == "adapted (4/2)"
+    assert set(RESULT_KEYS) <= set(res[0]) and res[0]["run_dir"] == str(s.runs_dir / a["run"])   # every recipe's keys
+    assert (res[0]["judge_accuracy"], res[0]["test_pairs"], res[0]["train_seconds"]) == (None, None, a["train_seconds"])
+    assert reporting.retrieval_rows(res, n_pairs=3)[0]["variant"] == "adapted (4/2)"
     monkeypatch.setattr(train_runs, "train", lambda *a, **k: res)
     assert cli.main(["train", "clip4idc", "--variants", "adapt", "--profile", "smoke"]) == 0
     assert capsys.readouterr().out.strip() == (f"CLIP4IDC adaptation (seed 0): {a['run']}  val text->pair R@1 "

@@ -81,7 +81,7 @@ def test_new_parameters_are_initialised_like_the_public_code():
     pe = PairEncoder(visual, n_intra=1)
     assert pe.joint_positional_embedding.shape == (100, 768)            # 2 (n+1) for ViT-B/32 at 224 px
     n_new = sum(p.numel() for p in pe.new_parameters())
-    assert n_new == 79_872                                              # clip4idc.md section 1
+    assert n_new == 79_872                       # e1, e2 (768 each), p (100 x 768), ln_mid (2 x 768)
     assert abs(pe.joint_positional_embedding.std().item() - 768 ** -0.5) < 2e-3
     assert torch.equal(pe.ln_mid.weight, torch.ones(768)) and torch.equal(pe.ln_mid.bias, torch.zeros(768))
 

@@ -281,6 +281,16 @@ def test_training_through_the_loop_lowers_the_loss_and_resumes_bit_identically(t
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_settings_speak_the_one_train_dialect_and_refuse_typos():
+    from idckit.experiments.config import load_config, train_config
+
+    c = load_config("duda", "smoke")
+    assert (c["batch_size"], c["train"]["max_steps"]) == (8, 6)        # the loop's settings are "train", as elsewhere
+    assert train_config(c["train"], 3).seed == 3
+    with pytest.raises(ConfigError, match="unknown settings in overrides for 'duda': batchsize"):
+        load_config("duda", "smoke", {"batchsize": 8})
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     from idckit.data.synth.clevr_change import generate
@@ -308,6 +318,10 @@ def test_run_is_cached_and_reports_the_table_keys(smoke):
     again = duda.run_variant(smoke, "duda/duda", progress=False)           # the recipe's full name works too
     assert again["run"] == first["run"] and again["wall_seconds"] == first["wall_seconds"]
     assert len(list(smoke.runs_dir.glob("duda-*/metrics.json"))) == 1
+    # the run's settings in the shape every DUDA run key has hashed: the task's settings and the loop's as "loop"
+    recorded = json.loads((smoke.runs_dir / first["run"] / "config.json").read_text())["train"]
+    assert recorded == {"batch_size": 8, "attention_l1": 0.0025, "swap_before": 0.5, "eval_batch_size": 64,
+                        "loop": smoke.config["train"]}
     (row,) = rows([first])
     assert row["model"] == "DUDA (idckit)" and row["variant"] == "DUDA"
     assert row["metrics"]["CIDEr-D"] == pytest.approx(100 * first["test"]["total"]["CIDEr-D"])

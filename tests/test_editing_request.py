@@ -15,7 +15,7 @@ from idckit.data.editing_request import EditingRequest, split_counts
 from idckit.data.synth import editing_request as synth
 from idckit.errors import DatasetError
 
-# datasets.md's fixture (real schema and names), plus one pair per other split
+# Image-Editing-Request's released schema and names (airsplay/VisualRelationships), plus one pair per other split
 VALID = [{"img0": "Reddit.com_4wfxf2_4wfxf2.jpg", "img1": "Reddit.com_4wfxf2_d66nm3m_2.jpg",
           "sents": ["take the people out of the back in the photo", "Remove the two people behind the couple",
                     "remove people behind the couple in the centre"], "uid": "Reddit_1052"}]

@@ -11,12 +11,14 @@ import math
 
 import pytest
 
+from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.errors import MissingDependencyError, ResultsError
 from idckit.eval import captions as C
 
-# References: the datasets.md 1.7 fixture (ids 0-2) plus more ids so most subsets have >= 3 pairs with
-# differing n-grams; "material" and "move" keep ONE pair each to check the singleton CIDEr-D rule. Two
-# references carry case and punctuation so that tokenising the references matters too.
+# References: CLEVR-Change's file schemas (RCC's change_captions.json / no_change_captions.json; ids 0-2) plus
+# more ids so most subsets have >= 3 pairs with differing n-grams; "material" and "move" keep ONE pair each to
+# check the singleton CIDEr-D rule. Two references carry case and punctuation so that tokenising the references
+# matters too.
 REFS = {
     "000000.png": ["the small yellow rubber cylinder changed to brown", "The tiny yellow cylinder turned brown."],
     "000001.png": ["the large red metal cube has been added", "the big red thing has been newly placed"],
@@ -60,7 +62,7 @@ CANDS = {
 }
 SUBSETS = {"total": sorted(CANDS), "semantic": sorted(k for k in CANDS if not k.endswith("_n")),
            **{t: sorted(k for k in CANDS if TYPES[k] == t)
-              for t in ("color", "material", "add", "drop", "move", "distractor")}}
+              for t in (*CHANGE_TYPES, DISTRACTOR)}}
 
 
 @pytest.fixture(autouse=True)

@@ -117,6 +117,18 @@ def test_judge_loss_hand_case():
         judge_loss(torch.zeros(2, 3), torch.tensor([0, 1]))
 
 
+def test_attention_mass_hand_case():
+    from idckit.losses import attention_mass
+
+    before = torch.tensor([[0.5, 0.25, 0.25], [0.0, 0.0, 0.0]])
+    after = torch.tensor([[1.0, 1.0, 1.0], [0.5, 0.0, 0.0]], dtype=torch.bfloat16)
+    # pair 0: (1.0 + 3.0) / 2 = 2.0; pair 1: (0 + 0.5) / 2 = 0.25; mean 1.125, in float32 whatever the input dtype
+    got = attention_mass(before, after)
+    assert got.dtype == torch.float32 and math.isclose(float(got), 1.125, rel_tol=1e-6)
+    with pytest.raises(ValueError, match=r"two \[B, N\] attention maps"):
+        attention_mass(before, after[:1])
+
+
 def test_class_contrastive_hand_case():
     from idckit.losses import class_contrastive
 

@@ -1,4 +1,5 @@
-"""FDA hard negatives (Retrieve / Replace / Confuse) on the real caption shapes of datasets.md 1.5 and 4."""
+"""FDA hard negatives (Retrieve / Replace / Confuse) on the caption shapes of the real CLEVR-Change and
+Birds-to-Words releases."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.data.synth.vocab import COLORS, NO_CHANGE_SENTENCES
 from idckit.errors import ConfigError, DatasetError
 from idckit.text import negatives as N
@@ -50,7 +52,7 @@ def clevr_corpus(n_images=60, seed=0):
     rng = random.Random(seed)
     out = {}
     for i in range(n_images):
-        ctype = rng.choice(["color", "material", "add", "drop", "move"])
+        ctype = rng.choice(list(CHANGE_TYPES))
         o, other = _object(rng), _object(rng)
         new_color = rng.choice([c for c in COLORS if c != o["color"]])
         caps = []

@@ -8,7 +8,7 @@ from idckit.errors import MissingDependencyError
 from idckit.text import pos
 from idckit.text.pos import LexiconTagger, get_tagger, resolve_tagger_name, stanza_available
 
-# Hand-tagged with the Penn Treebank guidelines (datasets.md 1.5 and 4 shapes: CLEVR-Change change and
+# Hand-tagged with the Penn Treebank guidelines (the shapes of the real releases: CLEVR-Change change and
 # no-change captions, Birds-to-Words tokenised descriptions with animal1/animal2 and "' s").
 # Convention of the kit: the split possessive "' s" is tagged POS POS. The sample was written together with
 # the tagger, so its accuracy is an optimistic estimate (264/266 = 99.2 % when written).

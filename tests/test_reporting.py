@@ -91,3 +91,28 @@ def test_ordering_notes_treat_ties_as_ties_in_either_order():
     assert ordering_notes(tie, {"A": 90.0, "B": 90.0})[0].startswith("agrees: paper has A level with B")
     assert ordering_notes({"A": 1.0, "B": 2.0}, {"A": 90.0, "B": 90.0})[0].startswith("DIFFERS")
     assert ordering_notes({"A": 1.0}, paper) == []          # a row the kit lacks is not compared
+
+
+def test_baseline_and_selection_rows():
+    from idckit.experiments.reporting import BASELINE_MODEL, baseline_rows, selection_rows
+
+    base = {"label": "most frequent paragraph", "test": {"total": {"ROUGE_L": 0.25, "CIDEr-D": 0.05}},
+            "distinct_test_captions": 1, "test_pairs": 30, "verified_share": 0.5}
+    (row,) = baseline_rows([base], percent=("verified_share", "difference_recall"))   # a missing field is left out
+    assert (row["model"], row["variant"], row["distinct_test_captions"]) == (BASELINE_MODEL, base["label"], 1)
+    assert row["metrics"] == pytest.approx({"ROUGE_L": 25.0, "CIDEr-D": 5.0, "verified_share": 50.0})
+    run = {"label": "B2W", "seed": 2, "test": {"total": {"ROUGE_L": 0.4}, "sameSpecies": {"ROUGE_L": 0.3},
+                                               "sameClass": {"ROUGE_L": 0.5}}}
+    assert selection_rows([run]) == [{"variant": "B2W", "seed": 2, "sameSpecies": 30.0, "sameClass": 50.0}]
+
+
+def test_duda_notes_pair_runs_by_seed_and_name_the_higher():
+    from idckit.experiments.reporting import duda_notes
+
+    pcl = [_result(seed=0, cider=0.6, distinct=40, judge=0.75), _result(seed=1, cider=0.9)]
+    duda = [_result(model="DUDA (idckit)", variant="duda", label="DUDA", seed=0, cider=0.8, distinct=9,
+                    caption_judge_accuracy=0.5)]
+    (note,) = duda_notes(pcl, duda)                     # seed 1 has no DUDA run: no sentence
+    assert note == ("MLM + MVCL + FDA (full) vs DUDA, seed 0: test CIDEr-D 60.0 vs 80.0 (semantic 30.0 vs 40.0), "
+                    "40 vs 9 distinct test captions; judging changes from distractors 0.75 (IDC-PCL's head) vs "
+                    "0.50 (DUDA's captions); higher CIDEr-D: DUDA.")

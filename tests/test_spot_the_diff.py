@@ -15,7 +15,7 @@ from idckit.data.spot_the_diff import SpotTheDiff, pair_id, parse_pair_id, split
 from idckit.data.synth import spot_the_diff as synth
 from idckit.errors import DatasetError
 
-# datasets.md's fixture (real schema), plus one more pair per split
+# Spot-the-Diff's released schema (harsh19/spot-the-diff), plus one more pair per split
 TRAIN = [{"img_id": "256", "sentences": ["person with umbrella is gone", "person with red coat is moved"]},
          {"img_id": "294", "sentences": ["on the top left side of the right image there is a red car that is not "
                                          "in the left image"]},

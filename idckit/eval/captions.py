@@ -5,14 +5,14 @@ What this follows
 * The scorers are pycocoevalcap 1.2's own classes (``Bleu(4)``, ``Meteor()``, ``Rouge()``, ``Cider()``) and its
   ``PTBTokenizer``, called the way ``COCOEvalCap.evaluate`` calls them (tokenise references and candidates, then
   score). ``COCOEvalCap.evaluate`` itself is never used: in 1.2 it always builds ``Spice()``, which downloads
-  CoreNLP 3.6.0 and fails offline (reference/datasets.md s.6). SPICE is therefore not reported.
+  CoreNLP 3.6.0 and fails offline (``spice/get_stanford_models.py``). SPICE is therefore not reported.
 * pycocoevalcap's "CIDEr" is CIDEr-D (clipping + Gaussian length penalty, sigma 6, x10) with document
   frequencies from the references being scored, so this module labels it ``CIDEr-D``.
 * The CLEVR-Change breakdown follows RCC's ``utils/eval_utils.py``: total (sc + nsc), semantic (sc only), one
   subset per change type, distractor (nsc only), each scored as *its own corpus*. CIDEr-D's IDF is therefore
   recomputed per subset, exactly like RCC re-running COCOEvalCap with ``params['image_id']`` set to the subset.
 * ``tokenize=False`` skips the PTB tokenizer and hands the strings to the scorers unchanged, which is what
-  IDC-PCL's own ``eval/`` scripts do (copies of the same scorers, no tokenizer; reference/idc_pcl.md).
+  IDC-PCL's own ``eval/`` scripts do (yaolinli/IDC ``eval/eval.py``: copies of the same scorers, no tokenizer).
 * Values are returned on pycocoevalcap's scale (BLEU/METEOR/ROUGE-L in 0-1, CIDEr-D as returned, e.g. 1.15);
   :func:`format_table` prints everything x100 as the papers do.
 

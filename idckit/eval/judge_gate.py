@@ -56,6 +56,6 @@ def judge_curve(references: Mapping[str, Sequence[str]], captions: Mapping[str, 
                 scores = evaluate_pairs(references, gate(captions, types, no_change, p, seed), types,
                                         meteor=False, scorer=scorer)
                 rows.append({"judge_accuracy": p, "seed": seed,
-                             **{f"CIDEr-D_{sub}": scores[sub]["CIDEr-D"] for sub in ("total", "semantic", "distractor")
+                             **{f"CIDEr-D_{sub}": scores[sub]["CIDEr-D"] for sub in ("total", "semantic", DISTRACTOR)
                                 if sub in scores}})
     return rows

@@ -1,7 +1,7 @@
 """Pair <-> text retrieval metrics (R@K, median rank, mean rank), following CLIP4IDC's ``metrics.py`` protocol.
 
-Protocol (reference/clip4idc.md s.3)
-------------------------------------
+Protocol (sushizixin/CLIP4IDC ``metrics.py`` and ``eval_epoch``)
+---------------------------------------------------------------
 * Text -> pair: each caption is a query; the candidates are all pairs; the rank is that of the caption's own pair.
 * Pair -> text: each pair is a query; the candidates are *caption groups*, one per pair, a group scoring the
   maximum of its sentences' similarities to the query pair (CLIP4IDC's ``tensor_video_to_text_sim``); the rank is

@@ -297,32 +297,10 @@ def baselines(s: Setup) -> list[dict[str, Any]]:
     return out
 
 
-# -- what the notebooks show ------------------------------------------------------------------------------------
-#: SynthBirds' grammar scores of a result, shown among a row's metrics as percentages (the model rows are
-#: ``idckit.experiments.reporting.rows(results, percent=GRAMMAR)``)
+# -- what the notebooks show (their rows: idckit.experiments.reporting) ------------------------------------------
+#: SynthBirds' grammar scores of a result, shown among a row's metrics as percentages
+#: (``idckit.experiments.reporting.rows(results, percent=GRAMMAR)``, ``baseline_rows(..., percent=GRAMMAR)``)
 GRAMMAR = ("verified_share", "difference_recall")
-
-
-def baseline_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    from idckit.report import to_paper_scale
-
-    out = []
-    for r in results:
-        m = to_paper_scale(r["test"]["total"])
-        m.update({k: 100.0 * r[k] for k in GRAMMAR if r.get(k) is not None})
-        out.append({"model": "baseline (idckit)", "variant": r["label"], "split": "test", "subset": "total",
-                    "metrics": m, "distinct_test_captions": r["distinct_test_captions"],
-                    "test_pairs": r["test_pairs"]})
-    return out
-
-
-def selection_rows(results: Sequence[dict[str, Any]], metric: str = "ROUGE_L") -> list[dict[str, Any]]:
-    """Per run, ``metric`` (x100) on each pivot-branch selection of the test split (sameSpecies ... sameClass)."""
-    out = []
-    for r in results:
-        out.append({"variant": r["label"], "seed": r.get("seed"),
-                    **{sub: 100.0 * sc[metric] for sub, sc in r["test"].items() if sub not in ("total", "semantic")}})
-    return out
 
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float):

@@ -24,8 +24,8 @@ IER, see :func:`dataset_settings`). ``train`` blocks may give ``epochs`` (and
 ``warmup_fraction``, ``eval_every_epochs``) instead of steps; they are converted with the data's size here.
 
 Frozen work is computed once per process: the intra-stage outputs of a frozen stand-in (per split depth) are shared
-by every adaptation and captioning run of a notebook (``_INTRA``). Captioning report rows are
-:mod:`idckit.experiments.reporting`'s; the retrieval rows of tables 6 and 7 are here.
+by every adaptation and captioning run of a notebook (``_INTRA``). Report rows, captioning and retrieval alike, are
+:mod:`idckit.experiments.reporting`'s.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ import torch
 
 from idckit import paths
 from idckit.errors import ConfigError, WeightsUnavailableError
-from idckit.experiments import recipes
+from idckit.experiments import recipes, reporting
 from idckit.experiments.config import (check_profile, check_seeds, deep_merge, load_config, read_config_file,
                                        train_config)
 from idckit.experiments.data import DataChoice, pair_dataset
@@ -52,8 +52,6 @@ from idckit.train import distributed
 FAMILY = "clip4idc"            # the recipes this module trains: clip4idc/clip-ft, clip4idc/no-adapt, ...
 MODEL = "CLIP4IDC (idckit)"    # the model column of its report rows
 STANDIN_LABEL = "idckit stand-in CLIP (synthetic pre-training)"
-RETRIEVAL_KEYS = ("t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10",
-                  "p2t_MdR", "p2t_MnR")
 
 
 @dataclass
@@ -326,7 +324,7 @@ def _adapt_task(s: Setup, clip: dict, n_intra: int):
 
 
 def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool | None = None) -> dict[str, Any]:
-    """Retrieval adaptation (cached). Returns ``{"run", "n_intra", "seed", "clip", "val", "test",
+    """Retrieval adaptation (cached). Returns ``{"model", "run", "n_intra", "seed", "clip", "val", "test",
     "test_unadapted", "test_plain_clip", "history", "wall_seconds", ...}``: test retrieval after adaptation, of the
     same split encoder before it (fresh e1/e2/p/ln_mid, same seed) and of plain CLIP (mean of the two images'
     embeddings, no joint layers)."""
@@ -361,7 +359,7 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
                           "test_plain_clip": plain, "train_seconds": res.wall_seconds,
                           "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
         distributed.barrier()
-    return {"run": run.dir.name, "n_intra": n_intra, "n_inter": s.depth - n_intra, "seed": seed,
+    return {"model": MODEL, "run": run.dir.name, "n_intra": n_intra, "n_inter": s.depth - n_intra, "seed": seed,
             "clip": clip["description"], **run.metrics(), "_best": str(run.dir / "best.pt")}
 
 
@@ -409,7 +407,8 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
                 freeze_visual: bool | None = None, progress: bool | None = None) -> dict[str, Any]:
     """The recipe ``clip4idc/<variant>`` on ``s``: adapt (if it does), caption, select on val, decode and score
     test; every stage cached by its config. ``clip4idc/adapt`` stops after the adaptation (at ``seed``; the
-    captioners start from seed 0's) and returns :func:`adapt`'s result with the recipe's name and label.
+    captioners start from seed 0's) and returns :func:`adapt`'s result with the same keys (its caption counts and
+    ``judge_accuracy`` None).
 
     ``freeze_visual`` None: the profile's choice (frozen at smoke/cpu, fine-tuned at its small lr at paper); True
     freezes the pair encoder (paper table 7). Returns :data:`idckit.experiments.runs.RESULT_KEYS` (``test``:
@@ -424,13 +423,16 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
     n_intra = s.default_n_intra if n_intra is None else _check_n_intra(s, n_intra)
     if v["captioner"] is None:     # clip4idc/adapt: the retrieval stage alone, at this seed
         ad = adapt(s, n_intra, seed, progress=progress)
-        return {"model": MODEL, "recipe": recipe.name, "variant": variant, "label": recipe.label, **ad}
+        # the keys of every recipe's result: a retrieval run decodes no captions and has no judge
+        return {"recipe": recipe.name, "variant": variant, "label": recipe.label, **ad,
+                "run_dir": str(s.runs_dir / ad["run"]), "distinct_test_captions": None, "test_pairs": None,
+                "judge_accuracy": None}
     clip = clip_weights(s, progress=progress)
     ad = adapt(s, n_intra, 0, progress=progress) if v["adapt"] else None
     c = copy.deepcopy(s.config["caption"])
     frozen = c["captioner"]["freeze_visual"] if freeze_visual is None else bool(freeze_visual)
-    if frozen:
-        c["visual_lr_scale"] = 0.0
+    if frozen:     # freezing is captioner.freeze_visual; the scale of an encoder that trains nothing is recorded
+        c["visual_lr_scale"] = 0.0      # as 0, as every frozen run's key always has
     captioner = {**c.pop("captioner"), **v["captioner"], "freeze_visual": frozen}
     captioner["n_intra"] = n_intra if variant != "clip-ft" else None
     run = open_run(s.runs_dir, "clip4idc-caption", {"kind": "clip4idc-caption", **s.identity, "clip": clip["key"],
@@ -511,7 +513,7 @@ def layer_splits(s: Setup) -> list[dict[str, Any]]:
     return out
 
 
-# -- what the notebooks show (captioning rows: idckit.experiments.reporting) ---------------------------------
+# -- what the notebooks show (their rows: idckit.experiments.reporting) ------------------------------------------
 def test_pairs_retrieved(s: Setup) -> int:
     """How many candidate pairs test retrieval ranks: the change pairs of the test split (distractors have no
     change caption to retrieve)."""
@@ -520,70 +522,11 @@ def test_pairs_retrieved(s: Setup) -> int:
 
 def retrieval_keys(s: Setup) -> tuple[str, ...]:
     """The retrieval metrics of this dataset's rows, both directions: R@K for :func:`retrieval_ks`, MdR, MnR
-    (:data:`RETRIEVAL_KEYS` on CLEVR-Change; Spot-the-Diff adds the paper's R@20 and R@50)."""
+    (:data:`idckit.experiments.reporting.RETRIEVAL_KEYS` on CLEVR-Change; Spot-the-Diff adds the paper's R@20 and
+    R@50)."""
     return tuple(f"{d}_{m}" for d in ("t2p", "p2t") for m in (*(f"R@{k}" for k in retrieval_ks(s)), "MdR", "MnR"))
 
 
-def _chance(n_pairs: int, keys: Sequence[str]) -> dict[str, float]:
-    from idckit.report import retrieval_chance
-
-    ks = sorted({int(k.split("@")[1]) for k in keys if "_R@" in k})
-    return {k: v for k, v in retrieval_chance(n_pairs, ks).items() if k in keys}
-
-
-def retrieval_rows(adapted: Sequence[dict[str, Any]], *, unadapted: bool = True, n_pairs: int | None = None,
-                   keys: Sequence[str] = RETRIEVAL_KEYS) -> list[dict[str, Any]]:
-    """Test retrieval rows of adaptation runs and, per run, the same encoder before adaptation and plain CLIP.
-
-    With ``n_pairs`` (:func:`test_pairs_retrieved`) each adapted row records the ``chance`` metrics of a random
-    ranking, and a last row shows them, so a reader sees how far above chance the encoder ranks. ``keys``: the
-    metrics of the rows (:func:`retrieval_keys` of the setup)."""
-    chance = _chance(n_pairs, keys) if n_pairs else None
-    out = []
-    for a in adapted:
-        split = f"{a['n_intra']}/{a['n_inter']}"
-        out.append({"model": MODEL, "variant": f"adapted ({split})", "split": "test", "seed": a["seed"],
-                    "run": a["run"], "metrics": {k: a["test"][k] for k in keys},
-                    **({"chance": chance} if chance else {})})
-        if unadapted:
-            out.append({"model": MODEL, "variant": f"before adaptation ({split}, fresh e1/e2/p)", "split": "test",
-                        "seed": a["seed"], "metrics": {k: a["test_unadapted"][k] for k in keys}})
-            out.append({"model": MODEL, "variant": "plain CLIP (mean of the two image embeddings)",
-                        "split": "test", "seed": a["seed"],
-                        "metrics": {k: a["test_plain_clip"][k] for k in keys}})
-    if chance:
-        out.append(chance_row(n_pairs, keys))
-    return out
-
-
-def layer_split_rows(splits: Sequence[dict[str, Any]], adapted: Sequence[dict[str, Any]],
-                     captioned: Sequence[dict[str, Any]], n_pairs: int | None = None) -> list[dict[str, Any]]:
-    """Table 7's rows: per split, test retrieval of its adaptation run beside test captioning (x100) of its frozen-
-    encoder captioner, with what a trained row records (:func:`idckit.experiments.reporting.trained_fields`,
-    retrieval chance)."""
-    from idckit.experiments.reporting import trained_fields
-    from idckit.report import retrieval_chance
-
-    chance = {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS} if n_pairs else None
-    out = []
-    for sp, a, c in zip(splits, adapted, captioned):
-        metrics = {m: a["test"][m] for m in RETRIEVAL_KEYS}
-        metrics.update({m: 100 * c["test"]["total"][m] for m in ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
-                        if m in c["test"]["total"]})
-        out.append({"model": MODEL, "variant": sp["label"], "paper_split": sp["paper_split"],
-                    "n_intra": sp["n_intra"], "split": "test", "seed": c["seed"], "run": c["run"],
-                    "adapt_run": a["run"], "metrics": metrics, **trained_fields(c),
-                    **({"chance": chance} if chance else {})})
-    return out
-
-
-def chance_row(n_pairs: int, keys: Sequence[str] = RETRIEVAL_KEYS) -> dict[str, Any]:
-    """A table row with the retrieval metrics (``keys``) of a random ranking of ``n_pairs`` test pairs."""
-    return {"model": "chance", "variant": f"random ranking of {n_pairs} test pairs", "split": "test",
-            "metrics": _chance(n_pairs, keys)}
-
-
-BASELINE_MODEL = "baseline (idckit)"
 BASELINE_VARIANT = "most frequent training sentence"
 
 
@@ -602,7 +545,7 @@ def text_baseline(s: Setup) -> dict[str, Any]:
     meteor = s.config["caption"]["meteor"]
     test = evaluate_pairs(refs, dict.fromkeys(refs, sentence), ds.types("test"), scorer=_final_scorer(meteor),
                           meteor=meteor)
-    return {"model": BASELINE_MODEL, "variant": BASELINE_VARIANT, "split": "test", "subset": "total",
+    return {"model": reporting.BASELINE_MODEL, "variant": BASELINE_VARIANT, "split": "test", "subset": "total",
             "sentence": sentence, "metrics": to_paper_scale(test["total"])}
 
 
@@ -655,5 +598,5 @@ def pretrain_clip(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | 
 
 
 __all__ = ["FAMILY", "MODEL", "STANDIN_LABEL", "Setup", "setup", "loaded_data", "clip_weights", "adapt",
-           "run_variant", "runs", "layer_splits", "retrieval_rows", "retrieval_keys", "test_pairs_retrieved",
-           "chance_row", "text_baseline", "BASELINE_MODEL", "layer_split_rows", "provenance", "pretrain_clip"]
+           "run_variant", "runs", "layer_splits", "retrieval_keys", "test_pairs_retrieved", "text_baseline",
+           "BASELINE_VARIANT", "provenance", "pretrain_clip"]

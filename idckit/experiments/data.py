@@ -177,7 +177,7 @@ def pair_dataset(name: str, profile: str, data_root: str | Path | None = None, *
     gen = importlib.import_module(d["generator"])
     root = paths.data_dir() / f"synth-{name}-n{s['pairs']}-s{s['seed']}"
     # the kit's own cache: a set from an older generator version is replaced (never a folder without the marker)
-    gen.generate(root, n_pairs=s["pairs"], seed=s["seed"], workers=s.get("workers", 2), overwrite=True,
+    gen.generate(root, n_pairs=s["pairs"], seed=s["seed"], workers=s["workers"], overwrite=True,
                  progress=progress)
     return DataChoice(root, True, f"synthetic: {d['synth']} ({s['pairs']} pairs, seed {s['seed']})",
                       gen.GENERATOR_VERSION, content_identity(root, d["index_files"]), name)

@@ -59,8 +59,12 @@ def run_variant(s: Setup, variant: str = "duda", seed: int = 0, *, progress: boo
     """
     recipe = recipes.get_recipe(variant, FAMILY)
     check_seeds([seed])
-    run_cfg = {"kind": "duda", **s.identity, "max_len": s.config["max_len"], "model": s.config["model"],
-               "train": s.config["train"], "seed": seed}
+    c = s.config
+    # the settings in the shape every DUDA run key has hashed: the task's settings with the loop's as "loop"
+    train = {**{k: c[k] for k in ("batch_size", "attention_l1", "swap_before", "eval_batch_size")},
+             "loop": c["train"]}
+    run_cfg = {"kind": "duda", **s.identity, "max_len": c["max_len"], "model": c["model"], "train": train,
+               "seed": seed}
     run = open_run(s.runs_dir, "duda", run_cfg)
     if not run.is_complete():
         _train(s, run, progress)
@@ -111,26 +115,4 @@ def hard_runs(s: Setup, variants: Sequence[str] = ("duda",), seeds: Sequence[int
     return hard_twin_runs(s, setup, runs, variants, seeds, progress=progress)
 
 
-def compare_notes(pcl_results: Sequence[dict[str, Any]], duda_results: Sequence[dict[str, Any]]) -> list[str]:
-    """One sentence per seed both models ran: test CIDEr-D (total and semantic), distinct test captions and how
-    well each tells changes from distractors (IDC-PCL's judge head; DUDA's captions read as judgments), ending
-    with which of the two learned the setting, so a reader sees when the baseline learns what IDC-PCL does not."""
-    duda_by_seed = {r.get("seed"): r for r in duda_results}
-    notes = []
-    for p in pcl_results:
-        d = duda_by_seed.get(p.get("seed"))
-        if d is None:
-            continue
-        cp, cd = (100 * r["test"]["total"]["CIDEr-D"] for r in (p, d))
-        sp, sd = (100 * r["test"]["semantic"]["CIDEr-D"] if "semantic" in r["test"] else float("nan") for r in (p, d))
-        jp, jd = p.get("judge_accuracy"), d.get("caption_judge_accuracy")
-        judge = (f"; judging changes from distractors {jp:.2f} (IDC-PCL's head) vs {jd:.2f} (DUDA's captions)"
-                 if jp is not None and jd is not None else "")
-        better = "DUDA" if cd > cp else "IDC-PCL" if cp > cd else "neither"
-        notes.append(f"{p['label']} vs DUDA, seed {p.get('seed')}: test CIDEr-D {cp:.1f} vs {cd:.1f} (semantic "
-                     f"{sp:.1f} vs {sd:.1f}), {p.get('distinct_test_captions')} vs {d.get('distinct_test_captions')} "
-                     f"distinct test captions{judge}; higher CIDEr-D: {better}.")
-    return notes
-
-
-__all__ = ["FAMILY", "MODEL", "setup", "loaded_data", "run_variant", "runs", "hard_runs", "compare_notes"]
+__all__ = ["FAMILY", "MODEL", "setup", "loaded_data", "run_variant", "runs", "hard_runs"]

@@ -52,7 +52,7 @@ class Setup:
 
     @property
     def train_fraction(self) -> float:
-        return float(self.config.get("train_fraction", 1.0))
+        return float(self.config["train_fraction"])
 
 
 def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
@@ -145,7 +145,7 @@ def run_variant(s: Setup, variant: str = "full", seed: int = 0, *, progress: boo
     test; every stage cached by its config.
 
     Returns :data:`idckit.experiments.runs.RESULT_KEYS` (``test``: subset -> metric on pycocoevalcap's raw scale,
-    CIDEr-D 1.0 = 100 in the papers; ``judge_accuracy`` of the distractor head, None without it) and
+    CIDEr-D 1.0 = 100 in the papers; ``judge_accuracy`` of the distractor judge, None without it) and
     ``finetune_seconds``, ``pretrain_seconds``, ``negatives`` (the FDA tagger and counts).
     """
     recipe = recipes.get_recipe(variant, FAMILY)

@@ -4,7 +4,10 @@ A result of any experiment module's ``run_variant`` (the keys of :data:`idckit.e
 becomes a row on the papers' x100 scale: :func:`rows` (one subset, and a mean +/- sd row per variant run with
 several seeds) and :func:`per_type_rows` (CIDEr-D per change type); every trained row carries
 :func:`trained_fields`, so a report says whether its runs collapsed. :func:`ordering_notes` says in words whether
-the kit orders rows as a paper does. Writing, reading and judging the report files is :mod:`idckit.report`.
+the kit orders rows as a paper does, :func:`duda_notes` how IDC-PCL and the DUDA baseline compare. Baselines
+become rows with :func:`baseline_rows`, Birds-to-Words' pivot-branch scores with :func:`selection_rows`, and
+CLIP4IDC's retrieval runs with :func:`retrieval_rows` and :func:`layer_split_rows` (tables 6 and 7). Writing,
+reading and judging the report files is :mod:`idckit.report`.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ def trained_fields(result: Mapping[str, Any]) -> dict[str, Any]:
     test = result.get("test", {})
     out: dict[str, Any] = {"distinct_test_captions": result.get("distinct_test_captions"),
                            "test_pairs": result.get("test_pairs"),
-                           "cider_d": {sub: 100.0 * test[sub]["CIDEr-D"] for sub in ("total", "semantic", "distractor")
+                           "cider_d": {sub: 100.0 * test[sub]["CIDEr-D"] for sub in ("total", "semantic", DISTRACTOR)
                                        if sub in test and "CIDEr-D" in test[sub]}}
     if result.get("judge_accuracy") is not None:
         out["judge_accuracy"] = float(result["judge_accuracy"])
@@ -130,5 +133,122 @@ def ordering_notes(kit: Mapping[str, float], paper: Mapping[str, float], metric:
     return notes
 
 
+# -- baselines and comparisons -------------------------------------------------------------------------------------
+#: the model column of the kit's baseline rows (they see no image, or only features' nearest neighbour)
+BASELINE_MODEL = "baseline (idckit)"
+
+
+def baseline_rows(results: Sequence[Mapping[str, Any]], *, percent: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Report rows (x100, ``total``) of scored baselines (``{"label", "test", "distinct_test_captions",
+    "test_pairs", ...}``, e.g. :func:`idckit.experiments.birds.baselines`); ``percent`` as in :func:`rows`."""
+    out = []
+    for r in results:
+        m = to_paper_scale(r["test"]["total"])
+        m.update({k: 100.0 * r[k] for k in percent if r.get(k) is not None})
+        out.append({"model": BASELINE_MODEL, "variant": r["label"], "split": "test", "subset": "total",
+                    "metrics": m, "distinct_test_captions": r["distinct_test_captions"],
+                    "test_pairs": r["test_pairs"]})
+    return out
+
+
+def selection_rows(results: Sequence[Mapping[str, Any]], metric: str = "ROUGE_L") -> list[dict[str, Any]]:
+    """Per run, ``metric`` (x100) on each pivot-branch selection of Birds-to-Words' test split (sameSpecies ...
+    sameClass)."""
+    out = []
+    for r in results:
+        out.append({"variant": r["label"], "seed": r.get("seed"),
+                    **{sub: 100.0 * sc[metric] for sub, sc in r["test"].items() if sub not in ("total", "semantic")}})
+    return out
+
+
+def duda_notes(pcl_results: Sequence[dict[str, Any]], duda_results: Sequence[dict[str, Any]]) -> list[str]:
+    """One sentence per seed both models ran: test CIDEr-D (total and semantic), distinct test captions and how
+    well each tells changes from distractors (IDC-PCL's judge head; DUDA's captions read as judgments), ending
+    with which of the two learned the setting, so a reader sees when the baseline learns what IDC-PCL does not."""
+    duda_by_seed = {r.get("seed"): r for r in duda_results}
+    notes = []
+    for p in pcl_results:
+        d = duda_by_seed.get(p.get("seed"))
+        if d is None:
+            continue
+        cp, cd = (100 * r["test"]["total"]["CIDEr-D"] for r in (p, d))
+        sp, sd = (100 * r["test"]["semantic"]["CIDEr-D"] if "semantic" in r["test"] else float("nan") for r in (p, d))
+        jp, jd = p.get("judge_accuracy"), d.get("caption_judge_accuracy")
+        judge = (f"; judging changes from distractors {jp:.2f} (IDC-PCL's head) vs {jd:.2f} (DUDA's captions)"
+                 if jp is not None and jd is not None else "")
+        better = "DUDA" if cd > cp else "IDC-PCL" if cp > cd else "neither"
+        notes.append(f"{p['label']} vs DUDA, seed {p.get('seed')}: test CIDEr-D {cp:.1f} vs {cd:.1f} (semantic "
+                     f"{sp:.1f} vs {sd:.1f}), {p.get('distinct_test_captions')} vs {d.get('distinct_test_captions')} "
+                     f"distinct test captions{judge}; higher CIDEr-D: {better}.")
+    return notes
+
+
+# -- retrieval rows: CLIP4IDC's tables 6 and 7 ----------------------------------------------------------------------
+#: the retrieval metrics of CLEVR-Change's rows, both directions (another dataset's:
+#: :func:`idckit.experiments.clip4idc.retrieval_keys`)
+RETRIEVAL_KEYS = ("t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R@1", "p2t_R@5", "p2t_R@10",
+                  "p2t_MdR", "p2t_MnR")
+
+
+def _chance(n_pairs: int, keys: Sequence[str]) -> dict[str, float]:
+    from idckit.report import retrieval_chance
+
+    ks = sorted({int(k.split("@")[1]) for k in keys if "_R@" in k})
+    return {k: v for k, v in retrieval_chance(n_pairs, ks).items() if k in keys}
+
+
+def retrieval_rows(adapted: Sequence[Mapping[str, Any]], *, unadapted: bool = True, n_pairs: int | None = None,
+                   keys: Sequence[str] = RETRIEVAL_KEYS) -> list[dict[str, Any]]:
+    """Test retrieval rows of adaptation runs (:func:`idckit.experiments.clip4idc.adapt`, or the recipe
+    ``clip4idc/adapt``) and, per run, the same encoder before adaptation and plain CLIP.
+
+    With ``n_pairs`` (:func:`idckit.experiments.clip4idc.test_pairs_retrieved`) each adapted row records the
+    ``chance`` metrics of a random ranking, and a last row shows them, so a reader sees how far above chance the
+    encoder ranks. ``keys``: the metrics of the rows (``clip4idc.retrieval_keys`` of the setup)."""
+    chance = _chance(n_pairs, keys) if n_pairs else None
+    out = []
+    for a in adapted:
+        split = f"{a['n_intra']}/{a['n_inter']}"
+        out.append({"model": a["model"], "variant": f"adapted ({split})", "split": "test", "seed": a["seed"],
+                    "run": a["run"], "metrics": {k: a["test"][k] for k in keys},
+                    **({"chance": chance} if chance else {})})
+        if unadapted:
+            out.append({"model": a["model"], "variant": f"before adaptation ({split}, fresh e1/e2/p)",
+                        "split": "test", "seed": a["seed"], "metrics": {k: a["test_unadapted"][k] for k in keys}})
+            out.append({"model": a["model"], "variant": "plain CLIP (mean of the two image embeddings)",
+                        "split": "test", "seed": a["seed"],
+                        "metrics": {k: a["test_plain_clip"][k] for k in keys}})
+    if chance:
+        out.append(chance_row(n_pairs, keys))
+    return out
+
+
+def layer_split_rows(splits: Sequence[Mapping[str, Any]], adapted: Sequence[Mapping[str, Any]],
+                     captioned: Sequence[Mapping[str, Any]], n_pairs: int | None = None) -> list[dict[str, Any]]:
+    """Table 7's rows: per split (:func:`idckit.experiments.clip4idc.layer_splits`), test retrieval of its
+    adaptation run beside test captioning (x100) of its frozen-encoder captioner, with what a trained row records
+    (:func:`trained_fields`, retrieval chance)."""
+    from idckit.report import retrieval_chance
+
+    chance = {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS} if n_pairs else None
+    out = []
+    for sp, a, c in zip(splits, adapted, captioned):
+        metrics = {m: a["test"][m] for m in RETRIEVAL_KEYS}
+        metrics.update({m: 100 * c["test"]["total"][m] for m in ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
+                        if m in c["test"]["total"]})
+        out.append({"model": c["model"], "variant": sp["label"], "paper_split": sp["paper_split"],
+                    "n_intra": sp["n_intra"], "split": "test", "seed": c["seed"], "run": c["run"],
+                    "adapt_run": a["run"], "metrics": metrics, **trained_fields(c),
+                    **({"chance": chance} if chance else {})})
+    return out
+
+
+def chance_row(n_pairs: int, keys: Sequence[str] = RETRIEVAL_KEYS) -> dict[str, Any]:
+    """A table row with the retrieval metrics (``keys``) of a random ranking of ``n_pairs`` test pairs."""
+    return {"model": "chance", "variant": f"random ranking of {n_pairs} test pairs", "split": "test",
+            "metrics": _chance(n_pairs, keys)}
+
+
 __all__ = ["TYPES", "mean_sd", "trained_fields", "mean_trained_fields", "rows", "per_type_rows", "per_variant",
-           "ordering_notes"]
+           "ordering_notes", "BASELINE_MODEL", "baseline_rows", "selection_rows", "duda_notes", "RETRIEVAL_KEYS",
+           "retrieval_rows", "layer_split_rows", "chance_row"]

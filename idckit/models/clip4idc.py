@@ -1,6 +1,6 @@
 """CLIP4IDC (Guo et al., AACL 2022) on open_clip: pair encoder, retrieval adaptation model, captioner.
 
-Follows the paper (003_, section 2 and appendix B) and, where the paper is silent, the authors' public code
+Follows the paper (section 2 and appendix B) and, where the paper is silent, the authors' public code
 (sushizixin/CLIP4IDC; see docs/clip4idc.md). open_clip's modules are wrapped, never copied.
 
 Pair encoder (paper eq. 2-5; public code ``VisualTransformer.forward``). Each image of a pair goes through CLIP's own
@@ -19,16 +19,6 @@ The pair vector is the mean of the two projected CLS tokens (eq. 5, positions 1 
   0/depth. ``joint=False`` drops e1/e2/p/ln_mid altogether (requires N_inter = 0): the two images are encoded by plain
   CLIP independently and concatenated, which is the paper's CLIP-FT baseline (table 5) and reproduces open_clip's
   ``encode_image`` per image exactly (tested).
-
-Deviations from the public code, on purpose:
-* fp32 throughout. The public code converts CLIP's linear/conv/attention weights to fp16 and trains them with a
-  BertAdam at lr 1e-7 with no loss scaling; in fp16 those updates underflow or round away (clip4idc.md section 7),
-  so "CLIP fine-tuned at 1e-7" would mean something else per gradient scale. Mixed precision belongs to autocast.
-* Text features for captions shorter than CLIP's context (32 of 77 tokens, as in the public code) are computed on
-  the first L positions only. Because CLIP's text attention is causal, this equals open_clip's ``encode_text`` on
-  the same tokens padded to the full context (tested) at less than half the cost.
-* The captioner does not run CLIP's text encoder on a dummy [SOT, EOT] input at every step (~2.4 GFLOP per pair
-  that the public code computes and never uses).
 
 Captioner (paper 2.4 + appendix B; public code ``modules/module_decoder.py``): projected pair tokens -> a 3-layer
 transformer encoder -> a 3-layer transformer decoder with cross-attention -> an LM head over CLIP's BPE vocabulary
@@ -72,6 +62,17 @@ different model:
   most of the LM head's cost (at hidden 128 the full head is 2x the rest of the caption model) and Adam's update
   of a 6.3M-row table every step. Decoding still returns logits over CLIP's BPE ids (-inf off the list), so
   decoded token ids are CLIP's.
+
+Deviations from the public code, on purpose:
+* fp32 throughout. The public code converts CLIP's linear/conv/attention weights to fp16 and trains them with a
+  BertAdam at lr 1e-7 with no loss scaling; in fp16 Adam's second moment underflows for small gradients and
+  larger updates round away, so "CLIP fine-tuned at 1e-7" would mean something else per gradient scale. Mixed
+  precision belongs to autocast.
+* Text features for captions shorter than CLIP's context (32 of 77 tokens, as in the public code) are computed on
+  the first L positions only. Because CLIP's text attention is causal, this equals open_clip's ``encode_text`` on
+  the same tokens padded to the full context (tested) at less than half the cost.
+* The captioner does not run CLIP's text encoder on a dummy [SOT, EOT] input at every step (~2.4 GFLOP per pair
+  that the public code computes and never uses).
 """
 from __future__ import annotations
 

@@ -12,6 +12,16 @@ uni-directional mask: visual tokens see only visual tokens, a text token sees ev
 to itself, never [PAD]. Captions are generated as in the paper (section 2.3): the input is
 ``[BOS] w1 .. w(i-1) [MASK]`` and the next word is read at [MASK].
 
+Kept from the public code where the paper is silent: pre-LN blocks, ReLU FFN, dropout 0.2 on embeddings,
+attention probabilities, the FFN hidden layer and both residual branches (attention dropout makes PyTorch take the
+unfused "math" attention in training), one embedding LayerNorm shared by all inputs, a 2-way judge head on
+``[h_IMG1; h_IMG2]``, an untied MLM head ``Linear(d, V)``, the MVCL head's ``Linear(d,d) -> GELU -> LayerNorm``.
+
+Size at the paper's CLEVR-Change setting (V=80, feat_dim 2048, d 512, 3+1+1 layers): 18.21M parameters against
+the public fine-tuning model's 16.90M: +1.05M for the untied MVCL output layer and +0.26M for the rest of the MVCL
+head (the public fine-tuning model drops its regression head; this module always has it, so pre-training and
+fine-tuning checkpoints have the same keys), +1,024 for the final LayerNorm, -512 for the smaller type table.
+
 Deviations from the public code (yaolinli/IDC; see docs/idcpcl.md), each deliberate:
 
 - Positions: a correct sinusoidal table (Vaswani et al.), as a non-persistent buffer. The public table has the
@@ -37,7 +47,7 @@ Deviations from the public code (yaolinli/IDC; see docs/idcpcl.md), each deliber
 - The MVCL regression head's output layer is its own ``Linear(d, feat_dim)``; the public code ties it to the
   transposed visual projection. The tie only approximately inverts a Linear+Sigmoid and couples the regression
   target space to the input projection; the paper says only "regression to the original feature space". Cost:
-  +1.05M parameters at feat_dim 2048 (see below).
+  +1.05M parameters at feat_dim 2048 (see the size above).
 - Dropout masks of the special tokens are drawn per sample (the public code embeds them once per batch).
 - Decoding caches the keys/values of the visual tokens AND of every committed word in preallocated per-layer
   buffers (the public code caches only the visual side and recomputes all text through every layer at every
@@ -46,16 +56,6 @@ Deviations from the public code (yaolinli/IDC; see docs/idcpcl.md), each deliber
   code always runs max_len-1 steps) and works for batch size 1 (the public ``.squeeze()`` raises).
 - The paper's section 2.3 says [CLS] is also fed at inference; the public fine-tuning layout has no [CLS] and the
   kit follows the code (the fine-tuning mask makes a [CLS] that no text token reads pointless anyway).
-
-Kept from the public code where the paper is silent: pre-LN blocks, ReLU FFN, dropout 0.2 on embeddings,
-attention probabilities, the FFN hidden layer and both residual branches (attention dropout makes PyTorch take the
-unfused "math" attention in training), one embedding LayerNorm shared by all inputs, a 2-way distractor head on
-``[h_IMG1; h_IMG2]``, an untied MLM head ``Linear(d, V)``, the MVCL head's ``Linear(d,d) -> GELU -> LayerNorm``.
-
-Size at the paper's CLEVR-Change setting (V=80, feat_dim 2048, d 512, 3+1+1 layers): 18.21M parameters against
-the public fine-tuning model's 16.90M: +1.05M for the untied MVCL output layer and +0.26M for the rest of the MVCL
-head (the public fine-tuning model drops its regression head; this module always has it, so pre-training and
-fine-tuning checkpoints have the same keys), +1,024 for the final LayerNorm, -512 for the smaller type table.
 """
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from idckit.data.clevr_change import ClevrChange
+from idckit.data.clevr_change import DISTRACTOR, ClevrChange
 from idckit.data.images import ImageCache
 from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError
@@ -511,7 +511,7 @@ class CaptionTask:
         scores = evaluate_pairs(s.references, preds, dict(zip(s.pair_ids, s.types)), meteor=False,
                                 scorer=self.scorer)
         out = {"CIDEr-D": scores["total"]["CIDEr-D"], "Bleu_4": scores["total"]["Bleu_4"]}
-        for sub in ("semantic", "distractor"):
+        for sub in ("semantic", DISTRACTOR):
             if sub in scores:
                 out[f"CIDEr-D_{sub}"] = scores[sub]["CIDEr-D"]
         return out

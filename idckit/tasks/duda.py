@@ -20,9 +20,10 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from idckit.data.clevr_change import DISTRACTOR
 from idckit.device import copy_to, model_device
 from idckit.errors import DatasetError
-from idckit.losses import mlm_loss
+from idckit.losses import attention_mass, mlm_loss
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.duda import DUDA, DUDAConfig
 from idckit.tasks.pcl import PCLData, SplitData
@@ -121,7 +122,7 @@ class DUDATask:
         change = mlm_loss(out.logits[:b], labels[:b])
         no_change = mlm_loss(out.logits[b:], labels[b:])
         a = out.attended
-        mass = 0.5 * (a.att_before[:b].float().sum(1) + a.att_after[:b].float().sum(1)).mean()
+        mass = attention_mass(a.att_before[:b], a.att_after[:b])
         loss = 0.5 * change + 0.5 * no_change + self.attention_l1 * mass
         return loss, {"ce_change": float(change.detach()), "ce_no_change": float(no_change.detach()),
                       "attention_mass": float(mass.detach())}
@@ -140,7 +141,7 @@ class DUDATask:
                "distinct_captions": len(set(preds["captions"].values())),
                "caption_judge_accuracy": caption_judge_accuracy(preds["captions"], s, self.no_change)}
         # the total rewards a constant "no change" caption on the distractor half; the halves show what it hides
-        for sub in ("semantic", "distractor"):
+        for sub in ("semantic", DISTRACTOR):
             if sub in scores:
                 out[f"CIDEr-D_{sub}"] = scores[sub]["CIDEr-D"]
         return out

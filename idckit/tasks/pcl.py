@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
-from idckit.data.clevr_change import ClevrChange
+from idckit.data.clevr_change import DISTRACTOR, ClevrChange
 from idckit.data.features import FeatureStore
 from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError, DatasetError
@@ -510,7 +510,7 @@ class FinetuneTask(_PCLTask):
                                 meteor=False, scorer=self.scorer, tokenize=self.tokenize)
         out = {k: scores["total"][k] for k in ("CIDEr-D", "Bleu_4", "ROUGE_L")}
         # the total rewards a constant "no change" caption on the distractor half; the halves show what it hides
-        for sub in ("semantic", "distractor"):
+        for sub in ("semantic", DISTRACTOR):
             if sub in scores:
                 out[f"CIDEr-D_{sub}"] = scores[sub]["CIDEr-D"]
         if preds["judge_accuracy"] is not None:

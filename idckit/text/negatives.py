@@ -24,7 +24,7 @@ fact):
   in or out tends to give a *true* caption). Candidates are ranked by ``count-in-caption x idf`` (ties: the
   earlier position) and the top ``max(1, floor(top_fraction x n))`` are replaced: half, rounded down, but at
   least one so every caption with a candidate changes. Rounding down matches Table 7 better than rounding up
-  on the change captions of a CLEVR-Change-like corpus built from the grammar of datasets.md 1.5 (2.7 of
+  on the change captions of a CLEVR-Change-like corpus built from the CLEVR-Change generator's caption grammar (2.7 of
   11.2 words, 24 %, vs 3.2, 29 %; the paper: 2.5 of 10.8, 23.4 %). Each chosen word is replaced by a
   uniformly random word of the *same tag* from that tag's vocabulary, never by itself or a synonym of itself
   (``synonyms``: CLEVR's cube/block, sphere/ball, large/big, small/tiny, metal/metallic/shiny, rubber/matte;

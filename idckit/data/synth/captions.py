@@ -1,6 +1,7 @@
 """CLEVR-Change captions: referring expression + change predicate, and an independent parser that checks them.
 
-Grammar (datasets.md s.1.5, the CLEVR-Change generator's templates and synonyms):
+Grammar (the CLEVR-Change generator's templates and synonyms, Seth-Park/clevr-dataset-gen ``cap_templates_pruned.json``,
+``loc_templates_pruned.json``, ``synonyms.json``):
 
 - referring expressions
   ``the <Z> <C> <M> <S>`` (any slot may be empty; an empty shape is ``thing``/``object``),

@@ -29,7 +29,8 @@ Deviations / choices:
     the other objects, at least ``MOVE_MIN_DISTANCE`` (1.0) from where it was so the move is visible.
   - CLEVR's base camera has a 0.6 deg roll; this camera has none. Lamp positions are CLEVR's base_scene values
     rounded to 4 decimals.
-  - CoGenT shape/colour constraints are not enforced (the real captions violate them, datasets.md s.1.4).
+  - CoGenT shape/colour constraints are not enforced (the generator's ``render.sh`` names CoGenT_A.json, yet the
+    released captions mention red cubes and yellow cylinders).
 """
 from __future__ import annotations
 

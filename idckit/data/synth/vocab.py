@@ -21,7 +21,7 @@ MATERIALS: tuple[str, ...] = ("rubber", "metal")
 # Blender-unit radii; a cube's radius is divided by sqrt(2) so it does not look larger than a sphere.
 SIZES: dict[str, float] = {"large": 0.7, "small": 0.35}
 
-# Caption synonyms (the CLEVR-Change generator's synonyms.json, datasets.md section 1.5).
+# Caption synonyms (the CLEVR-Change generator's synonyms.json, Seth-Park/clevr-dataset-gen).
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "cube": ("cube", "block"),
     "sphere": ("sphere", "ball"),
