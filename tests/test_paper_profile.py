@@ -179,7 +179,8 @@ def test_every_paper_size_model_trains_two_steps(tmp_path):
     f = pcl["finetune"]
     ft = Finetune(data, pcl["model"], batch_size=2, mask_prob=f["mask_prob"], eos_prob=f["eos_prob"],
                   distractor_weight=f["distractor_weight"], eval_batch_size=2, group_by_pair=f["group_by_pair"],
-                  captions_per_pair=f["captions_per_pair"], init_from=tmp_path / "pre" / "best.pt")
+                  captions_per_pair=f["captions_per_pair"], targets=f["targets"],
+                  init_from=tmp_path / "pre" / "best.pt")
     assert fit(ft, two, tmp_path / "ft", progress=False, device="cpu").steps == 2
 
     adapt, cap = load_config("clip4idc_adapt", "paper"), load_config("clip4idc_caption", "paper")
