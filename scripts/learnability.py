@@ -118,10 +118,16 @@ def plot(out: Path, reports: Path = OUT):
                          "panel": "change vs distractor accuracy (test)"})
         if "test" in d:
             if "d_model" in d["overrides"].get("model", {}) or d["pairs"] == 8000:
-                # the narrow model's settings: only the cpu default's recipe (the judge loss x16, 128 pairs a
-                # step) is drawn, its seeds averaged; the other settings are the doc's tables, one row each
-                if "_cpudefault_mvcl8" in path.stem or "_cpudefault_seed" in path.stem:
-                    what = f"the cpu default (d_model 64, judge x16, pre-training 8:8:2, {d['pairs']} scenes), mean of seeds"
+                # the narrow model's settings: the cpu default's recipe (the judge loss x16, 128 pairs a step) and
+                # its two earlier fine-tuning targets are drawn, seeds averaged; the record's file-name tag says
+                # which (the default's own runs carry no overrides); the rest are the doc's tables, one row each
+                if "_every_cpp4" in path.stem:
+                    what = (f"the cpu default (d_model 64, judge x16, pre-training 8:8:2, every position, 4 references "
+                            f"per pair, {d['pairs']} scenes), mean of seeds")
+                elif "_every_seed" in path.stem:
+                    what = f"as the cpu default with 1 reference per pair ({d['pairs']} scenes), mean of seeds"
+                elif "_cpudefault_mvcl8" in path.stem or "_cpudefault_seed" in path.stem:
+                    what = f"as the cpu default with masked targets, 1 reference ({d['pairs']} scenes), mean of seeds"
                 elif "_dw16" in path.stem and "_b64" not in path.stem:
                     what = f"d_model 64, judge x16, pre-training 8:1:2 ({d['pairs']} scenes), mean of seeds"
                 else:
