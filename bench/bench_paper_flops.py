@@ -65,7 +65,7 @@ def pcl_flops(per: int = 7) -> dict[str, float]:
     task = FinetuneTask(data, cfg["model"], batch_size=per, mask_prob=f["mask_prob"], eos_prob=f["eos_prob"],
                         distractor_weight=f["distractor_weight"], eval_batch_size=f["eval_batch_size"],
                         group_by_pair=f["group_by_pair"], captions_per_pair=f["captions_per_pair"],
-                        targets=f["targets"])
+                        targets=f["targets"], selection_metric=f["selection_metric"], tokenize=f["tokenize"])
     model = task.build_model().train()
     batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
     out["finetune"] = _count(lambda: task.train_step(model, batch, 0)[0]) / per

@@ -23,7 +23,8 @@ from idckit.experiments.config import train_config
 from idckit.train.loop import fit
 
 MODEL = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 1, "single_layers": 1, "pair_layers": 1,
-         "dropout": 0.0, "difference_encoder": True, "distractor_head": True}
+         "dropout": 0.0, "difference_encoder": True, "distractor_head": True, "n_classes": 0,
+         "visual_activation": "none"}
 PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl": 1.0, "tau_fda": 1.0}
 WORDS = ["the", "red", "blue", "cube", "sphere", "moved", "changed", "color", "no", "change", "was", "added"]
 
@@ -59,7 +60,7 @@ class JudgedFinetune(FinetuneTask):
 
     def __init__(self, data, crash_at=None, grouped=False, **kw):
         # grouped: the cpu profile's batches (4 pairs x 2 references); else the paper's per-caption batches
-        kw.setdefault("targets", "masked")
+        kw = {"targets": "masked", "selection_metric": "CIDEr-D", "tokenize": True, **kw}
         super().__init__(data, MODEL, batch_size=8, eval_batch_size=4, mask_prob=0.15, eos_prob=0.15,
                          distractor_weight=1.0, group_by_pair=grouped, captions_per_pair=2 if grouped else 1, **kw)
         self.crash_at = crash_at
@@ -115,7 +116,8 @@ def adapt(out: Path, workers: int = 0):
     from idckit.tasks.clip4idc import AdaptTask
 
     task = AdaptTask(tiny_pair_data(), "idckit-standin-ViT-T-16", None, batch_size=8, clip_lr_scale=1e-3,
-                     weight_decay=0.2, swap_prob=0.5, freeze_intra=False, freeze_embeddings=False, eval_batch_size=128)
+                     weight_decay=0.2, swap_prob=0.5, freeze_intra=False, freeze_embeddings=False, eval_batch_size=128,
+                     ks=(1, 5, 10))
     return fit(task, train_config(dict(max_steps=4, lr=1e-3, log_every=1, seed=5)), out, progress=False,
                loader={"workers": workers})
 
@@ -128,7 +130,9 @@ def caption(out: Path):
         pass
 
     captioner = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
-                 "freeze_visual": True}
+                 "freeze_visual": True,
+                 "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise",
+                 "tie_clip_embeddings": True, "segment_embedding": None}
     task = Task(tiny_pair_data(), "idckit-standin-ViT-T-16", None, captioner, batch_size=4, visual_lr_scale=0.0,
                 trim_vocab=False, eval_batch_size=6)
     return fit(task, train_config(dict(max_steps=4, lr=1e-3, log_every=1, eval_every=2, seed=5)), out, progress=False)

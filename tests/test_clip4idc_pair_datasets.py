@@ -44,7 +44,9 @@ def test_spot_the_diff_adapts_and_captions(base, spot_root):
 
     data = clip4idc.loaded_data(s)
     captioner = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.1,
-                 "freeze_visual": False}
+                 "freeze_visual": False,
+                 "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise",
+                 "tie_clip_embeddings": True, "segment_embedding": None}
     task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=4, visual_lr_scale=1e-3,
                        trim_vocab=False, eval_batch_size=100)
     assert not task.with_distractors

@@ -20,10 +20,12 @@ from idckit.tasks.clip_pretrain import (StandinPretrainTask, join_objects, load_
 
 MODEL = "idckit-standin-ViT-T-16"
 SMALL = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
-         "freeze_visual": False}
+         "freeze_visual": False,
+         "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise", "tie_clip_embeddings": True,
+         "segment_embedding": None}
 # the tasks' settings (a profile's in the kit; here the paper's, with the embeddings and intra blocks trainable)
 ADAPT = {"batch_size": 128, "clip_lr_scale": 1e-3, "weight_decay": 0.2, "swap_prob": 0.5, "freeze_intra": False,
-         "freeze_embeddings": False, "eval_batch_size": 128}
+         "freeze_embeddings": False, "eval_batch_size": 128, "ks": (1, 5, 10)}
 CAPTION = {"batch_size": 16, "visual_lr_scale": 1e-3, "trim_vocab": False, "eval_batch_size": 100}
 OBJECTS = ["a small red rubber cube", "a large blue metal sphere", "a small gray rubber cylinder",
            "a large green metal cube", "a small cyan rubber sphere", "a large purple metal cylinder",

@@ -51,9 +51,11 @@ def make_task(kind: str):
     if kind == "adapt":        # pixels of the swapped before-images
         return AdaptTask(worker.tiny_pair_data(scenes=8), "idckit-standin-ViT-T-16", None, batch_size=2,
                          clip_lr_scale=1e-3, weight_decay=0.2, swap_prob=0.5, freeze_intra=False,
-                         freeze_embeddings=False, eval_batch_size=128)
+                         freeze_embeddings=False, eval_batch_size=128, ks=(1, 5, 10))
     captioner = {"hidden": 32, "heads": 2, "ffn": 64, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
-                 "freeze_visual": False}
+                 "freeze_visual": False,
+                 "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise",
+                 "tie_clip_embeddings": True, "segment_embedding": None}
     return CaptionTask(worker.tiny_pair_data(scenes=8), "idckit-standin-ViT-T-16", None, captioner, batch_size=2,
                        visual_lr_scale=1e-3, trim_vocab=False, eval_batch_size=100)
 

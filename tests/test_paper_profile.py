@@ -180,6 +180,7 @@ def test_every_paper_size_model_trains_two_steps(tmp_path):
     ft = Finetune(data, pcl["model"], batch_size=2, mask_prob=f["mask_prob"], eos_prob=f["eos_prob"],
                   distractor_weight=f["distractor_weight"], eval_batch_size=2, group_by_pair=f["group_by_pair"],
                   captions_per_pair=f["captions_per_pair"], targets=f["targets"],
+                  selection_metric=f["selection_metric"], tokenize=f["tokenize"],
                   init_from=tmp_path / "pre" / "best.pt")
     assert fit(ft, two, tmp_path / "ft", progress=False, device="cpu").steps == 2
 
@@ -188,7 +189,7 @@ def test_every_paper_size_model_trains_two_steps(tmp_path):
     task = AdaptTask(pairs, adapt["clip"]["model"], None, batch_size=2, clip_lr_scale=adapt["clip_lr_scale"],
                      weight_decay=adapt["weight_decay"], swap_prob=adapt["swap_prob"],
                      freeze_intra=adapt["freeze_intra"], freeze_embeddings=adapt["freeze_embeddings"],
-                     eval_batch_size=adapt["eval_batch_size"])
+                     eval_batch_size=adapt["eval_batch_size"], ks=(1, 5, 10))
     res = fit(task, two, tmp_path / "adapt", progress=False, device="cpu")
     assert res.steps == 2 and res.model.pair_encoder.n_intra == 9          # the paper's 9 intra + 3 inter
     captioner = {**cap["captioner"], "variant": "clip4idc", "n_intra": 9}

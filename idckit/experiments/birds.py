@@ -233,7 +233,7 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
                             eos_prob=c["eos_prob"], distractor_weight=c["distractor_weight"],
                             eval_batch_size=c["eval_batch_size"], group_by_pair=c["group_by_pair"],
                             captions_per_pair=c["captions_per_pair"], targets=c["targets"], init_from=pre.dir / "best.pt",
-                            scorer=quick, selection_metric=c["selection_metric"], tokenize=False)
+                            scorer=quick, selection_metric=c["selection_metric"], tokenize=c["tokenize"])
         res = fit(task, train_config(c["train"], run.config["seed"]), run.dir,
                   progress=progress, device=s.device, loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
@@ -241,7 +241,7 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
     write_results(run.dir / "test", preds["captions"])
     split = data.splits["test"]
     test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)),
-                          tokenize=False, meteor=s.config["meteor"])
+                          tokenize=c["tokenize"], meteor=s.config["meteor"])
     run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
                   "stopped": res.stopped, "test": test, "finetune_seconds": res.wall_seconds,
                   "pretrain_seconds": round(pre_seconds, 1), "wall_seconds": round(time.perf_counter() - t0, 1),
@@ -288,7 +288,8 @@ def baselines(s: Setup) -> list[dict[str, Any]]:
     out = []
     meteor = s.config["meteor"]
     with CaptionScorer(meteor=meteor) as scorer:   # one METEOR start-up for both
-        scored = {name: evaluate_pairs(test.references, preds, types, tokenize=False, meteor=meteor, scorer=scorer)
+        tokenize = s.config["finetune"]["tokenize"]    # the kit's captioners and these baselines on one scale
+        scored = {name: evaluate_pairs(test.references, preds, types, tokenize=tokenize, meteor=meteor, scorer=scorer)
                   for name, preds in predictions.items()}
     for name, preds in predictions.items():
         scores = scored[name]

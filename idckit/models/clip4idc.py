@@ -297,12 +297,12 @@ class CaptionerConfig:
     dropout: float                         # hidden and attention-probability dropout, as the public code
     max_len: int                           # tokens including SOT/EOT; greedy decoding runs at most this many steps
     freeze_visual: bool                    # the pair encoder frozen (paper table 7; the cpu profile by choice)
-    # what a run chooses, not a profile: the experiment's variant and layer split, and switches kept at the paper's
-    variant: str = "clip4idc"              # "clip4idc" (split ViT) or "clip-ft" (plain CLIP per image, table 5)
-    n_intra: int | None = None             # None: 3/4 of the ViT depth (9 of 12); ignored for clip-ft
-    cross_attention: str = "layerwise"     # "layerwise" (decoder i <- encoder i, public code) or "last"
-    tie_clip_embeddings: bool = True       # word/position embeddings start from CLIP's text tower
-    segment_embedding: bool | None = None  # before/after segment embedding in the caption encoder; None: clip-ft only
+    # the profile gives the paper's; a run's recipe sets variant and its layer split sets n_intra
+    variant: str                           # "clip4idc" (split ViT) or "clip-ft" (plain CLIP per image, table 5)
+    n_intra: int | None                    # None: 3/4 of the ViT depth (9 of 12); ignored for clip-ft
+    cross_attention: str                   # "layerwise" (decoder i <- encoder i, public code) or "last"
+    tie_clip_embeddings: bool              # word/position embeddings start from CLIP's text tower
+    segment_embedding: bool | None         # before/after segment embedding in the caption encoder; None: clip-ft only
 
     @property
     def use_segment_embedding(self) -> bool:

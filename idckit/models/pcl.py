@@ -93,9 +93,9 @@ class PCLConfig:
     dropout: float
     difference_encoder: bool        # False: table 4 row 5, regions go straight to the cross-modal transformer
     distractor_head: bool
-    # not profile settings: the birds' FGVC stage sets n_classes from its data; the public code's variant is a switch
-    n_classes: int = 0              # > 0: the FGVC stage's heads (classifier on single-image [IMG], pair matcher)
-    visual_activation: str = "none"     # "none" (the paper's linear projection) or "sigmoid" (the public code)
+    n_classes: int                  # > 0: the FGVC stage's heads (classifier on single-image [IMG], pair matcher);
+                                    # 0 in the profiles, the birds' FGVC stage sets it from its data
+    visual_activation: str          # "none" (the paper's linear projection) or "sigmoid" (the public code)
 
     def __post_init__(self):
         if self.d_model % self.n_heads:

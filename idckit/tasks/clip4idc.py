@@ -256,8 +256,8 @@ class AdaptTask:
 
     def __init__(self, data: PairData, clip_model: str, pretrained: str | None, *, batch_size: int,
                  clip_lr_scale: float, weight_decay: float, swap_prob: float, freeze_intra: bool,
-                 freeze_embeddings: bool, eval_batch_size: int, n_intra: int | None = None,
-                 intra_cache: IntraCache | None = None, progress: bool = False, ks: Sequence[int] = (1, 5, 10)):
+                 freeze_embeddings: bool, eval_batch_size: int, ks: Sequence[int], n_intra: int | None = None,
+                 intra_cache: IntraCache | None = None, progress: bool = False):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
         self.ks = tuple(sorted({1, *ks}))                      # R@1 always: it selects the checkpoint
         self.n_intra, self.batch_size, self.clip_lr_scale = n_intra, batch_size, clip_lr_scale

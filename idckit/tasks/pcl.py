@@ -407,8 +407,8 @@ class FinetuneTask(_PCLTask):
 
     def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, mask_prob: float,
                  eos_prob: float, distractor_weight: float, eval_batch_size: int, group_by_pair: bool,
-                 captions_per_pair: int, targets: str, init_from=None, scorer=None,
-                 selection_metric: str = "CIDEr-D", tokenize: bool = True):
+                 captions_per_pair: int, targets: str, selection_metric: str, tokenize: bool, init_from=None,
+                 scorer=None):
         super().__init__(data, model, batch_size=batch_size, init_from=init_from)
         if targets not in FINETUNE_TARGETS:
             raise ConfigError(f"finetune.targets must be one of {', '.join(FINETUNE_TARGETS)}, got {targets!r}",
