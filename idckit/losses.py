@@ -36,7 +36,7 @@ def _reduce(losses: torch.Tensor, reduction: str) -> torch.Tensor:
     return losses.mean() if reduction == "mean" else losses.sum()
 
 
-def mvcl_nce(pred: torch.Tensor, target: torch.Tensor, negatives: torch.Tensor, tau: float = 1.0,
+def mvcl_nce(pred: torch.Tensor, target: torch.Tensor, negatives: torch.Tensor, tau: float,
              reduction: str = "mean") -> torch.Tensor:
     """IDC-PCL's masked visual contrastive loss (paper eq. 8), mean (or sum) over the M masked regions:
 
@@ -58,7 +58,7 @@ def mvcl_nce(pred: torch.Tensor, target: torch.Tensor, negatives: torch.Tensor, 
                                    reduction="none"), reduction)
 
 
-def fda_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float = 1.0, reduction: str = "mean") -> torch.Tensor:
+def fda_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float, reduction: str = "mean") -> torch.Tensor:
     """FDA's contrastive loss (paper eq. 9), mean (or sum) over the B pairs:
 
         L = 1/B sum_b -log( exp(pos_b/tau) / (exp(pos_b/tau) + sum_k exp(neg_bk/tau)) )

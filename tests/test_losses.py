@@ -44,7 +44,7 @@ def test_mlm_loss_with_nothing_labelled_is_zero_with_a_graph():
 
 def test_mvcl_nce_hand_cases():
     # cos(p, t) = 1, cos(p, n) = 0: -log(e / (e + 1))
-    one = mvcl_nce(torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 3.0]]))
+    one = mvcl_nce(torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 3.0]]), tau=1.0)
     assert math.isclose(one.item(), -math.log(math.e / (math.e + 1)), rel_tol=1e-6)
     # 2 regions, 2 negatives, tau 0.5; cosines by hand:
     pred = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
@@ -71,20 +71,20 @@ def test_mvcl_nce_matches_a_loop_and_has_gradients():
     # scale invariance: cosine scores do not care about feature norms
     assert math.isclose(mvcl_nce(3 * pred, target, 0.1 * negs, tau=0.7).item(), want, rel_tol=1e-5)
     with pytest.raises(ValueError, match="expected"):
-        mvcl_nce(pred, target[:3], negs)
+        mvcl_nce(pred, target[:3], negs, tau=1.0)
 
 
 def test_fda_nce_hand_case_and_loop():
     pos, neg = torch.tensor([1.0, 0.0]), torch.tensor([[0.0, 0.0], [1.0, -1.0]])
     a = -math.log(math.e / (math.e + 2))                       # logits [1, 0, 0]
     b = -math.log(1 / (1 + math.e + math.exp(-1)))             # logits [0, 1, -1]
-    assert math.isclose(fda_nce(pos, neg).item(), (a + b) / 2, rel_tol=1e-6)
-    assert math.isclose(fda_nce(pos, neg, tau=0.5).item(), fda_nce(2 * pos, 2 * neg).item(), rel_tol=1e-6)
+    assert math.isclose(fda_nce(pos, neg, tau=1.0).item(), (a + b) / 2, rel_tol=1e-6)
+    assert math.isclose(fda_nce(pos, neg, tau=0.5).item(), fda_nce(2 * pos, 2 * neg, tau=1.0).item(), rel_tol=1e-6)
     g = torch.Generator().manual_seed(1)
     pos, neg = torch.rand(5, generator=g) * 2 - 1, torch.rand(5, 6, generator=g) * 2 - 1
     assert math.isclose(fda_nce(pos, neg, tau=0.3).item(), nce_loop(pos.tolist(), neg.tolist(), 0.3), rel_tol=1e-5)
     with pytest.raises(ValueError, match="expected"):
-        fda_nce(pos, neg[:4])
+        fda_nce(pos, neg[:4], tau=1.0)
 
 
 def test_symmetric_infonce_hand_case_and_loop():
