@@ -122,8 +122,7 @@ def plot(out: Path, reports: Path = OUT):
                 # its two earlier fine-tuning targets are drawn, seeds averaged; the record's file-name tag says
                 # which (the default's own runs carry no overrides); the rest are the doc's tables, one row each
                 if "_every_cpp4" in path.stem:
-                    what = (f"the cpu default (d_model 64, judge x16, pre-training 8:8:2, every position, 4 references "
-                            f"per pair, {d['pairs']} scenes), mean of seeds")
+                    what = f"the cpu default (every position, 4 references; {d['pairs']} scenes), mean of seeds"
                 elif "_every_seed" in path.stem:
                     what = f"as the cpu default with 1 reference per pair ({d['pairs']} scenes), mean of seeds"
                 elif "_cpudefault_mvcl8" in path.stem or "_cpudefault_seed" in path.stem:
@@ -162,7 +161,7 @@ def plot(out: Path, reports: Path = OUT):
                  fontsize=11)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, bbox_inches="tight")    # the legends below the panels are wider than them
     print(f"wrote {out}")
 
 
