@@ -83,6 +83,48 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
     return out
 
 
+def run_clip4idc(data_root: Path, threads: int, seed: int, runs_dir: Path | None, out_dir: Path = OUT,
+                 extra: dict | None = None, tag: str = "") -> dict:
+    """CLIP4IDC (stand-in CLIP pre-training, adaptation, captioning) at the cpu profile plus ``extra`` overrides
+    (``{"standin": .., "adapt": .., "caption": ..}``): test retrieval before / after adaptation, CIDEr-D, distinct
+    test captions and the most-frequent-caption baseline on the same pairs."""
+    import torch
+
+    from budget_curve import text_baseline
+    from idckit.experiments import clip4idc
+    from idckit.experiments.runs import output_diversity
+    from idckit.report import git_commit
+
+    torch.set_num_threads(threads)
+    info = json.loads((Path(data_root) / "synth_info.json").read_text())
+    t0 = time.time()
+    s = clip4idc.setup("cpu", data_root, runs_dir=runs_dir, overrides=extra or {}, progress=False)
+    clip = clip4idc.clip_weights(s)
+    r = clip4idc.run_variant(s, "clip4idc", seed)
+    diversity = output_diversity(s.runs_dir, [r])[0]
+    out = {"data": Path(data_root).name, "camera_jitter": info.get("camera_jitter", 1.0),
+           "lamp_jitter": info.get("lamp_jitter", 1.0), "pairs": info.get("pairs"), "threads": threads,
+           "seed": seed, "commit": git_commit(), "model": "CLIP4IDC (cpu profile)", "overrides": extra or {},
+           "standin": {k: clip.get(k) for k in ("run", "val", "steps", "wall_seconds", "description")},
+           "adapt": r["adapt"], "run": r["run"], "best_step": r.get("best_step"),
+           "test": {k: r["test"][k] for k in ("total", "semantic", "distractor") if k in r["test"]},
+           "distinct_test_captions": diversity["distinct"], "test_pairs": diversity["pairs"],
+           "top_caption_share": diversity["top_share"],
+           "text_baseline_test": text_baseline(s.data.dataset(), split="test"),
+           "caption_seconds": r.get("caption_seconds"), "wall_seconds": round(time.time() - t0, 1)}
+    t, a = out["test"], out["adapt"]
+    print(f"{out['data']}: stand-in val R@1 {clip['val']['R@1']:.1f}; text->pair R@1 "
+          f"{a['test_unadapted']['t2p_R@1']:.2f} -> {a['test']['t2p_R@1']:.2f}; CIDEr-D total "
+          f"{100 * t['total']['CIDEr-D']:.1f} semantic {100 * t['semantic']['CIDEr-D']:.1f}, "
+          f"{out['distinct_test_captions']} distinct; text baseline {100 * out['text_baseline_test']['CIDEr-D']:.1f}",
+          flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"clip4idc_{out['data']}_cpu_seed{seed}{tag}.json"
+    path.write_text(json.dumps(out, indent=1))
+    print(f"wrote {path}")
+    return out
+
+
 def plot(out: Path, reports: Path = OUT):
     import matplotlib
     matplotlib.use("Agg")
@@ -181,6 +223,15 @@ def main(argv=None) -> int:
                    help='more settings over the cpu profile, JSON, e.g. \'{"model": {"d_model": 64}}\'')
     r.add_argument("--tag", default="", help="appended to the JSON's name")
     r.add_argument("--out-dir", type=Path, default=OUT)
+    c = sub.add_parser("clip4idc", help="CLIP4IDC at the cpu profile (+ --overrides) on one data set")
+    c.add_argument("--data-root", type=Path, required=True)
+    c.add_argument("--threads", type=int, default=2)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--runs-dir", type=Path, default=None)
+    c.add_argument("--overrides", type=json.loads, default=None,
+                   help='{"standin": {...}, "adapt": {...}, "caption": {...}} over the cpu profile')
+    c.add_argument("--tag", default="", help="appended to the JSON's name")
+    c.add_argument("--out-dir", type=Path, default=OUT)
     pl = sub.add_parser("plot")
     pl.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "learnability.png")
     pl.add_argument("--reports", type=Path, default=OUT)
@@ -188,6 +239,8 @@ def main(argv=None) -> int:
     if a.cmd == "run":
         run(a.data_root, a.steps, a.eval_every, a.threads, a.seed, a.runs_dir, a.pretrain_steps, a.probe_only,
             a.out_dir, a.overrides, a.tag)
+    elif a.cmd == "clip4idc":
+        run_clip4idc(a.data_root, a.threads, a.seed, a.runs_dir, a.out_dir, a.overrides, a.tag)
     else:
         plot(a.out, a.reports)
     return 0
