@@ -47,7 +47,8 @@ def test_spot_the_diff_adapts_and_captions(base, spot_root):
                  "freeze_visual": False,
                  "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise",
                  "tie_clip_embeddings": True, "segment_embedding": None}
-    task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=4, visual_lr_scale=1e-3,
+    task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=4, captions_per_pair=1,
+                       visual_lr_scale=1e-3,
                        trim_vocab=False, eval_batch_size=100)
     assert not task.with_distractors
     batch = next(task.batches(0, torch.Generator().manual_seed(0)))

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from idckit.data.clevr_change import ClevrChange
+from idckit.errors import ConfigError
 from idckit.losses import mlm_loss
 from idckit.models.clip4idc import CLIP4IDCCaptioner, CaptionerConfig, tokenize_captions
 from idckit.models.clip_loader import load_clip, save_clip_checkpoint
@@ -26,7 +27,7 @@ SMALL = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1
 # the tasks' settings (a profile's in the kit; here the paper's, with the embeddings and intra blocks trainable)
 ADAPT = {"batch_size": 128, "clip_lr_scale": 1e-3, "weight_decay": 0.2, "swap_prob": 0.5, "freeze_intra": False,
          "freeze_embeddings": False, "eval_batch_size": 128, "ks": (1, 5, 10)}
-CAPTION = {"batch_size": 16, "visual_lr_scale": 1e-3, "trim_vocab": False, "eval_batch_size": 100}
+CAPTION = {"batch_size": 16, "captions_per_pair": 1, "visual_lr_scale": 1e-3, "trim_vocab": False, "eval_batch_size": 100}
 OBJECTS = ["a small red rubber cube", "a large blue metal sphere", "a small gray rubber cylinder",
            "a large green metal cube", "a small cyan rubber sphere", "a large purple metal cylinder",
            "a small brown rubber cube"]
@@ -234,6 +235,35 @@ def test_caption_task_learns_with_cached_frozen_encoder_equal_to_images(pairs, c
     assert losses[-1] < losses[0] - 1.0
     preds = cached.predict(m, "val")
     assert sorted(preds) == sorted(pairs.splits["val"].pair_ids) and all(isinstance(v, str) for v in preds.values())
+
+
+def test_k_references_per_pair_read_the_pair_memory_k_times(pairs, clip_file):
+    task = CaptionTask(pairs, MODEL, clip_file, {**SMALL, "freeze_visual": True},
+                       **(CAPTION | dict(batch_size=2, captions_per_pair=3, visual_lr_scale=0.0)))
+    batch = _fixed(task.batches(0, torch.Generator().manual_seed(0)))
+    train = pairs.splits["train"]
+    ids = batch["ids"]
+    assert ids.shape[:2] == (len(batch["pairs"]), 3)
+    for p, rows in zip(batch["pairs"].tolist(), ids):
+        refs = train.references[train.pair_ids[p]]
+        got = decode_ids(rows[:, 1:].tolist())
+        assert all(t in refs for t in got)
+    # distinct references where the pair has that many, every reference once before any repeats
+    rows = task._pick(batch["pairs"], torch.Generator().manual_seed(1))
+    for p, r in zip(batch["pairs"].tolist(), rows.tolist()):
+        first, n = int(task.offsets[p]), int(task.counts[p])
+        assert all(first <= i < first + n for i in r) and len(set(r)) == min(3, n)
+    # the loss equals the per-caption loss with each pair's memory repeated by hand
+    torch.manual_seed(0)
+    m = task.build_model().eval()
+    with torch.no_grad():
+        loss, _ = task.train_step(m, batch, 0)
+        memories = m.memories(task._visual(m, "train", batch["pairs"].repeat_interleave(3)))
+        ref = mlm_loss(*m.teacher_forcing(memories, ids.flatten(0, 1)), "sum")
+        words = int((ids[:, :, 1:] != m.pad_id).sum())
+    torch.testing.assert_close(loss, ref / words)
+    with pytest.raises(ConfigError, match="captions_per_pair"):
+        CaptionTask(pairs, MODEL, clip_file, SMALL, **(CAPTION | dict(captions_per_pair=0)))
 
 
 def test_trimmed_vocabulary_is_the_full_model_restricted(pairs):

@@ -57,6 +57,7 @@ def make_task(kind: str):
                  "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise",
                  "tie_clip_embeddings": True, "segment_embedding": None}
     return CaptionTask(worker.tiny_pair_data(scenes=8), "idckit-standin-ViT-T-16", None, captioner, batch_size=2,
+                       captions_per_pair=1,
                        visual_lr_scale=1e-3, trim_vocab=False, eval_batch_size=100)
 
 

@@ -456,7 +456,8 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
     data = loaded_data(s)
     with CaptionScorer(meteor=False) as quick:
         task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=c["batch_size"],
-                           visual_lr_scale=c["visual_lr_scale"], init_from=ad["_best"] if ad else None,
+                           visual_lr_scale=c["visual_lr_scale"], captions_per_pair=c["captions_per_pair"],
+                           init_from=ad["_best"] if ad else None,
                            trim_vocab=c["trim_vocab"], eval_batch_size=c["eval_batch_size"], scorer=quick,
                            progress=progress)
         if task.frozen and (ad is None or s.config["adapt"]["freeze_intra"]):

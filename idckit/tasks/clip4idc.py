@@ -385,9 +385,13 @@ class CaptionTask:
 
     def __init__(self, data: PairData, clip_model: str, pretrained: str | None, captioner: Mapping[str, Any], *,
                  batch_size: int, visual_lr_scale: float, trim_vocab: bool, eval_batch_size: int,
-                 init_from: str | Path | None = None, intra_cache: IntraCache | None = None, scorer=None,
-                 progress: bool = False):
+                 captions_per_pair: int, init_from: str | Path | None = None,
+                 intra_cache: IntraCache | None = None, scorer=None, progress: bool = False):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
+        if not isinstance(captions_per_pair, int) or isinstance(captions_per_pair, bool) or captions_per_pair < 1:
+            raise ConfigError(f"captions_per_pair must be an integer >= 1, got {captions_per_pair!r}",
+                              fix="set captions_per_pair in configs/clip4idc_caption.json (1 = the paper's)")
+        self.captions_per_pair = captions_per_pair
         self.cfg = CaptionerConfig(**{**dict(captioner), "max_len": data.max_len})
         if visual_lr_scale == 0 and not self.cfg.freeze_visual:
             raise ConfigError("visual_lr_scale 0 would train the pair encoder at lr 0",
@@ -455,8 +459,21 @@ class CaptionTask:
         for start in range(0, len(scenes) - size + 1, size):
             sc = scenes[start:start + size]
             pairs = torch.cat([sc, sc + 1]) if self.with_distractors else sc   # (default, sc) then (default, nsc)
-            pick = self.offsets[pairs] + (torch.rand(len(pairs), generator=generator) * self.counts[pairs]).long()
-            yield {"pairs": pairs, "ids": self.data.splits["train"].sample_ids[pick]}
+            yield {"pairs": pairs, "ids": self.data.splits["train"].sample_ids[self._pick(pairs, generator)]}
+
+    def _pick(self, pairs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Caption rows: one random reference per pair ([P], the paper's), or ``captions_per_pair`` = k > 1 distinct
+        references per pair in a random order, cycling where a pair has fewer ([P, k]); the decoder reads each
+        pair's memory k times, so a step learns from k captions for one pass of the encoder."""
+        counts = self.counts[pairs]
+        k = self.captions_per_pair
+        if k == 1:
+            return self.offsets[pairs] + (torch.rand(len(pairs), generator=generator) * counts).long()
+        order = torch.rand(len(pairs), int(counts.max()), generator=generator)
+        order[torch.arange(order.shape[1])[None, :] >= counts[:, None]] = 2.0    # absent references sort last
+        rank = order.argsort(1)
+        pick = rank[:, :k] if rank.shape[1] >= k else rank.repeat(1, k)[:, :k]
+        return self.offsets[pairs][:, None] + pick % counts[:, None]
 
     def load(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """The batch with its images' uint8 pixels read (a DataLoader worker's part of the step); a frozen pair
@@ -473,6 +490,9 @@ class CaptionTask:
     def train_step(self, model: CLIP4IDCCaptioner, batch: dict[str, torch.Tensor], step: int):
         memories = model.memories(self._visual(model, "train", batch["pairs"], batch.get("pixels")))
         ids = batch["ids"].to(model_device(model))
+        if ids.dim() == 3:          # [P, k, L]: k references per pair, each reading its pair's memory
+            memories = [m.repeat_interleave(ids.shape[1], 0) for m in memories]
+            ids = ids.flatten(0, 1)
         words = int((ids[:, 1:] != model.pad_id).sum())
         loss = distributed.global_mean(mlm_loss(*model.teacher_forcing(memories, ids), "sum"), words)
         return loss, {}
