@@ -194,6 +194,7 @@ def test_every_paper_size_model_trains_two_steps(tmp_path):
     assert res.steps == 2 and res.model.pair_encoder.n_intra == 9          # the paper's 9 intra + 3 inter
     captioner = {**cap["captioner"], "variant": "clip4idc", "n_intra": 9}
     task = Caption(pairs, adapt["clip"]["model"], None, captioner, batch_size=1,
+                   captions_per_pair=cap["captions_per_pair"],
                    visual_lr_scale=cap["visual_lr_scale"], trim_vocab=cap["trim_vocab"],
                    eval_batch_size=cap["eval_batch_size"], init_from=tmp_path / "adapt" / "best.pt")
     assert fit(task, two, tmp_path / "caption", progress=False, device="cpu").steps == 2
