@@ -149,3 +149,17 @@ def test_run_keys_and_feature_cache_hold_the_birds_content_not_their_path(smoke,
     tsv = next((moved / "birds_to_words").glob("*.tsv"))
     tsv.write_text(tsv.read_text() + "\n", encoding="utf-8")
     assert birds_identity(moved) != before
+
+
+def test_the_default_synthbirds_has_the_same_key_as_its_folder_passed_by_path(tmp_path, monkeypatch):
+    # the default once recorded SynthCLEVR-Change's generator version, so its runs keyed apart from the same data
+    # passed as data_root (and its reports named the wrong generator)
+    from idckit import paths
+    from idckit.data.synth.birds import GENERATOR_VERSION
+    from idckit.experiments.data import birds as bird_data
+
+    monkeypatch.setattr(paths, "data_dir", lambda: tmp_path)
+    default = bird_data("smoke", progress=False)
+    by_path = bird_data("smoke", default.root, progress=False)
+    assert default.version == by_path.version == GENERATOR_VERSION
+    assert default.identity == by_path.identity and default.synthetic and by_path.synthetic

@@ -262,8 +262,7 @@ def birds(profile: str, data_root: str | Path | None = None, *, progress: bool =
     tree = "x".join(str(t) for t in s["tree"])
     root = paths.data_dir() / (f"synth-birds-n{s['pairs']}-c{s['cub_per_class']}-b{s['nabirds_per_class']}"
                                f"-s{s['seed']}-{s['size']}px-t{tree}")
-    from idckit.data.synth.birds import generate
-    from idckit.data.synth.vocab import GENERATOR_VERSION
+    from idckit.data.synth.birds import GENERATOR_VERSION, generate
 
     generate(root, n_pairs=s["pairs"], cub_per_class=s["cub_per_class"], nabirds_per_class=s["nabirds_per_class"],
              size=s["size"], seed=s["seed"], workers=s["workers"], tree=tuple(s["tree"]), progress=progress)
