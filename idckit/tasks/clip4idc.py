@@ -47,6 +47,7 @@ from idckit.errors import ConfigError
 from idckit.losses import clip_logits, mlm_loss, symmetric_infonce
 from idckit.models.clip4idc import (CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval, PairEncoder,
                                     clip_bpe_tokenizer, tokenize_captions)
+from idckit.tasks.references import pick_references
 from idckit.train import distributed
 from idckit.train.task import weight_decay_groups
 
@@ -465,15 +466,10 @@ class CaptionTask:
         """Caption rows: one random reference per pair ([P], the paper's), or ``captions_per_pair`` = k > 1 distinct
         references per pair in a random order, cycling where a pair has fewer ([P, k]); the decoder reads each
         pair's memory k times, so a step learns from k captions for one pass of the encoder."""
-        counts = self.counts[pairs]
-        k = self.captions_per_pair
-        if k == 1:
-            return self.offsets[pairs] + (torch.rand(len(pairs), generator=generator) * counts).long()
-        order = torch.rand(len(pairs), int(counts.max()), generator=generator)
-        order[torch.arange(order.shape[1])[None, :] >= counts[:, None]] = 2.0    # absent references sort last
-        rank = order.argsort(1)
-        pick = rank[:, :k] if rank.shape[1] >= k else rank.repeat(1, k)[:, :k]
-        return self.offsets[pairs][:, None] + pick % counts[:, None]
+        offsets, counts = self.offsets[pairs], self.counts[pairs]
+        if self.captions_per_pair == 1:
+            return offsets + (torch.rand(len(pairs), generator=generator) * counts).long()
+        return pick_references(offsets, counts, self.captions_per_pair, generator)
 
     def load(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """The batch with its images' uint8 pixels read (a DataLoader worker's part of the step); a frozen pair

@@ -38,6 +38,7 @@ from idckit.errors import ConfigError, DatasetError
 from idckit.losses import fda_nce, fgvc_loss, judge_loss, mlm_loss, mvcl_nce
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
+from idckit.tasks.references import pick_references
 from idckit.text.vocab import Vocab
 from idckit.train import distributed
 
@@ -452,12 +453,7 @@ class FinetuneTask(_PCLTask):
         n_groups = max(1, self.batch_size // k // per_group)
         for chosen in _batched(len(self.before_groups), n_groups, generator):
             pairs = torch.tensor([i for g in chosen.tolist() for i in self.before_groups[g]], dtype=torch.long)
-            counts = self.counts[pairs]
-            # k distinct references per pair where it has k (a random order per pair), cycling where it has fewer
-            order = torch.rand(len(pairs), int(counts.max()), generator=generator)
-            order[torch.arange(order.shape[1])[None, :] >= counts[:, None]] = 2.0
-            pick = order.argsort(1)[:, :k] if order.shape[1] >= k else order.argsort(1).repeat(1, k)[:, :k]
-            samples = self.offsets[pairs][:, None] + pick % counts[:, None]
+            samples = pick_references(self.offsets[pairs], self.counts[pairs], k, generator)
             ids = train.sample_ids[samples.flatten()]
             length = ids.shape[1]
             if self.targets == "every":       # clean text; the label of query i is the word at position i
