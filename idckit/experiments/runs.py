@@ -34,9 +34,11 @@ from idckit.fileio import check_output_dir, write_json
 #: bump when a change to the training code alters what a run learns (every cached run then retrains)
 #: 2: grouped IDC-PCL fine-tuning batches (device/DDP plumbing, other datasets, the DataLoader path and the settings
 #: tidy-up since: same results on one CPU process)
-TRAINING_CODE_VERSION = "2"
+#: 3: IDC-PCL's every-position fine-tuning runs its last layer on the query rows alone (the same function, but the
+#: clean rows' dropout masks are no longer drawn, so a run's random stream and its numbers change)
+TRAINING_CODE_VERSION = "3"
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "c916f3c9da59565a"
+TRAINING_CODE_FINGERPRINT = "40abfdd9de9c658c"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text and features
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",

@@ -349,17 +349,21 @@ class PCL(nn.Module):
         mask = self._finetune_mask(nv, flat)[:, :, nv:]                # [P*k, 1, L, nv + L]: the text rows
         if queries:
             xt, mask = self._with_queries(xt, flat, mask, nv)
-        for blk in self.cross:
+        last = len(self.cross) - 1
+        for i, blk in enumerate(self.cross):
             qv, kv, vv = blk.attn.heads(blk.ln1(xv))
             qt, kt, vt = blk.attn.heads(blk.ln1(xt))
             keys = torch.cat([kv.repeat_interleave(k, 0), kt], 2)
             values = torch.cat([vv.repeat_interleave(k, 0), vt], 2)
+            if queries and i == last:
+                # only the queries' outputs are read: the clean rows serve as keys/values up to here, so the last
+                # layer attends and runs its FFN for the query rows alone (about half of its text rows)
+                qt, xt, mask = qt[:, :, length:], xt[:, length:], mask[:, :, length:]
             xt = blk.finish(xt + blk.drop(blk.attn.attend(qt, keys, values, mask)))
             xv = blk.finish(xv + blk.drop(blk.attn.attend(qv, kv, vv)))
         xv, xt = self.ln_f(xv), self.ln_f(xt)
         n = self.cfg.n_regions
-        return PCLOutput(visual=xv, cls=None, text=xt[:, length:] if queries else xt, img1=xv[:, 0],
-                         img2=xv[:, 1 + n])
+        return PCLOutput(visual=xv, cls=None, text=xt, img1=xv[:, 0], img2=xv[:, 1 + n])
 
     def _with_queries(self, xt: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, n_visual: int):
         """The clean text stream ``xt`` [B, L, d] with a [MASK] query per position 1..L-1 appended, and the mask of
