@@ -163,8 +163,10 @@ def plot(out: Path, reports: Path = OUT):
                 # the narrow model's settings: the cpu default's recipe (the judge loss x16, 128 pairs a step) and
                 # its two earlier fine-tuning targets are drawn, seeds averaged; the record's file-name tag says
                 # which (the default's own runs carry no overrides); the rest are the doc's tables, one row each
-                if "_every_cpp4" in path.stem:
-                    what = f"the cpu default (every position, 4 references; {d['pairs']} scenes), mean of seeds"
+                if "_every_cpp4_drop0_seed" in path.stem:
+                    what = f"the cpu default (every position, 4 references, no dropout; {d['pairs']} scenes), mean of seeds"
+                elif "_every_cpp4_seed" in path.stem:
+                    what = f"as the cpu default with dropout 0.1 ({d['pairs']} scenes), mean of seeds"
                 elif "_every_seed" in path.stem:
                     what = f"as the cpu default with 1 reference per pair ({d['pairs']} scenes), mean of seeds"
                 elif "_cpudefault_mvcl8" in path.stem or "_cpudefault_seed" in path.stem:
