@@ -69,9 +69,25 @@ def test_resnet101_random_is_labelled_and_offline_download_fails_fast(images, tm
     store = extract_features(root, "resnet101", weights="random", images=names[:2], batch_size=2,
                              out_dir=tmp_path / "r", progress=False)
     assert store.array.shape == (2, 49, 2048) and store.meta["weights"].startswith("random")
+    assert np.isfinite(store.array).all()  # the untrained net's features fit float16 (zero-init residuals)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(WeightsUnavailableError, match="--weights"):
         build_backbone("resnet101")
+
+
+def test_features_beyond_float16_are_refused_before_writing(images, tmp_path, monkeypatch):
+    import torch
+
+    from idckit.data import features
+
+    root, names = images
+    huge = torch.nn.Identity()
+    monkeypatch.setattr(features, "build_backbone",
+                        lambda backbone, weights=None: (huge, lambda x: x.mean(1, keepdim=True) * 0 + 1e5, "huge"))
+    with pytest.raises(DatasetError, match="beyond float16") as e:
+        extract_features(root, "resnet101", images=names[:2], batch_size=2, out_dir=tmp_path / "h", progress=False)
+    assert e.value.fix and names[0] in str(e.value.path)
+    assert not (tmp_path / "h").exists()
 
 
 def test_missing_image_is_reported_before_writing(images, tmp_path):

@@ -99,7 +99,9 @@ def _resnet101(weights: str | None):
     import torch
     import torchvision
 
-    model = torchvision.models.resnet101(weights=None)
+    # Zero-initialised residual branches keep an untrained ResNet-101's activations bounded: with the default
+    # init they grow through 33 blocks past float16's range and the store would hold inf.
+    model = torchvision.models.resnet101(weights=None, zero_init_residual=weights == "random")
     if weights == "random":
         label = "random (untrained; for tests only)"
     elif weights and Path(weights).is_file():
@@ -125,6 +127,18 @@ def _resnet101(weights: str | None):
                                       fix="pass an existing torchvision resnet101 state dict")
     body = torch.nn.Sequential(*list(model.children())[:-2]).eval()  # up to layer4
     return body, body, label
+
+
+def _check_half_range(features, backbone: str, label: str, image: Path) -> None:
+    """The store is float16: a value beyond its range would be saved as inf and poison every run that reads it."""
+    import torch
+
+    peak, limit = features.abs().max().item(), float(np.finfo(np.float16).max)
+    if not torch.isfinite(features).all() or peak > limit:
+        raise DatasetError(f"{backbone} features ({label}) reach {peak:.3g}, beyond float16's range "
+                           f"({limit:.0f}); the store would hold inf", path=image,
+                           fix="use trained weights for this backbone (or efficientnet_lite0, whose features are "
+                               "bounded by its ReLU6)")
 
 
 def _clip(name: str, weights: str | None):
@@ -331,6 +345,7 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
                            fix="choose another --out for these weights (or delete that store yourself)")
     with torch.inference_mode():
         probe = forward(preprocess([root / images[0]]).to(dev))
+    _check_half_range(probe, backbone, label, root / images[0])
     shape = [len(images), probe.shape[2] * probe.shape[3], probe.shape[1]]
     want = {"backbone": backbone, "weights": label, "image_size": IMAGE_SIZE, "shape": shape, "dtype": "float16"}
     if meta and {k: meta.get(k) for k in want} == want and npy.is_file():
@@ -351,6 +366,7 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
         hi = min(lo + batch_size, len(images))
         with torch.inference_mode():
             f = forward(preprocess([root / p for p in images[lo:hi]]).to(dev, non_blocking=True))
+        _check_half_range(f, backbone, label, root / images[lo])
         arr[lo:hi] = f.flatten(2).transpose(1, 2).float().cpu().numpy().astype(np.float16)
         arr.flush()
         meta["rows_done"] = hi
