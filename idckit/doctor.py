@@ -134,7 +134,8 @@ def report(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
             local = Path(cfg["backbone_weights"]).expanduser()
             weights = f"found ({local})" if local.is_file() else f"missing: backbone_weights {local} is not a file"
         else:
-            weights = {"efficientnet_lite0": _efficientnet, "resnet101": _resnet101}.get(backbone, lambda: "?")()
+            weights = {"efficientnet_lite0": _efficientnet, "efficientnet_lite0_b5": _efficientnet,
+                       "resnet101": _resnet101}.get(backbone, lambda: "?")()
         what = "IDC-PCL on CLEVR-Change" if module == "pcl" else "IDC-PCL on Birds-to-Words (+ CUB, NABirds)"
         lines.append((not weights.startswith("missing"),
                       f"{what} ({named(module)}) at {profile}: {backbone} grid features, weights {weights}; model "

