@@ -1,9 +1,15 @@
-"""The difference probe: how separable are real changes from distractors in the grid features themselves?
+"""Probes of the grid features themselves, before any model: what could a captioner read off them?
+
+The difference probe: how separable are real changes from distractors?
 
 A logistic regression on the sorted per-region distances between a pair's two images (plus their mean), trained
 on train and scored on test. A low accuracy says the features (not the model) make distractor judging hard: the
 distractors' viewpoint jitter moves every region about as much as a semantic change moves one. Neither paper does
 this; it is an analysis of the data, used by IDC-PCL's table 4 notebook and the learnability scripts.
+
+The change-type probe: for the real changes only, can a small classifier name the kind of change (colour, material,
+add, drop, move) from the before and after features at the regions that changed most? A captioner that attends to
+the change can do no better than what is there, so a low accuracy says the features lose what the captions name.
 """
 from __future__ import annotations
 
@@ -58,3 +64,70 @@ def difference_probe(data, *, radius: int = 0, steps: int = 500, seed: int = 0) 
             "train_pairs": len(ytr),
             "max_region_distance_change": float(xtr[ytr == 1, 0].mean()),
             "max_region_distance_distractor": float(xtr[ytr == 0, 0].mean())}
+
+
+def type_probe_inputs(f1, f2, k: int = 4):
+    """[n, 2 * dim + min(8, regions)] probe inputs from before / after grid features [n, regions, dim]: the mean
+    before and after features over the ``k`` regions whose features moved most, and the (at most eight) largest
+    region distances, largest first."""
+    import torch
+
+    d = (f2 - f1).norm(dim=-1)
+    top = d.topk(min(k, d.shape[1]), dim=1).indices[..., None].expand(-1, -1, f1.shape[2])
+    return torch.cat([f1.gather(1, top).mean(1), f2.gather(1, top).mean(1),
+                      d.sort(1, descending=True).values[:, :8]], 1)
+
+
+def fit_type_probe(x_train, types_train: list[str], x_test, types_test: list[str], *, hidden: int = 256,
+                   steps: int = 600, seed: int = 0) -> dict:
+    """A one-hidden-layer classifier (``hidden`` 0: multinomial logistic regression) from ``x_train`` to the change
+    types, scored on ``x_test``: accuracy, chance (the most frequent test type) and accuracy per type."""
+    import torch
+    import torch.nn.functional as F
+
+    names = sorted(set(types_train))
+    unknown = sorted(set(types_test) - set(names))
+    if unknown:
+        raise ConfigError(f"test change types {unknown} never occur in train; known: {names}")
+    ytr = torch.tensor([names.index(t) for t in types_train])
+    yte = torch.tensor([names.index(t) for t in types_test])
+    mu, sd = x_train.mean(0), x_train.std(0) + 1e-6
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    net = (torch.nn.Linear(x_train.shape[1], len(names)) if not hidden else
+           torch.nn.Sequential(torch.nn.Linear(x_train.shape[1], hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, len(names))))
+    opt = torch.optim.Adam(net.parameters(), 1e-3, weight_decay=1e-4)
+    x = (x_train - mu) / sd
+    for _ in range(steps):
+        b = torch.randint(0, len(x), (min(256, len(x)),), generator=g)
+        loss = F.cross_entropy(net(x[b]), ytr[b])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        pred = net((x_test - mu) / sd).argmax(1)
+    return {"test_accuracy": float((pred == yte).float().mean()),
+            "chance": float(torch.bincount(yte, minlength=len(names)).max()) / len(yte),
+            "per_type": {n: float((pred[yte == i] == i).float().mean()) for i, n in enumerate(names)
+                         if (yte == i).any()},
+            "train_pairs": len(ytr), "test_pairs": len(yte)}
+
+
+def change_type_probe(data, *, k: int = 4, hidden: int = 256, steps: int = 600, seed: int = 0,
+                      max_pairs: int | None = None) -> dict:
+    """The change-type probe on ``data`` (a :class:`idckit.tasks.pcl.PCLData`): its real changes of train
+    (at most ``max_pairs``) against those of test."""
+    import torch
+
+    def xy(split, limit):
+        sp = data.splits[split]
+        idx = torch.nonzero(sp.is_change).squeeze(1)[:limit]
+        if not len(idx):
+            raise ConfigError(f"the {split} split has no change pairs to probe")
+        x = torch.cat([type_probe_inputs(*data.pair_features(split, idx[lo:lo + 256]), k=k)
+                       for lo in range(0, len(idx), 256)])
+        return x, [sp.types[i] for i in idx.tolist()]
+
+    (xtr, ttr), (xte, tte) = xy("train", max_pairs), xy("test", None)
+    return {**fit_type_probe(xtr, ttr, xte, tte, hidden=hidden, steps=steps, seed=seed), "k": k, "hidden": hidden}

