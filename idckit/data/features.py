@@ -17,9 +17,9 @@ Backbones:
     ResNet-101, labelled as such in every report.
   - ``efficientnet_lite0_b5``: the same network stopped after its sixth block (the first stride-32 stage,
     7x7x192 at 224 px), before the 1x1 head that widens to 1280 channels through a ReLU6. The same 49 regions,
-    and they keep what changed: a small probe names the kind of change (colour / material / add / drop / move)
-    from the most-changed regions 0.82 of the time on these features against 0.55 on the head's
-    (docs/learnability.md).
+    and they keep more of what changed: a small probe names the kind of change (colour / material / add / drop /
+    move) from the four most-changed regions 0.81 of the time on these features against 0.54 on the head's
+    (``scripts/feature_probe.py``; docs/learnability.md).
   - ``resnet101``: the paper's (layer4 at 224 px, 7x7x2048); ImageNet weights from a local state-dict file
     (``weights=PATH``), or torchvision's ``IMAGENET1K_V1`` where a hub is reachable; ``weights="random"`` is
     allowed for tests and labelled as such.
