@@ -125,6 +125,39 @@ def run_clip4idc(data_root: Path, threads: int, seed: int, runs_dir: Path | None
     return out
 
 
+def run_duda(data_root: Path, threads: int, seed: int, runs_dir: Path | None, out_dir: Path = OUT,
+             backbone: str | None = None, extra: dict | None = None, tag: str = "") -> dict:
+    """DUDA (the explicit-difference baseline) at the cpu profile on one data set: does a captioner that compares
+    the two images by construction read the change off the same features? Test CIDEr-D, judge accuracy of its
+    captions, distinct test captions, the most-frequent-caption baseline."""
+    import torch
+
+    from budget_curve import text_baseline
+    from idckit.experiments import duda
+    from idckit.report import git_commit
+
+    torch.set_num_threads(threads)
+    info = json.loads((Path(data_root) / "synth_info.json").read_text())
+    t0 = time.time()
+    s = duda.setup("cpu", data_root, runs_dir=runs_dir, backbone=backbone, overrides=extra, progress=False)
+    r = duda.run_variant(s, "duda", seed, progress=False)
+    out = {"data": Path(data_root).name, "camera_jitter": info.get("camera_jitter", 1.0),
+           "lamp_jitter": info.get("lamp_jitter", 1.0), "pairs": info.get("pairs"), "threads": threads,
+           "seed": seed, "commit": git_commit(), "model": "DUDA (idckit, cpu profile)",
+           "backbone": s.store.meta.get("backbone"), "overrides": extra or {}, "run": r["run"],
+           "best_step": r["best_step"], "history": r["history"], "test": r["test"],
+           "judge_accuracy": r.get("judge_accuracy"), "distinct_test_captions": r["distinct_test_captions"],
+           "test_pairs": r["test_pairs"], "text_baseline_test": text_baseline(s.data.dataset(), split="test"),
+           "train_seconds": r.get("train_seconds"), "wall_seconds": round(time.time() - t0, 1)}
+    print(f"{out['data']} DUDA ({out['backbone']}): best step {out['best_step']}, test {out['test']}, "
+          f"{out['distinct_test_captions']} distinct", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"duda_{out['data']}_cpu_seed{seed}{tag}.json"
+    path.write_text(json.dumps(out, indent=1))
+    print(f"wrote {path}")
+    return out
+
+
 def plot(out: Path, reports: Path = OUT):
     import matplotlib
     matplotlib.use("Agg")
@@ -234,6 +267,15 @@ def main(argv=None) -> int:
                    help='{"standin": {...}, "adapt": {...}, "caption": {...}} over the cpu profile')
     c.add_argument("--tag", default="", help="appended to the JSON's name")
     c.add_argument("--out-dir", type=Path, default=OUT)
+    d = sub.add_parser("duda", help="DUDA at the cpu profile (+ --overrides) on one data set")
+    d.add_argument("--data-root", type=Path, required=True)
+    d.add_argument("--threads", type=int, default=2)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--runs-dir", type=Path, default=None)
+    d.add_argument("--backbone", default=None, help="a feature backbone other than the profile's")
+    d.add_argument("--overrides", type=json.loads, default=None, help="settings over configs/duda.json's cpu profile")
+    d.add_argument("--tag", default="", help="appended to the JSON's name")
+    d.add_argument("--out-dir", type=Path, default=OUT)
     pl = sub.add_parser("plot")
     pl.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "learnability.png")
     pl.add_argument("--reports", type=Path, default=OUT)
@@ -243,6 +285,8 @@ def main(argv=None) -> int:
             a.out_dir, a.overrides, a.tag)
     elif a.cmd == "clip4idc":
         run_clip4idc(a.data_root, a.threads, a.seed, a.runs_dir, a.out_dir, a.overrides, a.tag)
+    elif a.cmd == "duda":
+        run_duda(a.data_root, a.threads, a.seed, a.runs_dir, a.out_dir, a.backbone, a.overrides, a.tag)
     else:
         plot(a.out, a.reports)
     return 0
