@@ -185,6 +185,8 @@ def plot(out: Path, reports: Path = OUT):
     # probe_* and pcl_* records (judge_alone_* above; clip4idc_* are quoted in the doc)
     for path in sorted(set(reports.glob("probe_*.json")) | set(reports.glob("pcl_*.json"))):
         d = json.loads(path.read_text())
+        if d.get("overrides", {}).get("backbone"):
+            continue  # features of another backbone: its probe is not the stand-in's (the doc's tables have it)
         # lamps moved as much as the camera unless the label says otherwise
         lamp = "" if d["lamp_jitter"] == d["camera_jitter"] else f", lamp jitter {d['lamp_jitter']:g}"
         row = {"camera jitter": d["camera_jitter"]}
