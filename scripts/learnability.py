@@ -146,7 +146,8 @@ def run_duda(data_root: Path, threads: int, seed: int, runs_dir: Path | None, ou
            "seed": seed, "commit": git_commit(), "model": "DUDA (idckit, cpu profile)",
            "backbone": s.store.meta.get("backbone"), "overrides": extra or {}, "run": r["run"],
            "best_step": r["best_step"], "history": r["history"], "test": r["test"],
-           "judge_accuracy": r.get("judge_accuracy"), "distinct_test_captions": r["distinct_test_captions"],
+           "caption_judge_accuracy": r.get("caption_judge_accuracy"),  # no judge head: its captions read as judgments
+           "distinct_test_captions": r["distinct_test_captions"],
            "test_pairs": r["test_pairs"], "text_baseline_test": text_baseline(s.data.dataset(), split="test"),
            "train_seconds": r.get("train_seconds"), "wall_seconds": round(time.time() - t0, 1)}
     print(f"{out['data']} DUDA ({out['backbone']}): best step {out['best_step']}, test {out['test']}, "
