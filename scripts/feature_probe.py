@@ -63,15 +63,14 @@ def model_layers(data_root: Path, run: Path, split: str, limit: int | None) -> t
     sp = data.splits[split]
     idx = torch.nonzero(sp.is_change).squeeze(1)[:limit]
     out: dict[str, list] = {}
+    seen = {}   # the single-image encoder's output [2B, 1 + n, d], read as the one encode_images pass runs it
+    model.single[-1].register_forward_hook(lambda m, inp, o: seen.__setitem__("single", o))
     for lo in range(0, len(idx), 200):
         f1, f2 = data.pair_features(split, idx[lo:lo + 200])
         b = f1.shape[0]
         with torch.inference_mode():
-            x = torch.cat([torch.cat([model._special(model.img1_id, 0, b), model._regions(f1, 1)], 1),
-                           torch.cat([model._special(model.img2_id, 2, b), model._regions(f2, 3)], 1)])
-            for blk in model.single:
-                x = blk(x)
             _, pair = model.encode_images(f1, f2)
+        x = seen["single"]
         for name, v in (("raw features", (f1, f2)), ("single-image encoder", (x[:b, 1:], x[b:, 1:])),
                         ("pair encoder", (pair[:, 1:1 + n], pair[:, 2 + n:]))):
             out.setdefault(name, []).append(v)
