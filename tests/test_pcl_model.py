@@ -380,3 +380,57 @@ def test_every_position_queries_see_what_generation_sees():
     # the greedy decoder's first word is the argmax of query 1 (a generation step, not only a forward)
     first = greedy_decode(m, (f1, f2), 2)[:, 0]
     assert torch.equal(first, m.mlm_logits(out.text[:, 0]).argmax(-1))
+
+
+# -- the attention probe (idckit.eval.probe) -------------------------------------------------------------------
+def test_attention_probe_is_uniform_by_hand_when_every_query_is_zero_and_leaves_the_model_as_it_was():
+    from idckit.eval.probe import changed_regions, pcl_attention_on_change
+
+    m, (f1, f2), t = tiny(), feats(), text()
+    f2[:, 2] += 10.0                                       # region 2 moved most in every pair, then region 0 or 1...
+    changed = changed_regions(f1, f2, k=1)
+    assert changed.sum(1).tolist() == [1, 1, 1] and changed[:, 2].all()
+    before = m.forward_grouped(f1, f2, t[:, None], queries=True).text
+    for blk in [*m.single, *m.pair, *m.cross]:
+        with torch.no_grad():
+            blk.attn.qkv.weight[:D].zero_()
+            blk.attn.qkv.bias[:D].zero_()                  # q = 0: every allowed key scores the same
+    got = pcl_attention_on_change(m, f1, f2, t, changed)
+    nv = 2 * N + 2
+    assert got["changed_share"] == pytest.approx(2 / nv)
+    assert got["pair"][0]["same_position"] == pytest.approx([1 / nv] * 4)
+    assert got["pair"][0]["same_position_changed"] == pytest.approx([1 / nv] * 4)
+    # query i sees the nv visual keys, the clean non-[PAD] words before it and itself
+    real = t[:, 1:] != VOCAB.pad_id
+    n_words = (t != VOCAB.pad_id).long()
+    vis = torch.stack([nv / (nv + n_words[:, :i + 1].sum(1) + 1) for i in range(t.shape[1] - 1)], 1)
+    want = float(vis[real].mean())
+    for layer in got["cross"]:
+        assert layer["visual"] == pytest.approx([want] * 4, rel=1e-5)
+        assert layer["changed_of_visual"] == pytest.approx([2 / nv] * 4, rel=1e-5)
+        assert layer["img_of_visual"] == pytest.approx([2 / nv] * 4, rel=1e-5)
+    # the recording wrapper is gone and the forward is the model's own again
+    assert all("attend" not in vars(blk.attn) for blk in [*m.single, *m.pair, *m.cross])
+    m2 = tiny()
+    assert torch.equal(m2.forward_grouped(f1, f2, t[:, None], queries=True).text, before)
+
+
+def test_attention_probe_pair_layer_equals_the_softmax_of_its_own_queries_and_keys():
+    from idckit.eval.probe import changed_regions, pcl_attention_on_change
+
+    m, (f1, f2), t = tiny(), feats(), text()
+    changed = changed_regions(f1, f2, k=2)
+    got = pcl_attention_on_change(m, f1, f2, t, changed)
+    seen = {}
+    hook = m.pair[0].ln1.register_forward_hook(lambda mod, inp, out: seen.setdefault("x", out))
+    with torch.no_grad():
+        m.encode_visual(f1, f2)
+        q, k, _ = m.pair[0].attn.heads(seen["x"])
+    hook.remove()
+    p = ((q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])).softmax(-1)          # [B, h, nv, nv]
+    same = torch.stack([p[:, :, N + 2 + i, 1 + i] for i in range(N)], -1)
+    assert got["pair"][0]["same_position"] == pytest.approx(same.mean((0, 2)).tolist(), rel=1e-5)
+    assert got["pair"][0]["same_position_changed"] == pytest.approx(
+        [float(same[:, h][changed].mean()) for h in range(4)], rel=1e-5)
+    for layer in got["cross"]:                             # a random model: proper shares, not a uniform split
+        assert all(0 < v < 1 for v in layer["visual"] + layer["changed_of_visual"] + layer["img_of_visual"])

@@ -131,3 +131,76 @@ def change_type_probe(data, *, k: int = 4, hidden: int = 256, steps: int = 600, 
 
     (xtr, ttr), (xte, tte) = xy("train", max_pairs), xy("test", None)
     return {**fit_type_probe(xtr, ttr, xte, tte, hidden=hidden, steps=steps, seed=seed), "k": k, "hidden": hidden}
+
+
+def changed_regions(f1, f2, k: int = 4):
+    """[B, regions] bool: the ``k`` regions of each pair whose features moved most between before and after."""
+    import torch
+
+    d = (f2.float() - f1.float()).norm(dim=-1)
+    top = d.topk(min(k, d.shape[1]), dim=1).indices
+    return torch.zeros_like(d, dtype=torch.bool).scatter_(1, top, True)
+
+
+def pcl_attention_on_change(model, f1, f2, text_ids, changed) -> dict:
+    """Where an IDC-PCL's attention goes, for pairs ``f1``, ``f2`` [B, n, feat_dim], one caption each ``text_ids``
+    [B, L] and their changed regions ``changed`` [B, n] (e.g. :func:`changed_regions`).
+
+    The probabilities are recorded from the model's own ``forward_grouped(..., queries=True)`` in eval mode (the
+    fine-tuning forward whose [MASK] query rows see what greedy decoding sees), by wrapping each attention's
+    ``attend`` for the one call; means are per head:
+
+    - ``pair``, per pair-encoder layer: the probability an image-2 region puts on the image-1 region at the same
+      grid position (``same_position``; uniform would be 1 / (2n + 2)), also over the changed regions alone;
+    - ``cross``, per cross-modal layer, over the query rows whose target is a word or [EOS]: the share of attention
+      on the visual tokens (``visual``), and of that visual share the part on the changed regions of both images
+      (``changed_of_visual``; uniform would be ``changed_share``, their fraction of the visual tokens) and on
+      [IMG1] / [IMG2] (``img_of_visual``).
+    """
+    import torch
+
+    model.eval()
+    seen: dict[int, list] = {}
+    blocks = list(getattr(model, "single", [])) + list(getattr(model, "pair", [])) + list(model.cross)
+    for blk in blocks:
+        att = blk.attn
+
+        def recording(q, k, v, mask=None, _att=att, _orig=att.attend):
+            a = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+            if mask is not None:
+                a = a.masked_fill(~mask, float("-inf"))
+            seen.setdefault(id(_att), []).append(a.softmax(-1))
+            return _orig(q, k, v, mask)
+
+        att.attend = recording
+    try:
+        with torch.inference_mode():
+            model.forward_grouped(f1, f2, text_ids[:, None], queries=True)
+    finally:
+        for blk in blocks:
+            del blk.attn.attend
+    n, length = model.cfg.n_regions, text_ids.shape[1]
+    nv = 2 * n + 2
+    vis_changed = torch.zeros(len(changed), nv, dtype=torch.bool)
+    vis_changed[:, 1:1 + n], vis_changed[:, 2 + n:] = changed, changed
+    out = {"changed_share": float(vis_changed.float().sum(1).mean() / nv), "pair": [], "cross": []}
+    pair_blocks = list(getattr(model, "pair", [])) if model.cfg.difference_encoder else []
+    for blk in pair_blocks:
+        p = seen[id(blk.attn)][0]                                  # [B, h, nv, nv]
+        same = torch.stack([p[:, :, n + 2 + i, 1 + i] for i in range(n)], -1)     # [B, h, n]
+        ch = changed[:, None, :].float()
+        out["pair"].append({"same_position": same.mean((0, 2)).tolist(),
+                            "same_position_changed": ((same * ch).sum((0, 2)) / ch.sum((0, 2))).tolist(),
+                            "uniform": 1 / nv})
+    real = (text_ids[:, 1:] != model.pad_id).float()[:, None, :]  # query i predicts word i (or [EOS])
+    for blk in model.cross:
+        p = seen[id(blk.attn)][0][:, :, -(length - 1):]             # the text call; its last L-1 rows are queries
+        vis = p[..., :nv].sum(-1)
+
+        def mean(x):
+            return ((x * real).sum((0, 2)) / real.sum((0, 2))).tolist()
+
+        out["cross"].append({"visual": mean(vis),
+                             "changed_of_visual": mean((p[..., :nv] * vis_changed[:, None, None]).sum(-1) / vis),
+                             "img_of_visual": mean(p[..., [0, 1 + n]].sum(-1) / vis)})
+    return out
