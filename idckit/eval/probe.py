@@ -72,10 +72,16 @@ def type_probe_inputs(f1, f2, k: int = 4):
     region distances, largest first."""
     import torch
 
-    d = (f2 - f1).norm(dim=-1)
-    top = d.topk(min(k, d.shape[1]), dim=1).indices[..., None].expand(-1, -1, f1.shape[2])
+    d, top = _most_changed(f1, f2, k)
+    top = top[..., None].expand(-1, -1, f1.shape[2])
     return torch.cat([f1.gather(1, top).mean(1), f2.gather(1, top).mean(1),
                       d.sort(1, descending=True).values[:, :8]], 1)
+
+
+def _most_changed(f1, f2, k: int):
+    """(distances [n, regions] between before and after, indices [n, k] of the ``k`` largest)."""
+    d = (f2 - f1).norm(dim=-1)
+    return d, d.topk(min(k, d.shape[1]), dim=1).indices
 
 
 def fit_type_probe(x_train, types_train: list[str], x_test, types_test: list[str], *, hidden: int = 256,
@@ -137,8 +143,7 @@ def changed_regions(f1, f2, k: int = 4):
     """[B, regions] bool: the ``k`` regions of each pair whose features moved most between before and after."""
     import torch
 
-    d = (f2.float() - f1.float()).norm(dim=-1)
-    top = d.topk(min(k, d.shape[1]), dim=1).indices
+    d, top = _most_changed(f1.float(), f2.float(), k)
     return torch.zeros_like(d, dtype=torch.bool).scatter_(1, top, True)
 
 
@@ -148,7 +153,7 @@ def pcl_attention_on_change(model, f1, f2, text_ids, changed) -> dict:
 
     The probabilities are recorded from the model's own ``forward_grouped(..., queries=True)`` in eval mode (the
     fine-tuning forward whose [MASK] query rows see what greedy decoding sees), by wrapping each attention's
-    ``attend`` for the one call; means are per head:
+    ``attend`` for the one call (the model's training mode is restored after); means are per head:
 
     - ``pair``, per pair-encoder layer: the probability an image-2 region puts on the image-1 region at the same
       grid position (``same_position``; uniform would be 1 / (2n + 2)), also over the changed regions alone;
@@ -159,24 +164,26 @@ def pcl_attention_on_change(model, f1, f2, text_ids, changed) -> dict:
     """
     import torch
 
-    model.eval()
-    seen: dict[int, list] = {}
-    blocks = list(getattr(model, "single", [])) + list(getattr(model, "pair", [])) + list(model.cross)
+    pair_blocks = list(model.pair) if model.cfg.difference_encoder else []
+    blocks = pair_blocks + list(model.cross)
+    seen: dict[int, torch.Tensor] = {}      # each attention's first call: the pair layer's, a cross layer's text rows
     for blk in blocks:
         att = blk.attn
 
         def recording(q, k, v, mask=None, _att=att, _orig=att.attend):
-            a = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
-            if mask is not None:
-                a = a.masked_fill(~mask, float("-inf"))
-            seen.setdefault(id(_att), []).append(a.softmax(-1))
+            if id(_att) not in seen:
+                a = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+                seen[id(_att)] = (a if mask is None else a.masked_fill(~mask, float("-inf"))).softmax(-1)
             return _orig(q, k, v, mask)
 
         att.attend = recording
+    was_training = model.training
+    model.eval()
     try:
         with torch.inference_mode():
             model.forward_grouped(f1, f2, text_ids[:, None], queries=True)
     finally:
+        model.train(was_training)
         for blk in blocks:
             del blk.attn.attend
     n, length = model.cfg.n_regions, text_ids.shape[1]
@@ -184,9 +191,8 @@ def pcl_attention_on_change(model, f1, f2, text_ids, changed) -> dict:
     vis_changed = torch.zeros(len(changed), nv, dtype=torch.bool)
     vis_changed[:, 1:1 + n], vis_changed[:, 2 + n:] = changed, changed
     out = {"changed_share": float(vis_changed.float().sum(1).mean() / nv), "pair": [], "cross": []}
-    pair_blocks = list(getattr(model, "pair", [])) if model.cfg.difference_encoder else []
     for blk in pair_blocks:
-        p = seen[id(blk.attn)][0]                                  # [B, h, nv, nv]
+        p = seen[id(blk.attn)]                                     # [B, h, nv, nv]
         same = torch.stack([p[:, :, n + 2 + i, 1 + i] for i in range(n)], -1)     # [B, h, n]
         ch = changed[:, None, :].float()
         out["pair"].append({"same_position": same.mean((0, 2)).tolist(),
@@ -194,7 +200,7 @@ def pcl_attention_on_change(model, f1, f2, text_ids, changed) -> dict:
                             "uniform": 1 / nv})
     real = (text_ids[:, 1:] != model.pad_id).float()[:, None, :]  # query i predicts word i (or [EOS])
     for blk in model.cross:
-        p = seen[id(blk.attn)][0][:, :, -(length - 1):]             # the text call; its last L-1 rows are queries
+        p = seen[id(blk.attn)][:, :, -(length - 1):]                # the text call; its last L-1 rows are queries
         vis = p[..., :nv].sum(-1)
 
         def mean(x):
