@@ -133,7 +133,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
         ClevrChange(Path(data_root).expanduser())
     report_dir.mkdir(parents=True, exist_ok=True)
     status_path = report_dir / "status.json"
-    status = _read_status(status_path)
+    _read_status(status_path)       # an unreadable status file fails here, before the first notebook
     outcomes = []
     for nb in notebooks:
         print(f"[idckit reproduce] {nb.stem} (profile={profile}) ...", flush=True)
@@ -141,6 +141,8 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
                       extra_parameters=extra_parameters)
         outcomes.append(out)
         when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        # read again: another `idckit reproduce` on the same reports may have recorded its notebooks meanwhile
+        status = _read_status(status_path)
         if out.ok:
             status[out.notebook] = {"status": "ok", "when": when, "profile": profile,
                                     "seconds": round(out.seconds, 1)}

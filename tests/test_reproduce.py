@@ -111,3 +111,18 @@ def test_index_status_tells_ran_from_learned(tmp_path):
     assert "stale: last run failed" in cells["learned"] and "stale" not in cells["collapsed"]
     assert '<span class="ran">ran, no training</span>' in cells["baselines"] and "COLLAPSED" not in cells["baselines"]
     assert "fewer than 10" in page          # the legend states the rule with the kit's own threshold
+
+
+@pytest.mark.slow
+def test_status_keeps_what_another_reproduce_recorded_meanwhile(tmp_path):
+    nbs, reports = tmp_path / "nbs", tmp_path / "reports"
+    nbs.mkdir()
+    # while this notebook runs, "another process" records its own notebook in the shared status file
+    _notebook(nbs / "good.ipynb", GOOD + '''
+status = pathlib.Path(report_dir).parent / "status.json"
+status.write_text(json.dumps({"other": {"status": "ok", "seconds": 1.0}}))
+''')
+    out = reproduce(profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    assert [o.ok for o in out] == [True]
+    status = json.loads((reports / "status.json").read_text())
+    assert status["other"] == {"status": "ok", "seconds": 1.0} and status["good"]["status"] == "ok"

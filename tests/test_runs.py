@@ -162,3 +162,68 @@ def test_caption_picks_the_best_run_of_one_profile_and_one_dataset_and_says_whic
     assert caption.choose_run(runs)[0].name == "pcl-finetune-c"
     with pytest.raises(ConfigError, match="no finished IDC-PCL run matches profile 'paper'"):
         caption.choose_run(runs, profile="paper")
+
+
+def _held_elsewhere(run) -> bool:
+    """Whether some holder has ``run``'s lock: flock locks belong to open files, so a fresh open of the same lock
+    file conflicts with a holder in this process as in any other."""
+    import fcntl
+
+    with open(run.dir / ".lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def test_a_second_process_waits_for_the_run_and_a_killed_holder_frees_it(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    run = open_run(tmp_path, "toy", {"a": 1})
+    holder = ("import sys, time; from idckit.experiments.runs import open_run\n"
+              "run = open_run(sys.argv[1], 'toy', {'a': 1})\n"
+              "with run.exclusive():\n"
+              "    (run.dir / 'started').write_text('')\n"
+              "    time.sleep(float(sys.argv[2]))\n"
+              "    run.complete({'x': 1})\n")
+    child = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path), "1.5"])
+    deadline = time.time() + 60
+    while not (run.dir / "started").exists():
+        assert time.time() < deadline and child.poll() is None, "the holder never started"
+        time.sleep(0.05)
+    assert _held_elsewhere(run)
+    with run.exclusive():                      # waits for the child: the run is finished when we get it
+        assert run.is_complete() and run.metrics() == {"x": 1}
+    assert child.wait(timeout=60) == 0 and not _held_elsewhere(run)
+    # a holder killed mid-run leaves no stale lock behind
+    other = open_run(tmp_path, "toy", {"a": 2})
+    child = subprocess.Popen([sys.executable, "-c", holder.replace("'a': 1", "'a': 2"), str(tmp_path), "600"])
+    while not (other.dir / "started").exists():
+        assert time.time() < deadline and child.poll() is None, "the holder never started"
+        time.sleep(0.05)
+    assert _held_elsewhere(other)
+    child.kill()
+    child.wait(timeout=60)
+    with other.exclusive():
+        assert not other.is_complete()
+
+
+def test_a_run_is_held_while_it_trains_and_released_after(tmp_path, tiny_clevr, monkeypatch):
+    from idckit.experiments import pcl
+
+    s = pcl.setup("smoke", tiny_clevr, runs_dir=tmp_path / "runs", progress=False)
+    seen = []
+
+    def fake_finetune(s, run, pre, progress):
+        seen.append(_held_elsewhere(run))
+        run.complete({"test": {}})
+
+    monkeypatch.setattr(pcl, "_finetune", fake_finetune)
+    monkeypatch.setattr(pcl, "variant_result", lambda *a, **k: {})
+    pcl.run_variant(s, "none", 0)
+    run = next((tmp_path / "runs").glob("pcl-finetune-*"))
+    assert seen == [True] and not _held_elsewhere(type("R", (), {"dir": run})())

@@ -178,19 +178,20 @@ def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -
     from idckit.tasks.pcl import PretrainTask
     from idckit.train.loop import fit
 
-    if run.is_complete():
-        return
-    data = loaded_data(s, kind)
-    c = run.config[kind if kind == "gic" else "pretrain"]
-    model = dict(run.config["model"])
-    if "fgvc" in c["ratios"]:
-        model["n_classes"] = data.fgvc.n_classes
-    task = PretrainTask(data, model, batch_size=c["batch_size"], ratios=c["ratios"], mask_prob=c["mask_prob"],
-                        eos_prob=c["eos_prob"], region_prob=c["region_prob"], tau_mvcl=c["tau_mvcl"],
-                        tau_fda=c["tau_fda"], init_from=None if init is None else init.dir / "best.pt")
-    res = fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
-              device=s.device, loader=s.loader)
-    run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
+    with run.exclusive():
+        if run.is_complete():
+            return
+        data = loaded_data(s, kind)
+        c = run.config[kind if kind == "gic" else "pretrain"]
+        model = dict(run.config["model"])
+        if "fgvc" in c["ratios"]:
+            model["n_classes"] = data.fgvc.n_classes
+        task = PretrainTask(data, model, batch_size=c["batch_size"], ratios=c["ratios"], mask_prob=c["mask_prob"],
+                            eos_prob=c["eos_prob"], region_prob=c["region_prob"], tau_mvcl=c["tau_mvcl"],
+                            tau_fda=c["tau_fda"], init_from=None if init is None else init.dir / "best.pt")
+        res = fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
+                  device=s.device, loader=s.loader)
+        run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
 
 
 def run_variant(s: Setup, variant: str = "both", seed: int = 0, *, progress: bool = True) -> dict[str, Any]:
@@ -211,13 +212,14 @@ def run_variant(s: Setup, variant: str = "both", seed: int = 0, *, progress: boo
     run = open_run(s.runs_dir, "pcl-birds-finetune", {
         "kind": "pcl-birds-finetune", **s.identity, "max_len": s.config["max_len"], "model": s.config["model"],
         "swap_augment": s.config["swap_augment"], "init": pre.key, "finetune": ft, "seed": seed})
-    if not run.is_complete():
-        t0 = time.perf_counter()
-        if gic is not None:
-            _pretrain(s, gic, "gic", None, progress)
-        _pretrain(s, pre, "b2w", gic, progress)
-        pre_seconds = pre.metrics()["wall_seconds"] + (gic.metrics()["wall_seconds"] if gic else 0.0)
-        _finetune(s, run, pre, progress, pre_seconds=pre_seconds, t0=t0)
+    with run.exclusive():
+        if not run.is_complete():
+            t0 = time.perf_counter()
+            if gic is not None:
+                _pretrain(s, gic, "gic", None, progress)
+            _pretrain(s, pre, "b2w", gic, progress)
+            pre_seconds = pre.metrics()["wall_seconds"] + (gic.metrics()["wall_seconds"] if gic else 0.0)
+            _finetune(s, run, pre, progress, pre_seconds=pre_seconds, t0=t0)
     return variant_result(MODEL, recipe, seed, run, train_seconds="finetune_seconds")
 
 
@@ -232,8 +234,8 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
         task = FinetuneTask(data, run.config["model"], batch_size=c["batch_size"], mask_prob=c["mask_prob"],
                             eos_prob=c["eos_prob"], distractor_weight=c["distractor_weight"],
                             eval_batch_size=c["eval_batch_size"], group_by_pair=c["group_by_pair"],
-                            captions_per_pair=c["captions_per_pair"], targets=c["targets"], init_from=pre.dir / "best.pt",
-                            scorer=quick, selection_metric=c["selection_metric"], tokenize=c["tokenize"])
+                            captions_per_pair=c["captions_per_pair"], targets=c["targets"],
+                            init_from=pre.dir / "best.pt", scorer=quick, selection_metric=c["selection_metric"], tokenize=c["tokenize"])
         res = fit(task, train_config(c["train"], run.config["seed"]), run.dir,
                   progress=progress, device=s.device, loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")

@@ -279,21 +279,22 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
     run = open_run(s.runs_dir, "clip-standin", {"kind": "clip-standin", "data": described.identity,
                                                 "data_version": version, "standin": c, "seed": 0})
     path = run.dir / "clip.pt"
-    if not run.is_complete():
-        t0 = time.perf_counter()
-        data = load_description_data(root, s.image_size, cache_dir=_image_cache_dir(s, described) / "standin",
-                                     progress=progress, dataset=described.dataset())
-        task = StandinPretrainTask(data, name, batch_size=c["batch_size"], weight_decay=c["weight_decay"],
-                                   eval_batch_size=c["eval_batch_size"])
-        res = fit(task, _train_config(c["train"], 0, len(data.train_scenes), c["batch_size"]), run.dir,
-                  progress=progress, device=s.device.get("standin"), loader=s.loader.get("standin"))
-        if distributed.is_main():
-            save_clip_checkpoint(res.model.cpu(), path, name)
-            run.complete({"val": res.best_metrics, "best_step": res.best_step, "steps": res.steps,
-                          "history": res.history, "train_seconds": res.wall_seconds,
-                          "wall_seconds": round(time.perf_counter() - t0, 1), "checkpoint": str(path)},
-                         profile=s.profile, data_identity=described.identity)
-        distributed.barrier()
+    with run.exclusive():
+        if not run.is_complete():
+            t0 = time.perf_counter()
+            data = load_description_data(root, s.image_size, cache_dir=_image_cache_dir(s, described) / "standin",
+                                         progress=progress, dataset=described.dataset())
+            task = StandinPretrainTask(data, name, batch_size=c["batch_size"], weight_decay=c["weight_decay"],
+                                       eval_batch_size=c["eval_batch_size"])
+            res = fit(task, _train_config(c["train"], 0, len(data.train_scenes), c["batch_size"]), run.dir,
+                      progress=progress, device=s.device.get("standin"), loader=s.loader.get("standin"))
+            if distributed.is_main():
+                save_clip_checkpoint(res.model.cpu(), path, name)
+                run.complete({"val": res.best_metrics, "best_step": res.best_step, "steps": res.steps,
+                              "history": res.history, "train_seconds": res.wall_seconds,
+                              "wall_seconds": round(time.perf_counter() - t0, 1), "checkpoint": str(path)},
+                             profile=s.profile, data_identity=described.identity)
+            distributed.barrier()
     m = run.metrics()
     return {"name": name, "weights": str(path), "key": f"standin:{run.key}", "run": run.dir.name, "val": m["val"],
             "wall_seconds": m["wall_seconds"], "steps": m["steps"],
@@ -341,24 +342,25 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
                                                   "clip_model": clip["name"], "n_intra": n_intra,
                                                   "max_len": s.config["caption"]["max_len"], "adapt": c,
                                                   "seed": seed})
-    if not run.is_complete():
-        t0 = time.perf_counter()
-        task = _adapt_task(s, clip, n_intra)
-        dev = _device(s, "adapt")
-        torch.manual_seed(seed)
-        before = task.evaluate(task.build_model().to(dev), "test")
-        plain_model = CLIP4IDCRetrieval(load_clip(clip["name"], clip["weights"])[0], n_intra=s.depth, joint=False)
-        plain = _evaluate_plain(task, plain_model.to(dev))
-        samples = len(task.samples)
-        res = fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress,
-                  device=dev, loader=s.loader.get("adapt"))
-        test = task.evaluate(res.model, "test")
-        if distributed.is_main():
-            run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
-                          "stopped": res.stopped, "test": test, "test_unadapted": before,
-                          "test_plain_clip": plain, "train_seconds": res.wall_seconds,
-                          "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
-        distributed.barrier()
+    with run.exclusive():
+        if not run.is_complete():
+            t0 = time.perf_counter()
+            task = _adapt_task(s, clip, n_intra)
+            dev = _device(s, "adapt")
+            torch.manual_seed(seed)
+            before = task.evaluate(task.build_model().to(dev), "test")
+            plain_model = CLIP4IDCRetrieval(load_clip(clip["name"], clip["weights"])[0], n_intra=s.depth, joint=False)
+            plain = _evaluate_plain(task, plain_model.to(dev))
+            samples = len(task.samples)
+            res = fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress,
+                      device=dev, loader=s.loader.get("adapt"))
+            test = task.evaluate(res.model, "test")
+            if distributed.is_main():
+                run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
+                              "stopped": res.stopped, "test": test, "test_unadapted": before,
+                              "test_plain_clip": plain, "train_seconds": res.wall_seconds,
+                              "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
+            distributed.barrier()
     return {"model": MODEL, "run": run.dir.name, "n_intra": n_intra, "n_inter": s.depth - n_intra, "seed": seed,
             "clip": clip["description"], **run.metrics(), "_best": str(run.dir / "best.pt")}
 
@@ -439,8 +441,9 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
                                                     "clip_model": clip["name"], "captioner": captioner,
                                                     "init": ad["run"] if ad else None, "caption": c,
                                                     "seed": seed})
-    if not run.is_complete():
-        _caption(s, run, clip, captioner, ad, progress)
+    with run.exclusive():
+        if not run.is_complete():
+            _caption(s, run, clip, captioner, ad, progress)
     return variant_result(MODEL, recipe, seed, run, train_seconds="caption_seconds", n_intra=captioner["n_intra"],
                           clip=clip["description"],
                           adapt={k: ad[k] for k in ("run", "val", "test", "test_unadapted")} if ad else None)

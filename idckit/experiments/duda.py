@@ -66,8 +66,9 @@ def run_variant(s: Setup, variant: str = "duda", seed: int = 0, *, progress: boo
     run_cfg = {"kind": "duda", **s.identity, "max_len": c["max_len"], "model": c["model"], "train": train,
                "seed": seed}
     run = open_run(s.runs_dir, "duda", run_cfg)
-    if not run.is_complete():
-        _train(s, run, progress)
+    with run.exclusive():
+        if not run.is_complete():
+            _train(s, run, progress)
     return variant_result(MODEL, recipe, seed, run, train_seconds="finetune_seconds")
 
 

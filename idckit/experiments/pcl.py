@@ -127,17 +127,18 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
     from idckit.tasks.pcl import PretrainTask
     from idckit.train.loop import fit
 
-    if run.is_complete():
-        return
-    c = run.config["pretrain"]
-    task = PretrainTask(loaded_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
-                        mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
-                        tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
-    res = fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
-              device=s.device, loader=s.loader)
-    if distributed.is_main():
-        run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds}, **_about(s))
-    distributed.barrier()
+    with run.exclusive():
+        if run.is_complete():
+            return
+        c = run.config["pretrain"]
+        task = PretrainTask(loaded_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
+                            mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
+                            tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
+        res = fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
+                  device=s.device, loader=s.loader)
+        if distributed.is_main():
+            run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds}, **_about(s))
+        distributed.barrier()
 
 
 def run_variant(s: Setup, variant: str = "full", seed: int = 0, *, progress: bool = True) -> dict[str, Any]:
@@ -157,8 +158,9 @@ def run_variant(s: Setup, variant: str = "full", seed: int = 0, *, progress: boo
     run_cfg = {"kind": "pcl-finetune", **s.identity, "max_len": s.config["max_len"], "model": model,
                "init": None if pre is None else pre.key, "finetune": ft, "seed": seed}
     run = open_run(s.runs_dir, "pcl-finetune", run_cfg)
-    if not run.is_complete():
-        _finetune(s, run, pre, progress)
+    with run.exclusive():
+        if not run.is_complete():
+            _finetune(s, run, pre, progress)
     return variant_result(MODEL, recipe, seed, run, train_seconds="finetune_seconds")
 
 

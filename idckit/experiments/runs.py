@@ -22,10 +22,11 @@ import ast
 import hashlib
 import json
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from idckit import paths
 from idckit.errors import ConfigError
@@ -117,6 +118,32 @@ class Run:
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             return {}
         return rec if isinstance(rec, dict) else {}
+
+    @contextmanager
+    def exclusive(self) -> Iterator["Run"]:
+        """Hold this run for one process while it is checked, trained and scored. A second notebook (two
+        JupyterLab tabs, two ``idckit reproduce`` on one runs dir) that needs the same run waits here, then finds it
+        finished, instead of training it a second time beside the first and writing the same files.
+
+        An advisory ``flock`` on ``<run>/.lock``, released when the holder exits, however it exits (so a killed
+        holder leaves nothing stale). Not taken under torchrun, whose processes train the run together, nor where
+        the OS has no ``fcntl`` (Windows)."""
+        from idckit.train import distributed
+
+        try:
+            import fcntl
+        except ImportError:          # pragma: no cover - Windows
+            fcntl = None
+        if fcntl is None or distributed.world() > 1:
+            yield self
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield self
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def complete(self, metrics: Mapping[str, Any], **about: Any) -> None:
         """Write the record (commit, code version, time, and ``about``: profile, data, ...), then the metrics
