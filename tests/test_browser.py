@@ -83,18 +83,7 @@ def test_report_renders_tables_and_plots(chromium, html):
     assert not page.error_cells, page.error_cells[:3]
 
 
-def _predates_the_summary(html: Path) -> bool:
-    """Reports written before every notebook ended with report_summary carry no trained-row fields in their JSON."""
-    import json
-    rows = json.loads(html.with_suffix(".json").read_text()).get("rows", [])
-    return bool(rows) and not any("distinct_test_captions" in r or "chance" in r for r in rows)
-
-
-# The committed reports were written before the provenance block existed; strict, so this fails (and the mark must
-# go) as soon as `make reproduce` regenerates them with the current notebooks.
-@pytest.mark.parametrize("html", [pytest.param(p, marks=pytest.mark.xfail(
-    _predates_the_summary(p), strict=True, reason="committed report predates report_summary: re-run make reproduce"))
-    for p in REPORTS], ids=[p.stem for p in REPORTS])
+@pytest.mark.parametrize("html", REPORTS, ids=[p.stem for p in REPORTS])
 def test_report_says_where_its_numbers_come_from_and_leaks_nothing(html):
     """Every committed report ends with its provenance block and notes (idckit.report.report_summary), and shows
     no object repr returned by a cell's last line and no path of the staging folder it ran in."""
