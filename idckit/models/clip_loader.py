@@ -39,6 +39,7 @@ from pathlib import Path
 
 import open_clip
 import torch
+from open_clip.constants import IMAGENET_MEAN, IMAGENET_STD, OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
 
 from idckit.errors import ConfigError, WeightsUnavailableError
 from idckit.fileio import atomic_path
@@ -86,11 +87,8 @@ class HybridStem(torch.nn.Module):
         self.trunk.requires_grad_(False)
         self.proj = torch.nn.Conv2d(self.trunk_channels, width, kernel_size=1)
         self.out_channels = width
-        from open_clip.constants import IMAGENET_MEAN as in_mean, IMAGENET_STD as in_std
-        from open_clip.constants import OPENAI_DATASET_MEAN as clip_mean, OPENAI_DATASET_STD as clip_std
-
-        scale = [cs / s for cs, s in zip(clip_std, in_std)]
-        shift = [(cm - m) / s for cm, m, s in zip(clip_mean, in_mean, in_std)]
+        scale = [cs / s for cs, s in zip(OPENAI_DATASET_STD, IMAGENET_STD)]
+        shift = [(cm - m) / s for cm, m, s in zip(OPENAI_DATASET_MEAN, IMAGENET_MEAN, IMAGENET_STD)]
         self.register_buffer("scale", torch.tensor(scale).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("shift", torch.tensor(shift).view(1, 3, 1, 1), persistent=False)
 
