@@ -83,6 +83,31 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
     return out
 
 
+def says_change(run_dir: Path, data_root: Path) -> dict | None:
+    """On a SynthSpot-the-Diff set (its ``changes.json`` holds the truth): how often the run's test captions say
+    *whether* the pair changed, i.e. use one of the generator's no-difference sentences exactly when nothing but
+    light and noise differs. ``None`` elsewhere."""
+    truth_path = Path(data_root) / "changes.json"
+    results = Path(run_dir) / "test" / "total_results.json"
+    if not truth_path.is_file() or not results.is_file():
+        return None
+    from idckit.data.synth.spot_the_diff import NO_DIFFERENCE, NO_DIFFERENCE_EXTRA
+
+    truth = json.loads(truth_path.read_text())
+    no_change_sentences = set(NO_DIFFERENCE) | set(NO_DIFFERENCE_EXTRA)
+    counts = {"changed_said_changed": 0, "changed": 0, "unchanged_said_unchanged": 0, "unchanged": 0}
+    for row in json.loads(results.read_text()):
+        changed = bool(truth[str(row["image_id"]).removesuffix(".png")])
+        said_changed = row["caption"].strip() not in no_change_sentences
+        key = "changed" if changed else "unchanged"
+        counts[key] += 1
+        counts[f"{key}_said_{key}"] += said_changed == changed
+    n = counts["changed"] + counts["unchanged"]
+    counts["accuracy"] = (counts["changed_said_changed"] + counts["unchanged_said_unchanged"]) / n
+    counts["majority"] = max(counts["changed"], counts["unchanged"]) / n
+    return counts
+
+
 def run_clip4idc(data_root: Path, threads: int, seed: int, runs_dir: Path | None, out_dir: Path = OUT,
                  extra: dict | None = None, tag: str = "", dataset: str = "clevr-change") -> dict:
     """CLIP4IDC (stand-in CLIP pre-training, adaptation, captioning) at the cpu profile plus ``extra`` overrides
@@ -119,7 +144,8 @@ def run_clip4idc(data_root: Path, threads: int, seed: int, runs_dir: Path | None
            "test": {k: r["test"][k] for k in ("total", "semantic", "distractor") if k in r["test"]},
            "distinct_test_captions": diversity["distinct"], "test_pairs": diversity["pairs"],
            "top_caption_share": diversity["top_share"],
-           "text_baseline_test": baseline, "caption_seconds": r.get("caption_seconds"),
+           "text_baseline_test": baseline, "says_change": says_change(s.runs_dir / r["run"], data_root),
+           "caption_seconds": r.get("caption_seconds"),
            "wall_seconds": round(time.time() - t0, 1)}
     t, a = out["test"], out["adapt"]
     print(f"{out['data']}: stand-in val R@1 {clip['val']['R@1']:.1f}; text->pair R@1 "
