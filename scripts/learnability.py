@@ -215,7 +215,8 @@ def plot(out: Path, reports: Path = OUT):
         how = "".join([f", d_model {d['overrides']['d_model']}" if "d_model" in d.get("overrides", {}) else "",
                        ", through the cross-modal layers" if d.get("through_cross") else "",
                        f", after {d['mvcl_steps']} MVCL steps" if d.get("mvcl_steps") else ""])
-        rows.append({"camera jitter": float(m.group(1)), "what": f"judge alone (no captioner), {scenes.group(1)} scenes, "
+        rows.append({"camera jitter": float(m.group(1)),
+                     "what": f"judge alone (no captioner), {scenes.group(1)} scenes, "
                      f"{d['steps']} steps{how}, val-selected{lamp}", "value": best["test"],
                      "panel": "change vs distractor accuracy (test)"})
     # probe_* and pcl_* records (judge_alone_* above; clip4idc_* are quoted in the doc)
@@ -235,7 +236,8 @@ def plot(out: Path, reports: Path = OUT):
                 # its two earlier fine-tuning targets are drawn, seeds averaged; the record's file-name tag says
                 # which (the default's own runs carry no overrides); the rest are the doc's tables, one row each
                 if "_every_cpp4_drop0_seed" in path.stem:
-                    what = f"the cpu default (every position, 4 references, no dropout; {d['pairs']} scenes), mean of seeds"
+                    what = (f"the cpu default (every position, 4 references, no dropout; {d['pairs']} scenes), "
+                            "mean of seeds")
                 elif "_every_cpp4_seed" in path.stem:
                     what = f"as the cpu default with dropout 0.1 ({d['pairs']} scenes), mean of seeds"
                 elif "_every_seed" in path.stem:

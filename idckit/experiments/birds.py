@@ -235,7 +235,8 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
                             eos_prob=c["eos_prob"], distractor_weight=c["distractor_weight"],
                             eval_batch_size=c["eval_batch_size"], group_by_pair=c["group_by_pair"],
                             captions_per_pair=c["captions_per_pair"], targets=c["targets"],
-                            init_from=pre.dir / "best.pt", scorer=quick, selection_metric=c["selection_metric"], tokenize=c["tokenize"])
+                            init_from=pre.dir / "best.pt", scorer=quick, selection_metric=c["selection_metric"],
+                            tokenize=c["tokenize"])
         res = fit(task, train_config(c["train"], run.config["seed"]), run.dir,
                   progress=progress, device=s.device, loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
