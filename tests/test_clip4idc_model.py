@@ -273,6 +273,27 @@ def sharpen_cross_attention(model):
         layer.cross_attn.key.weight.normal_(std=0.5)
 
 
+def test_difference_tokens_append_a_projection_of_after_minus_before_per_position():
+    before, after = images()
+    with torch.no_grad():
+        plain, diff = captioner(), captioner(difference_tokens=True)
+        assert plain.difference_proj is None
+        tokens = diff.pair_encoder(before, after)[0]                      # [B, 2(n+1), D]
+        n1 = tokens.shape[1] // 2
+        diff.difference_proj.bias.normal_(std=0.1)
+        # the memory is the caption encoder run over [projected pair tokens; W (after - before) + b]
+        enc_in = torch.cat([diff.visual_proj(tokens), diff.difference_proj(tokens[:, n1:] - tokens[:, :n1])], 1)
+        x = enc_in
+        for layer in diff.encoder:
+            x = layer(x)
+        memories = diff.encode(before, after)
+        assert memories[-1].shape == (tokens.shape[0], 3 * n1, diff.cfg.hidden)
+        torch.testing.assert_close(memories[-1], x)
+        # the plain captioner's parameters are the variant's minus the one new linear map
+        extra = sum(p.numel() for p in diff.difference_proj.parameters())
+        assert sum(p.numel() for p in diff.parameters()) - sum(p.numel() for p in plain.parameters()) == extra
+
+
 def test_clip_ft_is_symmetric_in_the_two_images_unless_segments_are_embedded():
     before, after = images()
     ids = tokenize_captions(["the cube is gone"], max_len=12).expand(2, -1)[:, :-1]

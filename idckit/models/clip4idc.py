@@ -53,6 +53,12 @@ recomputes everything (the public code recomputes the caption encoder and the wh
 ``visual`` is either the (before, after) images or pair-encoder tokens computed beforehand: with a frozen encoder
 (paper table 7; the kit's cpu profile) they are computed once per pair, not once per epoch.
 
+A labelled variant, off by default and not the paper's: ``difference_tokens=True`` appends n+1 tokens to the
+caption encoder's input, a new linear map of after - before at each position of the pair encoder's output (DUDA's
+and IDC-PCL's explicit difference, here on CLIP4IDC's tokens). It asks whether a small captioner that cannot learn
+to compare the two images within the cpu budget describes the change once the comparison is given to it
+(docs/clip4idc.md).
+
 Two options for small machines, both off by default and both exact reformulations, not approximations of a
 different model:
 * ``PairEncoder.encode_intra`` / ``forward_from_intra`` split the forward pass at the intra/inter boundary, so
@@ -303,6 +309,7 @@ class CaptionerConfig:
     cross_attention: str                   # "layerwise" (decoder i <- encoder i, public code) or "last"
     tie_clip_embeddings: bool              # word/position embeddings start from CLIP's text tower
     segment_embedding: bool | None         # before/after segment embedding in the caption encoder; None: clip-ft only
+    difference_tokens: bool                # not the paper's: also feed after - before per position (module doc)
 
     @property
     def use_segment_embedding(self) -> bool:
@@ -406,6 +413,7 @@ class CLIP4IDCCaptioner(nn.Module):
         vis_dim = self.pair_encoder.output_dim
         self.visual_proj = nn.Identity() if vis_dim == d else nn.Linear(vis_dim, d)
         self.segment = nn.Embedding(2, d) if cfg.use_segment_embedding else None
+        self.difference_proj = nn.Linear(vis_dim, d) if cfg.difference_tokens else None
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.enc_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
 
@@ -445,7 +453,7 @@ class CLIP4IDCCaptioner(nn.Module):
 
     def _init_caption_weights(self):
         """BERT init for the caption model (public code's init_weights): N(0, 0.02) weights, zero biases."""
-        for module in [self.visual_proj, self.segment, *self.encoder, *self.decoder, self.word_embedding,
+        for module in [self.visual_proj, self.segment, self.difference_proj, *self.encoder, *self.decoder, self.word_embedding,
                        self.position_embedding, self.head_transform]:
             if module is None:
                 continue
@@ -468,6 +476,9 @@ class CLIP4IDCCaptioner(nn.Module):
             n1 = pair_tokens.shape[1] // 2
             segments = torch.arange(2, device=x.device).repeat_interleave(n1)
             x = x + self.segment(segments)
+        if self.difference_proj is not None:
+            n1 = pair_tokens.shape[1] // 2
+            x = torch.cat([x, self.difference_proj(pair_tokens[:, n1:] - pair_tokens[:, :n1])], dim=1)
         outputs = []
         for layer in self.encoder:
             x = layer(x)
