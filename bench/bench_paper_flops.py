@@ -111,7 +111,8 @@ def main(argv=None) -> None:
     mix = sum(pool[k] * pcl[k] for k in pool) / sum(pool.values())      # FDA rows are captions, 7 per pair
     pre = pcl_cfg["pretrain"]
     fda_rows = (pre["batch_size"] // 7) * 7
-    step_pre = sum(pool[k] * pcl[k] * (fda_rows if k == "fda" else pre["batch_size"]) for k in pool) / sum(pool.values())
+    step_pre = (sum(pool[k] * pcl[k] * (fda_rows if k == "fda" else pre["batch_size"]) for k in pool)
+                / sum(pool.values()))
     ft = pcl_cfg["finetune"]
     scenes_per_epoch = 33830                  # CLEVR-Change train before-images (67,660 train pairs / 2)
     cap_steps = cap_cfg["train"]["epochs"] * (scenes_per_epoch // cap_cfg["batch_size"])

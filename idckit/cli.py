@@ -229,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("features", help="extract 7x7 grid features of every image into float16 memmaps (resumable)")
     f.add_argument("data_root", type=Path, help="a CLEVR-Change root")
     f.add_argument("--backbone", default="efficientnet_lite0",
-                   help="efficientnet_lite0 (offline default), efficientnet_lite0_b5, resnet101, or clip:<open_clip model>")
+                   help="efficientnet_lite0 (offline default), efficientnet_lite0_b5, resnet101, "
+                        "or clip:<open_clip model>")
     f.add_argument("--weights", default=None, help="a local state-dict file ('random' for tests only)")
     f.add_argument("--batch-size", type=int, default=16)
     f.add_argument("--out", type=Path, default=None, help="default: DATA_ROOT/features/BACKBONE")

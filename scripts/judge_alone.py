@@ -144,8 +144,8 @@ def main() -> None:
     from idckit.report import git_commit
 
     overrides = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in a.set)}
-    out = {"setting": a.setting, "through_cross": a.through_cross, "overrides": overrides, "steps": a.steps, "lr": a.lr, "warmup": a.warmup, "batch_size": a.batch_size,
-           "commit": git_commit()}
+    out = {"setting": a.setting, "through_cross": a.through_cross, "overrides": overrides, "steps": a.steps,
+           "lr": a.lr, "warmup": a.warmup, "batch_size": a.batch_size, "commit": git_commit()}
     if a.setting == "data":
         from idckit.tasks.pcl import load_pcl_data, model_config
         s = pcl.setup("cpu", a.data_root, runs_dir=a.runs_dir, progress=False)
@@ -184,7 +184,8 @@ def main() -> None:
             idx = torch.randint(0, a.pairs, (a.batch_size,), generator=g)
             return tr[0][idx], tr[1][idx], tr[2][idx]
 
-        evaluate = lambda: {"test": float((judge_logits(model, te[0], te[1]).argmax(-1) == te[2]).float().mean())}  # noqa: E731
+        def evaluate():
+            return {"test": float((judge_logits(model, te[0], te[1]).argmax(-1) == te[2]).float().mean())}
         name = f"toy_noise{a.noise:g}"
         out.update({"noise": a.noise, "pairs": a.pairs, "model": settings})
     if a.init:

@@ -13,12 +13,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # CLEVR-Change's released schemas (RCC's change/no-change captions, splits, type_mapping), with one more index
 # per split so no subset is a singleton.
 CHANGE = {
-    "CLEVR_default_000000.png": ["the small yellow rubber cylinder changed to brown", "the tiny yellow cylinder turned brown"],
+    "CLEVR_default_000000.png": ["the small yellow rubber cylinder changed to brown",
+                                 "the tiny yellow cylinder turned brown"],
     "CLEVR_default_000001.png": ["the large red metal cube has been added", "the big red thing has been newly placed"],
     "CLEVR_default_000002.png": ["the small gray rubber sphere is missing", "the tiny gray ball is gone"],
     "CLEVR_default_000003.png": ["the large blue metal cube became green", "the big blue block turned green"],
-    "CLEVR_default_000004.png": ["the small cyan ball changed its location", "the tiny cyan sphere is in a different location"],
-    "CLEVR_default_000005.png": ["the large purple rubber cylinder turned metallic", "the big purple cylinder became shiny"],
+    "CLEVR_default_000004.png": ["the small cyan ball changed its location",
+                                 "the tiny cyan sphere is in a different location"],
+    "CLEVR_default_000005.png": ["the large purple rubber cylinder turned metallic",
+                                 "the big purple cylinder became shiny"],
 }
 NO_CHANGE = {
     "CLEVR_default_000000.png": ["no change was made", "the two scenes seem identical"],

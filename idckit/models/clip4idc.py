@@ -453,8 +453,8 @@ class CLIP4IDCCaptioner(nn.Module):
 
     def _init_caption_weights(self):
         """BERT init for the caption model (public code's init_weights): N(0, 0.02) weights, zero biases."""
-        for module in [self.visual_proj, self.segment, self.difference_proj, *self.encoder, *self.decoder, self.word_embedding,
-                       self.position_embedding, self.head_transform]:
+        for module in [self.visual_proj, self.segment, self.difference_proj, *self.encoder, *self.decoder,
+                       self.word_embedding, self.position_embedding, self.head_transform]:
             if module is None:
                 continue
             for m in module.modules():
