@@ -105,7 +105,30 @@ def says_change(run_dir: Path, data_root: Path) -> dict | None:
     n = counts["changed"] + counts["unchanged"]
     counts["accuracy"] = (counts["changed_said_changed"] + counts["unchanged_said_unchanged"]) / n
     counts["majority"] = max(counts["changed"], counts["unchanged"]) / n
+    counts.update(names_change(json.loads(results.read_text()), truth))
     return counts
+
+
+# the generator's words for each kind (idckit/data/synth/spot_the_diff.py's phrases)
+KIND_WORDS = {"car": {"car", "vehicle"}, "person": {"person", "man", "guy", "shirt"}, "bike": {"bike", "bicycle"}}
+
+
+def names_change(rows: list[dict], truth: dict) -> dict:
+    """Of the changed test pairs, the share whose caption names the colour and kind of one of the pair's changes,
+    and the same share with each caption scored against every other changed pair (a captioner that writes such
+    sentences without looking scores this on average)."""
+    def named(caption: str, changes: list[dict]) -> bool:
+        words = set(caption.split())
+        return any(c["object"]["colour"] in words and words & KIND_WORDS[c["object"]["kind"]] for c in changes)
+
+    pairs = [(row["caption"].strip().lower(), truth[str(row["image_id"]).removesuffix(".png")]) for row in rows]
+    pairs = [(caption, changes) for caption, changes in pairs if changes]
+    hits = sum(named(caption, changes) for caption, changes in pairs)
+    cross = sum(named(caption, changes) for i, (caption, _) in enumerate(pairs)
+                for j, (_, changes) in enumerate(pairs) if i != j)
+    n = len(pairs)
+    return {"names_change": hits / n if n else None,
+            "names_change_chance": cross / (n * (n - 1)) if n > 1 else None}
 
 
 def run_clip4idc(data_root: Path, threads: int, seed: int, runs_dir: Path | None, out_dir: Path = OUT,
