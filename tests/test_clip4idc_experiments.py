@@ -104,6 +104,10 @@ def test_captioning_variants_share_runs_and_give_table_rows(env):
     # table 7's frozen-encoder run at the default split IS table 1's seed-0 run at smoke (encoder frozen there too)
     t7 = clip4idc.run_variant(s, "clip4idc", 0, n_intra=4, freeze_visual=True)
     assert t7["run"] == res[0]["run"] and _mtime(s, res[0]["run"]) == stamp
+    diff = clip4idc.run_variant(s, "clip4idc-diff", 0)     # the labelled variant: same adaptation, its own run
+    assert diff["adapt"]["run"] == res[0]["adapt"]["run"] and diff["run"] != res[0]["run"]
+    assert diff["label"] == "CLIP4IDC + difference tokens (idckit variant)"
+    assert "difference_proj.weight" in torch.load(s.runs_dir / diff["run"] / "best.pt", map_location="cpu")
     ft = clip4idc.run_variant(s, "clip-ft", 0)
     assert ft["adapt"] is None and ft["n_intra"] is None and ft["run"] != res[0]["run"]
     # the result keys every run_variant shares (IDC-PCL's are checked in test_pcl_experiments)

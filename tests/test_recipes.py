@@ -16,9 +16,10 @@ RUNNERS = {"runs": 1, "hard_runs": 1, "run_variant": 1}     # call -> position o
 def test_unknown_recipes_are_the_kits_error_naming_close_matches():
     with pytest.raises(ConfigError, match=r"unknown recipe 'pcl/ful' \(did you mean pcl/full\?\)"):
         recipes.get_recipe("pcl/ful")
-    with pytest.raises(ConfigError, match=r"unknown clip4idc recipe 'clip5idc' \(did you mean clip4idc\?\)") as e:
+    with pytest.raises(ConfigError, match=r"unknown clip4idc recipe 'clip5idc' \(did you mean clip4idc or clip4idc-diff\?\)") as e:
         recipes.get_recipe("clip5idc", "clip4idc")
-    assert "known: clip4idc/clip-ft, clip4idc/no-adapt, clip4idc/clip4idc, clip4idc/adapt" in str(e.value)
+    assert ("known: clip4idc/clip-ft, clip4idc/no-adapt, clip4idc/clip4idc, clip4idc/clip4idc-diff, clip4idc/adapt"
+            in str(e.value))
     assert "idckit list" in e.value.fix
     with pytest.raises(ConfigError, match="unknown pcl recipe 'duda/duda'"):       # known, but another family's
         recipes.get_recipe("duda/duda", "pcl")
@@ -34,9 +35,14 @@ def test_unknown_recipes_are_the_kits_error_naming_close_matches():
 
 def test_list_filters_like_timm_list_models():
     assert recipes.list_recipes("clip4idc/*") == ["clip4idc/clip-ft", "clip4idc/no-adapt", "clip4idc/clip4idc",
-                                                  "clip4idc/adapt"]
+                                                  "clip4idc/clip4idc-diff", "clip4idc/adapt"]
+    # the labelled variant is in no table, so nothing trains it unless asked for by name
+    assert recipes.variants("clip4idc") == ["clip-ft", "no-adapt", "clip4idc", "adapt"]
+    assert recipes.get_recipe("clip4idc-diff", "clip4idc").tables == ()
+    assert recipes.describe("clip4idc/clip4idc-diff").splitlines()[1].strip() == (
+        '"CLIP4IDC + difference tokens (idckit variant)": in no table; trained only when named')
     assert recipes.list_recipes("*judge*") == ["pcl/no_judge"]
-    assert recipes.list_recipes() == list(recipes.RECIPES) and len(recipes.RECIPES) == 15
+    assert recipes.list_recipes() == list(recipes.RECIPES) and len(recipes.RECIPES) == 16
 
 
 def test_idckit_list_prints_each_recipe_its_line_and_its_table_rows(capsys):

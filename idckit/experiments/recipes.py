@@ -79,6 +79,10 @@ _RECIPES = (
            ("clip4idc.table1", "clip4idc.table2", "clip4idc.table3", "clip4idc.table4", "clip4idc.table5",
             "clip4idc.table7"), {"captioner": {"variant": "clip4idc"}, "adapt": True},
            {"clip4idc.table7": "N_intra/N_inter (one row per split, encoder frozen)"}),
+    # not the paper's and in no table: what the captioner does when handed the comparison (docs/clip4idc.md)
+    Recipe("clip4idc/clip4idc-diff", "CLIP4IDC + difference tokens (idckit variant)", "not the paper's: the "
+           "CLIP4IDC recipe whose captioner also reads after - before of the pair tokens per position", (),
+           {"captioner": {"variant": "clip4idc", "difference_tokens": True}, "adapt": True}),
     # table 6 retrieves with the adaptation alone: the first stage of clip4idc/clip4idc, the same cached run
     Recipe("clip4idc/adapt", "CLIP4IDC adaptation", "retrieval adaptation of the split pair encoder (pair <-> text "
            "InfoNCE) without the captioning stage", ("clip4idc.table6",), {"captioner": None, "adapt": True}),
@@ -98,9 +102,10 @@ def list_recipes(pattern: str = "*") -> list[str]:
 
 
 def variants(family: str) -> list[str]:
-    """The variant names of ``family``, in table order (what that module's ``runs`` trains by default)."""
+    """The variant names of ``family`` that are rows of a paper table, in table order (what that module's ``runs``
+    and ``idckit train`` train by default); a recipe in no table (``clip4idc/clip4idc-diff``) trains only by name."""
     _check_family(family)
-    return [r.variant for r in _RECIPES if r.family == family]
+    return [r.variant for r in _RECIPES if r.family == family and r.tables]
 
 
 def get_recipe(name: object, family: str | None = None) -> Recipe:
@@ -163,7 +168,8 @@ def describe(pattern: str = "*") -> str:
         by_label: dict[str, list[str]] = {}
         for t in r.tables:
             by_label.setdefault(r.row_label(t), []).append(t)
-        rows = "; ".join(f"row \"{label}\" in {', '.join(ts)}" for label, ts in by_label.items())
+        rows = ("; ".join(f"row \"{label}\" in {', '.join(ts)}" for label, ts in by_label.items())
+                or f"\"{r.label}\": in no table; trained only when named")
         lines.append(f"{'':<{width}}  {rows}")
     return "\n".join(lines)
 
