@@ -132,7 +132,8 @@ def caption(out: Path):
     captioner = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
                  "freeze_visual": True,
                  "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise",
-                 "tie_clip_embeddings": True, "segment_embedding": None}
+                 "tie_clip_embeddings": True, "segment_embedding": None,
+                 "difference_tokens": False}
     task = Task(tiny_pair_data(), "idckit-standin-ViT-T-16", None, captioner, batch_size=4, captions_per_pair=1,
                 visual_lr_scale=0.0, trim_vocab=False, eval_batch_size=6)
     return fit(task, train_config(dict(max_steps=4, lr=1e-3, log_every=1, eval_every=2, seed=5)), out, progress=False)
