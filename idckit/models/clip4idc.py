@@ -54,8 +54,8 @@ recomputes everything (the public code recomputes the caption encoder and the wh
 (paper table 7; the kit's cpu profile) they are computed once per pair, not once per epoch.
 
 A labelled variant, off by default and not the paper's: ``difference_tokens=True`` appends n+1 tokens to the
-caption encoder's input, a new linear map of after - before at each position of the pair encoder's output (DUDA's
-and IDC-PCL's explicit difference, here on CLIP4IDC's tokens). It asks whether a small captioner that cannot learn
+caption encoder's input, a new linear map of after - before at each position of the pair encoder's output (the
+subtraction DUDA's difference vector makes, here on CLIP4IDC's tokens). It asks whether a small captioner that cannot learn
 to compare the two images within the cpu budget describes the change once the comparison is given to it
 (docs/clip4idc.md).
 
