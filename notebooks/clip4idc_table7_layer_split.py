@@ -22,11 +22,12 @@
 # CLIP; only what differs per split is trained (at `cpu` the default split's captioning run is Table 1's seed-0
 # run, from the cache, because Table 1 freezes the encoder there too).
 #
-# **How the paper's splits map to the kit's CLIP.** A split is a depth fraction N_intra / depth. The stand-in CLIP
-# of the `smoke` and `cpu` profiles has 6 layers, so its splits are 3/3, 4/2, 5/1 and 6/0, which sit at the paper's
-# 6/6, 8/4, 10/2 and 12/0; the paper's odd splits (7/5, 9/3, 11/1) fall between two of its layers and have no
-# counterpart. The paper's default 9/3 is three quarters of the depth; the kit's default for 6 layers is 4/2 (the
-# floor of 4.5). With OpenAI's ViT-B/32 (`clip_model="ViT-B-32"`, `pretrained="openai"`) all seven splits run.
+# **How the paper's splits map to the kit's CLIP.** A split is a depth fraction N_intra / depth. The `cpu` profile's
+# stand-in CLIP (`idckit-standin-ViT-12`) has 12 layers like ViT-B/32, so all seven of the paper's splits run, 6/6
+# to 12/0, with the paper's default 9/3 (three quarters of the depth). The `smoke` profile's 6-layer stand-in has
+# 3/3, 4/2, 5/1 and 6/0, at the paper's 6/6, 8/4, 10/2 and 12/0 (the odd splits fall between two of its layers; its
+# default is 4/2, the floor of 4.5). With OpenAI's ViT-B/32 (`clip_model="ViT-B-32"`, `pretrained="openai"`) the
+# seven splits are the paper's own.
 # Unless `data_root` is real this is SynthCLEVR-Change; at `smoke`/`cpu` the CLIP is the **idckit stand-in CLIP
 # (synthetic pre-training)**.
 

@@ -144,6 +144,19 @@ def test_layer_splits_map_the_paper_splits_by_depth_fraction(env):
     assert [sp["paper_split"] for sp in splits] == ["6/6", "8/4", "10/2", "12/0"]
 
 
+def test_cpu_profile_standin_is_as_deep_as_vit_b32_so_table7_has_the_papers_seven_splits(env):
+    from idckit.experiments import clip4idc
+
+    s, base = env
+    cpu = clip4idc.setup("cpu", s.data.root, runs_dir=base / "runs_cpu", progress=False)
+    assert cpu.clip_model == "idckit-standin-ViT-12" == cpu.config["standin"]["model"]
+    assert cpu.depth == 12 and cpu.default_n_intra == 9 and cpu.image_size == 112
+    splits = clip4idc.layer_splits(cpu)
+    assert [sp["label"] for sp in splits] == [f"{k}/{12 - k}" for k in range(6, 13)]
+    assert [sp["paper_split"] for sp in splits] == [sp["label"] for sp in splits]
+    assert not (base / "runs_cpu").exists() or not any((base / "runs_cpu").iterdir())   # nothing trained
+
+
 def test_named_weights_skip_the_standin_and_are_keyed_by_content(env, tmp_path):
     from idckit.experiments import clip4idc
     from idckit.models.clip_loader import load_clip, save_clip_checkpoint

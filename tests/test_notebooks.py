@@ -59,7 +59,8 @@ EXPECTED = {
                                                            "MLM + MVCL + FDA (full)",
                                                            "full w/o image difference encoder",
                                                            "full w/o distractor judging")}, CAPTION),
-    "clip4idc_table1_clevr_change": ({("CLIP4IDC (idckit)", "CLIP4IDC"), ("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)")},
+    "clip4idc_table1_clevr_change": ({("CLIP4IDC (idckit)", "CLIP4IDC"), ("IDC-PCL (idckit)", "MLM + MVCL + FDA (full)"),
+                                      ("CLIP4IDC (idckit)", "CLIP4IDC + difference tokens (idckit variant)")},
                                      CAPTION),
     "clip4idc_table2_change_types": ({("CLIP4IDC (idckit)", "CLIP4IDC")}, {"distractor"}),
     "clip4idc_table3_spot_the_diff": ({(C4, "CLIP4IDC"), (C4, "CLIP-FT"), BASELINE}, CAPTION),
@@ -75,7 +76,7 @@ EXPECTED = {
                               CAPTION | GRAMMAR),
     "table5_cross_task": ({("IDC-PCL (idckit)", v) for v in ("B2W", "B2W + CUB", "B2W + NABirds",
                                                              "B2W + CUB + NABirds")}, CAPTION | GRAMMAR),
-    # the stand-in ViT has 6 layers: splits 3/3 .. 6/0
+    # the smoke profile's stand-in ViT has 6 layers: splits 3/3 .. 6/0 (the cpu profile's has 12: all seven)
     "clip4idc_table7_layer_split": ({("CLIP4IDC (idckit)", f"{k}/{6 - k}") for k in range(3, 7)},
                                     RETRIEVAL | CAPTION),
 }

@@ -43,7 +43,7 @@ TRAINING_CODE_VERSION = "3"
 #: hybrid stand-in CLIP, a new architecture that builds no existing run differently; nor for the captioner's
 #: difference_tokens option, off in every config)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "8a65943154deb009"
+TRAINING_CODE_FINGERPRINT = "6bdfc5273ee6574f"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text and features
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
