@@ -46,7 +46,8 @@ def cmd_generate_birds(args: argparse.Namespace) -> int:
 def cmd_generate_spot_the_diff(args: argparse.Namespace) -> int:
     from idckit.data.synth.spot_the_diff import generate
 
-    print(generate(args.out, n_pairs=args.pairs, seed=args.seed, workers=args.workers, overwrite=args.overwrite))
+    print(generate(args.out, n_pairs=args.pairs, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
+                   light_change=args.light_change))
     return 0
 
 
@@ -212,6 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
         gx.add_argument("--workers", type=int, default=2, help="drawing processes (output does not depend on it)")
         gx.add_argument("--overwrite", action="store_true",
                         help="replace another synthetic dataset at --out (never a folder without synth_info.json)")
+        if name == "spot-the-diff":
+            gx.add_argument("--light-change", type=float, default=1.0,
+                            help="how much the light differs between the two frames (1.0: up to 12 %% in gain where "
+                                 "nothing else changed; 0: the same light, only sensor noise)")
         gx.set_defaults(func=func)
 
     e = sub.add_parser("evaluate", help="score RCC-format results against a dataset (BLEU, METEOR, ROUGE-L, CIDEr-D)")

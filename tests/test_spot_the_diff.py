@@ -229,7 +229,7 @@ def test_no_change_frames_differ_only_by_light_and_noise():
     """A no-change pair's frames differ everywhere a little; a change pair's differ somewhere a lot."""
     def diff(i):
         plan, _ = synth.plan_pair(0, i)
-        r = synth.make_pair((0, i))
+        r = synth.make_pair((0, i, 1.0))
         return plan["changes"], np.abs(r["images"][0].astype(int) - r["images"][1].astype(int)).max(axis=2)
     found = {}
     for i in range(40):
@@ -240,6 +240,41 @@ def test_no_change_frames_differ_only_by_light_and_noise():
     still, changed = found[False], found[True]
     assert np.percentile(still, 99.9) < 60                  # light + noise: no object-sized jump anywhere
     assert (changed > 60).sum() > 30                         # an object appeared / left / moved
+
+
+def test_light_change_scales_only_the_light_between_the_frames():
+    """light_change 0: a no-change pair's frames differ by sensor noise alone (no global shift); the before frame,
+    the objects, the sentences and the noise draws are the same at every value, so only the after-light moves."""
+    i = next(i for i in range(40) if not synth.plan_pair(0, i)[0]["changes"])
+    default, flat = synth.make_pair((0, i, 1.0)), synth.make_pair((0, i, 0.0))
+    assert np.array_equal(default["images"][0], flat["images"][0])
+    assert default["annotators"] == flat["annotators"] and default["after"] == flat["after"]
+    shift = lambda r: abs(float(r["images"][1].astype(float).mean() - r["images"][0].astype(float).mean()))
+    noise = flat["images"][1].astype(int) - flat["images"][0].astype(int)
+    assert shift(flat) < 0.5 < shift(default)                 # the default moves the light of a still scene
+    assert np.abs(noise).max() < 30 and 2 < noise.std() < 6    # two frames' noise of sigma 1.5-3.5, clipped
+
+
+def test_light_change_is_recorded_and_checked_before_writing(tmp_path):
+    assert cli_main(["generate", "spot-the-diff", "--out", str(tmp_path / "flat"), "--pairs", "12", "--workers",
+                     "1", "--light-change", "0"]) == 0
+    info = json.loads((tmp_path / "flat" / "synth_info.json").read_text())
+    assert info["light_change"] == 0.0
+    default = synth.generate(tmp_path / "default", n_pairs=12, seed=0, workers=1, progress=False)
+    marker = default / "synth_info.json"
+    legacy = {k: v for k, v in json.loads(marker.read_text()).items() if k != "light_change"}
+    marker.write_text(json.dumps(legacy))                      # a set written before the knob existed
+    mtime = marker.stat().st_mtime_ns
+    assert synth.generate(default, n_pairs=12, seed=0, progress=False) == default   # reused: it is light 1.0
+    assert marker.stat().st_mtime_ns == mtime
+    with pytest.raises(DatasetError, match="another synthetic dataset"):
+        synth.generate(default, n_pairs=12, seed=0, light_change=0.0, progress=False)
+    with pytest.raises(DatasetError, match="another synthetic dataset"):   # a different light is a different set
+        synth.generate(tmp_path / "flat", n_pairs=12, seed=0, progress=False)
+    from idckit.errors import ConfigError
+    with pytest.raises(ConfigError, match="light_change must be"):
+        synth.generate(tmp_path / "bad", n_pairs=12, light_change=-1, progress=False)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_evaluator_scores_results_against_the_pooled_references(spot, tmp_path):
@@ -256,3 +291,19 @@ def test_evaluator_scores_results_against_the_pooled_references(spot, tmp_path):
         C.evaluate_results(tmp_path / "bad", spot, tokenize=False, meteor=False)
     with pytest.raises(DatasetError, match="not a dataset root"):
         dataset_name(tmp_path)
+
+
+def test_the_profiles_set_names_its_light_in_the_folder_and_the_reports(tmp_path, monkeypatch):
+    """The config's light_change reaches the generator, the cache folder (only when not 1.0, so the default
+    keeps its folder) and the data line every report prints."""
+    from idckit.experiments import data
+
+    monkeypatch.setenv("IDCKIT_DATA_DIR", str(tmp_path))
+    default = data.pair_dataset("spot-the-diff", "smoke", progress=False)
+    assert default.root.name == "synth-spot-the-diff-n40-s0" and "light change 1" in default.description
+    real = data.load_config
+    monkeypatch.setattr(data, "load_config", lambda name, profile: {**real(name, profile), "light_change": 0.0})
+    flat = data.pair_dataset("spot-the-diff", "smoke", progress=False)
+    assert flat.root.name == "synth-spot-the-diff-n40-s0-light0" and "light change 0" in flat.description
+    assert json.loads((flat.root / "synth_info.json").read_text())["light_change"] == 0.0
+    assert flat.identity != default.identity         # run keys hold the identity: no run is shared across lights

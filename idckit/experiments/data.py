@@ -175,11 +175,15 @@ def pair_dataset(name: str, profile: str, data_root: str | Path | None = None, *
         return DataChoice(root, False, f"real: {d['title']} at {root}", "official release", identity, name)
     s = load_config(d["config"], profile)
     gen = importlib.import_module(d["generator"])
-    root = paths.data_dir() / f"synth-{name}-n{s['pairs']}-s{s['seed']}"
+    # a generator's own difficulty knobs (SynthSpot-the-Diff's light_change) are the config's other keys
+    knobs = {k: v for k, v in s.items() if k not in ("pairs", "seed", "workers")}
+    root = paths.data_dir() / (f"synth-{name}-n{s['pairs']}-s{s['seed']}"
+                               + "".join(f"-{k.split('_')[0]}{v:g}" for k, v in sorted(knobs.items()) if v != 1.0))
     # the kit's own cache: a set from an older generator version is replaced (never a folder without the marker)
     gen.generate(root, n_pairs=s["pairs"], seed=s["seed"], workers=s["workers"], overwrite=True,
-                 progress=progress)
-    return DataChoice(root, True, f"synthetic: {d['synth']} ({s['pairs']} pairs, seed {s['seed']})",
+                 progress=progress, **knobs)
+    words = "".join(f", {k.replace('_', ' ')} {v:g}" for k, v in sorted(knobs.items()))
+    return DataChoice(root, True, f"synthetic: {d['synth']} ({s['pairs']} pairs, seed {s['seed']}{words})",
                       gen.GENERATOR_VERSION, content_identity(root, d["index_files"]), name)
 
 

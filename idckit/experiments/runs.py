@@ -41,9 +41,10 @@ TRAINING_CODE_VERSION = "3"
 #: (not bumped for features.py's float16 range check, the untrained ResNet-101's zero-initialised residuals and the
 #: efficientnet_lite0_b5 backbone: the stores of the existing backbones and weights come out the same; nor for the
 #: hybrid stand-in CLIP, a new architecture that builds no existing run differently; nor for the captioner's
-#: difference_tokens option, off in every config)
+#: difference_tokens option, off in every config; nor for the patch-32 stand-in idckit-standin-ViT-12-32, a new
+#: architecture no config names)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "6bdfc5273ee6574f"
+TRAINING_CODE_FINGERPRINT = "aad9412822592bbb"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text and features
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from idckit.data.synth import writing
+from idckit.errors import ConfigError
 
 GENERATOR_VERSION = "synth-spot-the-diff/1"
 SIZE = 224
@@ -271,11 +272,14 @@ def render(seed: int, k: int, objects: list[dict], light: dict, rng) -> np.ndarr
     return np.clip(np.rint(small), 0, 255).astype(np.uint8)
 
 
-def _light(rng, base: dict | None, strong: bool) -> dict:
+def _light(rng, base: dict | None, strong: bool, light_change: float = 1.0) -> dict:
+    """The frame's light: a fresh one (``base`` None), or ``base`` changed by up to 12 % (``strong``, the pairs
+    without an object change) or 4 %, times ``light_change``. The same draws whatever ``light_change`` is, so the
+    objects, sentences and noise of a pair do not depend on it."""
     if base is None:
         return {"gain": float(rng.uniform(0.8, 1.15)), "gamma": float(rng.uniform(0.9, 1.1)),
                 "tint": [float(v) for v in 1 + rng.uniform(-0.04, 0.04, 3)], "noise": float(rng.uniform(1.5, 3.5))}
-    spread = 0.12 if strong else 0.04
+    spread = (0.12 if strong else 0.04) * light_change
     return {"gain": base["gain"] * float(rng.uniform(1 - spread, 1 + spread)),
             "gamma": base["gamma"] * float(rng.uniform(1 - spread / 2, 1 + spread / 2)),
             "tint": [t * float(v) for t, v in zip(base["tint"], 1 + rng.uniform(-spread / 3, spread / 3, 3))],
@@ -418,26 +422,35 @@ def plan_pair(seed: int, index: int) -> tuple[dict, np.random.Generator]:
             "annotators": annotate(changes, rng), "descriptions": (describe(before), describe(after))}, rng
 
 
-def make_pair(job: tuple[int, int]) -> dict:
-    seed, index = job
+def make_pair(job: tuple[int, int, float]) -> dict:
+    seed, index, light_change = job
     plan, rng = plan_pair(seed, index)
     light = _light(rng, None, False)
-    images = (render(seed, plan["site"], plan["before"], light, rng),
-              render(seed, plan["site"], plan["after"], _light(rng, light, strong=not plan["changes"]), rng))
+    before = render(seed, plan["site"], plan["before"], light, rng)   # draws its noise before the after-light
+    after = render(seed, plan["site"], plan["after"], _light(rng, light, not plan["changes"], light_change), rng)
+    images = (before, after)
     return {**plan, "images": images}
 
 
 # -- the dataset ----------------------------------------------------------------------------------------------
 def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, overwrite: bool = False,
-             progress: bool = True) -> Path:
-    """Write SynthSpot-the-Diff to ``out`` (atomically); reuse it if it already holds the same arguments."""
+             progress: bool = True, light_change: float = 1.0) -> Path:
+    """Write SynthSpot-the-Diff to ``out`` (atomically); reuse it if it already holds the same arguments.
+
+    ``light_change`` scales how much the light differs between a pair's two frames (1.0: up to 12 % in gain
+    where no object changed, 4 % where one did; 0: the same light, only the sensor noise differs); the objects,
+    sentences and noise draws are the same at every value. Recorded in ``synth_info.json``."""
     from PIL import Image
     from tqdm.auto import tqdm
 
     out = Path(out)
     writing.check_common(out, n_pairs, 12, workers, seed)
-    info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "seed": seed, "size": [SIZE, SIZE]}
-    if writing.reusable(out, info, overwrite):
+    if not (isinstance(light_change, (int, float)) and 0 <= light_change <= 2):
+        raise ConfigError(f"light_change must be a number in [0, 2], got {light_change!r}",
+                          fix="pass 1.0 for the default light, 0 for none between the two frames")
+    info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "seed": seed, "size": [SIZE, SIZE],
+            "light_change": float(light_change)}
+    if writing.reusable(out, info, overwrite, legacy={"light_change": 1.0}):   # sets from before the knob: 1.0
         return out
     splits = writing.split_ids(n_pairs, seed, SPLIT_FRACTIONS)
     split_of = {i: s for s, ids in splits.items() for i in ids}
@@ -446,7 +459,7 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, 
     with writing.staging(out) as tmp:
         (tmp / "annotations").mkdir()
         (tmp / "resized_images").mkdir()
-        jobs = [(seed, i) for i in range(n_pairs)]
+        jobs = [(seed, i, float(light_change)) for i in range(n_pairs)]
         for r in tqdm(writing.ordered_map(make_pair, jobs, workers), total=n_pairs, desc="SynthSpot-the-Diff",
                       unit="pair", disable=not progress):
             i = r["index"]

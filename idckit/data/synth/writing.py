@@ -22,8 +22,9 @@ from idckit.errors import DatasetError
 MARKER = "synth_info.json"
 
 
-def reusable(out: Path, info: dict, overwrite: bool) -> bool:
-    """True if ``out`` already holds this dataset; raises if it holds something that must not be replaced."""
+def reusable(out: Path, info: dict, overwrite: bool, legacy: dict | None = None) -> bool:
+    """True if ``out`` already holds this dataset; raises if it holds something that must not be replaced.
+    ``legacy``: what a key of ``info`` meant in markers written before the generator had it."""
     if not out.exists():
         return False
     if not out.is_dir():
@@ -43,7 +44,7 @@ def reusable(out: Path, info: dict, overwrite: bool) -> bool:
         raise DatasetError(f"{MARKER} here is not one idckit wrote (unreadable, or not marked synthetic), so this "
                            "directory may not be a synthetic dataset; refusing to replace it", path=marker,
                            fix="choose another --out (or empty this directory yourself)")
-    if {k: old.get(k) for k in info} == info:
+    if {k: old.get(k, (legacy or {}).get(k)) for k in info} == info:
         return True
     if not overwrite:
         raise DatasetError("output directory holds another synthetic dataset (made with other arguments)",
