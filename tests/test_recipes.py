@@ -36,11 +36,11 @@ def test_unknown_recipes_are_the_kits_error_naming_close_matches():
 def test_list_filters_like_timm_list_models():
     assert recipes.list_recipes("clip4idc/*") == ["clip4idc/clip-ft", "clip4idc/no-adapt", "clip4idc/clip4idc",
                                                   "clip4idc/clip4idc-diff", "clip4idc/adapt"]
-    # the labelled variant is in no table, so nothing trains it unless asked for by name
-    assert recipes.variants("clip4idc") == ["clip-ft", "no-adapt", "clip4idc", "adapt"]
-    assert recipes.get_recipe("clip4idc-diff", "clip4idc").tables == ()
+    # the labelled variant is an extra row of CLIP4IDC's table 1, so `idckit train clip4idc` trains it with the rest
+    assert recipes.variants("clip4idc") == ["clip-ft", "no-adapt", "clip4idc", "clip4idc-diff", "adapt"]
+    assert recipes.get_recipe("clip4idc-diff", "clip4idc").tables == ("clip4idc.table1",)
     assert recipes.describe("clip4idc/clip4idc-diff").splitlines()[1].strip() == (
-        '"CLIP4IDC + difference tokens (idckit variant)": in no table; trained only when named')
+        'row "CLIP4IDC + difference tokens (idckit variant)" in clip4idc.table1')
     assert recipes.list_recipes("*judge*") == ["pcl/no_judge"]
     assert recipes.list_recipes() == list(recipes.RECIPES) and len(recipes.RECIPES) == 16
 
@@ -104,7 +104,7 @@ def _notebook_recipes() -> dict[str, set[str]]:
 def test_the_registry_covers_every_recipe_the_notebooks_train_and_names_their_tables():
     used = _notebook_recipes()
     assert used["pcl.table4"] == {f"pcl/{v}" for v in recipes.variants("pcl")}
-    assert used["clip4idc.table1"] == {"clip4idc/clip4idc", "pcl/full"}
+    assert used["clip4idc.table1"] == {"clip4idc/clip4idc", "clip4idc/clip4idc-diff", "pcl/full"}
     assert used["clip4idc.table6"] == {"clip4idc/adapt"}      # the adaptation alone, for every dataset
     # every (recipe, table) a notebook trains is in the registry, and every table the registry names trains it
     claimed = {(name, t) for name, r in recipes.RECIPES.items() for t in r.tables}
