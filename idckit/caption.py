@@ -191,7 +191,7 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
     from idckit.device import resolve
 
     from idckit.data.clevr_change import load_image
-    from idckit.data.features import build_backbone, preprocess
+    from idckit.data.features import IMAGE_SIZE, build_backbone, preprocess
     from idckit.models.decoding import beam_search, greedy_decode
     from idckit.models.pcl import PCL, PCLConfig
     from idckit.text.vocab import Vocab
@@ -215,7 +215,8 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
                            f"but only {label!r} can be loaded here", path=run,
                            fix="caption with a run trained on features this machine can compute")
     with torch.inference_mode():
-        grid = forward(preprocess([Path(before), Path(after)]).to(dev))   # [2, C, h, w]
+        size = cfg.get("feature_size", IMAGE_SIZE)                        # the grid the run was trained on
+        grid = forward(preprocess([Path(before), Path(after)], size).to(dev))   # [2, C, h, w]
         grid = grid.flatten(2).transpose(1, 2).half().float()              # as stored: float16, row-major
         f1, f2 = grid[0:1], grid[1:2]
         damaged = "pass another run with --model, or train this one again (delete its directory)"

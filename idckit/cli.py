@@ -68,7 +68,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     from idckit.data.features import extract_features
 
     store = extract_features(args.data_root, args.backbone, weights=args.weights, batch_size=args.batch_size,
-                             out_dir=args.out, device=args.device)
+                             out_dir=args.out, device=args.device, image_size=args.image_size)
     print(f"{store.directory}: {store.array.shape[0]} images x {store.n_regions} regions x {store.dim} "
           f"(float16), weights: {store.meta['weights']}")
     return 0
@@ -231,14 +231,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-meteor", action="store_true", help="skip METEOR (saves the JVM start)")
     e.set_defaults(func=cmd_evaluate)
 
-    f = sub.add_parser("features", help="extract 7x7 grid features of every image into float16 memmaps (resumable)")
+    f = sub.add_parser("features", help="extract grid features (7x7 at 224 px) of every image into float16 memmaps (resumable)")
     f.add_argument("data_root", type=Path, help="a CLEVR-Change root")
     f.add_argument("--backbone", default="efficientnet_lite0",
                    help="efficientnet_lite0 (offline default), efficientnet_lite0_b5, resnet101, "
                         "or clip:<open_clip model>")
     f.add_argument("--weights", default=None, help="a local state-dict file ('random' for tests only)")
     f.add_argument("--batch-size", type=int, default=16)
-    f.add_argument("--out", type=Path, default=None, help="default: DATA_ROOT/features/BACKBONE")
+    f.add_argument("--image-size", type=int, default=224,
+                   help="square side the images are resized to (224: a 7x7 grid; 160: 5x5; 320: 10x10)")
+    f.add_argument("--out", type=Path, default=None,
+                   help="default: DATA_ROOT/features/BACKBONE (BACKBONE-SIZEpx at other sizes)")
     _device_option(f)
     f.set_defaults(func=cmd_features)
 

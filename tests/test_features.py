@@ -141,3 +141,31 @@ def test_efficientnet_b5_is_the_full_networks_sixth_block(images):
         mid = trunk(x)
     assert mid.shape == (1, 192, 7, 7) and label.endswith("blocks 0-5, before the head")
     assert torch.equal(mid, seen["b5"])
+
+
+def test_image_size_sets_the_grid_names_the_store_and_is_checked(images, tmp_path):
+    from idckit.data.features import store_name
+    from idckit.errors import ConfigError
+
+    root, names = images
+    store = extract_features(root, images=names, batch_size=4, progress=False, image_size=160)
+    assert store.directory == root / "features" / "efficientnet_lite0-160px"     # beside, never over, the 224 store
+    assert store.array.shape == (5, 25, 1280) and store.meta["image_size"] == 160
+    _, forward, _ = build_backbone("efficientnet_lite0")
+    with torch.inference_mode():
+        direct = forward(preprocess([root / names[2]], 160))[0].flatten(1).T.numpy()
+    np.testing.assert_allclose(store[names[2]].astype(np.float32), direct, rtol=1e-2, atol=1e-2)
+    assert store_name("efficientnet_lite0") == "efficientnet_lite0"
+    for bad in (16, 224.0, True, "224"):
+        with pytest.raises(ConfigError, match="at least 32 pixels") as e:
+            extract_features(root, images=names, out_dir=tmp_path / "bad", progress=False, image_size=bad)
+        assert "--image-size 224" in e.value.fix
+    assert not (tmp_path / "bad").exists()                                       # refused before writing
+
+
+def test_cli_image_size(tiny_clevr, capsys):
+    from idckit.cli import main
+
+    assert main(["features", str(tiny_clevr), "--batch-size", "8", "--image-size", "128"]) == 0
+    assert "18 images x 16 regions x 1280" in capsys.readouterr().out
+    assert FeatureStore.open(tiny_clevr / "features" / "efficientnet_lite0-128px").meta["image_size"] == 128

@@ -272,3 +272,17 @@ def test_grouped_forward_equals_the_per_caption_forward(smoke):
                                atol=1e-5, rtol=1e-5)
     with pytest.raises(ConfigError, match="captions_per_pair"):
         FinetuneTask(data, smoke.config["model"], batch_size=4, group_by_pair=True, captions_per_pair=4, **FINETUNE)
+
+
+def test_feature_size_makes_its_own_store_grid_and_run_identity(smoke):
+    """A lever of the learnability study: another feature size is another store, another grid and another run key;
+    the default 224 px keeps every existing key."""
+    assert smoke.config["feature_size"] == 224 and "feature_size" not in smoke.identity
+    assert smoke.store.directory.name == "efficientnet_lite0" and smoke.store.n_regions == 49
+    small = pcl.setup("smoke", smoke.data.root, runs_dir=smoke.runs_dir, overrides={"feature_size": 160},
+                      progress=False)
+    assert small.store.directory.name == "efficientnet_lite0-160px"
+    assert small.store.n_regions == 25 and small.store.meta["image_size"] == 160   # 5x5 at stride 32
+    assert small.identity["feature_size"] == 160
+    assert {k: v for k, v in small.identity.items() if k != "feature_size"} == smoke.identity
+    assert pcl.loaded_data(small).features.shape[1:] == (25, 1280)

@@ -24,7 +24,9 @@ Backbones:
     (``weights=PATH``), or torchvision's ``IMAGENET1K_V1`` where a hub is reachable; ``weights="random"`` is
     allowed for tests and labelled as such.
 Preprocessing follows RCC/CLIP4IDC: RGB, bicubic resize to 224x224 without keeping the aspect ratio, ImageNet
-mean/std.
+mean/std. ``image_size`` changes the square side the images are resized to (and so the grid: 7x7 at 224 px,
+5x5 at 160, 10x10 at 320 for the stride-32 backbones); a store at any other size than 224 lives in
+``<backbone>-<size>px`` and records its size in meta.json.
   - ``clip:<open_clip model>``: the ViT's patch tokens (e.g. ``clip:ViT-B-32`` with ``weights="openai"``, 7x7x768;
     or the kit's stand-in CLIP from a local checkpoint), resized and normalised the CLIP way.
 """
@@ -208,10 +210,23 @@ def build_backbone(name: str, weights: str | None = None):
     return module, forward, label
 
 
-def preprocess(paths: Sequence[Path]):
+def check_image_size(size) -> int:
+    """The square side features are extracted at, or the kit's error (32 px is one cell of a stride-32 grid)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 32:
+        raise ConfigError(f"the feature image size must be an integer of at least 32 pixels, got {size!r}",
+                          fix=f"pass --image-size {IMAGE_SIZE} (the default; a 7x7 grid) or e.g. 160 (5x5), 320 (10x10)")
+    return size
+
+
+def store_name(backbone: str, image_size: int = IMAGE_SIZE) -> str:
+    """The store's folder under a features directory: the backbone, plus the size when it is not the default."""
+    return backbone if image_size == IMAGE_SIZE else f"{backbone}-{image_size}px"
+
+
+def preprocess(paths: Sequence[Path], size: int = IMAGE_SIZE):
     import torch
 
-    batch = np.stack([np.asarray(load_image(p).resize((IMAGE_SIZE, IMAGE_SIZE), resample=3), dtype=np.float32)
+    batch = np.stack([np.asarray(load_image(p).resize((size, size), resample=3), dtype=np.float32)
                       for p in paths]) / 255.0  # resample=3: bicubic
     batch = (batch - np.array(MEAN, dtype=np.float32)) / np.array(STD, dtype=np.float32)
     return torch.from_numpy(batch).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
@@ -317,7 +332,7 @@ def _check_out(out: Path, backbone: str) -> dict | None:
 def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, weights: str | None = None,
                      images: Sequence[str] | None = None, batch_size: int = 16, out_dir: str | Path | None = None,
                      max_batches: int | None = None, progress: bool = True,
-                     device: str | None = None) -> FeatureStore | None:
+                     device: str | None = None, image_size: int = IMAGE_SIZE) -> FeatureStore | None:
     """Extract (or resume, or reuse) the store on ``device`` (None: auto); returns it when complete, None when
     ``max_batches`` stopped it. Under torchrun rank 0 extracts; the other ranks wait, then find the store complete."""
     import torch
@@ -329,9 +344,11 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
     if distributed.world() > 1:
         return distributed.main_first(lambda: extract_features(
             root, backbone, weights=weights, images=images, batch_size=batch_size, out_dir=out_dir,
-            max_batches=max_batches, progress=progress and distributed.is_main(), device=device))
+            max_batches=max_batches, progress=progress and distributed.is_main(), device=device,
+            image_size=image_size))
 
     root = Path(root)
+    check_image_size(image_size)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"--batch-size must be a positive integer, got {batch_size!r}",
                           fix="pass --batch-size 16 (the default) or any count >= 1")
@@ -344,7 +361,7 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
     if missing:
         raise DatasetError(f"{len(missing)} images are missing, e.g. {missing[0]}", path=root / missing[0],
                            fix="re-download or re-generate the dataset")
-    out = Path(out_dir) if out_dir else root / "features" / backbone
+    out = Path(out_dir) if out_dir else root / "features" / store_name(backbone, image_size)
     meta_path, npy = out / "meta.json", out / "features.npy"
     meta = _check_out(out, backbone)
     dev = resolve(device)
@@ -356,10 +373,10 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
                            f"these would be {label!r} and would overwrite them", path=out,
                            fix="choose another --out for these weights (or delete that store yourself)")
     with torch.inference_mode():
-        probe = forward(preprocess([root / images[0]]).to(dev))
+        probe = forward(preprocess([root / images[0]], image_size).to(dev))
     _check_half_range(probe, backbone, label, root / images[0])
     shape = [len(images), probe.shape[2] * probe.shape[3], probe.shape[1]]
-    want = {"backbone": backbone, "weights": label, "image_size": IMAGE_SIZE, "shape": shape, "dtype": "float16"}
+    want = {"backbone": backbone, "weights": label, "image_size": image_size, "shape": shape, "dtype": "float16"}
     if meta and {k: meta.get(k) for k in want} == want and npy.is_file():
         if meta["complete"]:
             return FeatureStore.open(out)
@@ -377,7 +394,7 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
             return None
         hi = min(lo + batch_size, len(images))
         with torch.inference_mode():
-            f = forward(preprocess([root / p for p in images[lo:hi]]).to(dev, non_blocking=True))
+            f = forward(preprocess([root / p for p in images[lo:hi]], image_size).to(dev, non_blocking=True))
         _check_half_range(f, backbone, label, root / images[lo])
         arr[lo:hi] = f.flatten(2).transpose(1, 2).float().cpu().numpy().astype(np.float16)
         arr.flush()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from idckit import paths
-from idckit.data.features import FeatureStore, extract_features
+from idckit.data.features import IMAGE_SIZE, FeatureStore, extract_features, store_name
 from idckit.errors import ConfigError, DatasetError
 from idckit.experiments import recipes
 from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
@@ -48,6 +48,9 @@ class Setup:
                  "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
         if self.train_fraction != 1:   # only then, so every run trained on the whole split keeps its key
             ident["train_fraction"] = self.train_fraction
+        size = self.store.meta.get("image_size", IMAGE_SIZE)
+        if size != IMAGE_SIZE:         # likewise: runs on the default 224-px grid keep their keys
+            ident["feature_size"] = size
         return ident
 
     @property
@@ -75,9 +78,10 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
     resolve(device)     # an unknown device fails here, before the data is generated
     data = clevr_change(profile, data_root, hard=hard, progress=progress)
-    out = runs / "features" / data.tag / cfg["backbone"].replace(":", "_").replace("/", "_")
+    size = cfg["feature_size"]
+    out = runs / "features" / data.tag / store_name(cfg["backbone"].replace(":", "_").replace("/", "_"), size)
     store = extract_features(data.root, cfg["backbone"], weights=cfg["backbone_weights"], out_dir=out,
-                             progress=progress, device=device)
+                             progress=progress, device=device, image_size=size)
     return Setup(profile, cfg, data, store, runs, device, loader)
 
 
