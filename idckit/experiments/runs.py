@@ -42,9 +42,10 @@ TRAINING_CODE_VERSION = "3"
 #: efficientnet_lite0_b5 backbone: the stores of the existing backbones and weights come out the same; nor for the
 #: hybrid stand-in CLIP, a new architecture that builds no existing run differently; nor for the captioner's
 #: difference_tokens option, off in every config; nor for the patch-32 stand-in idckit-standin-ViT-12-32, a new
-#: architecture no config names)
+#: architecture no config names; nor for features.py's image_size / pcl.json's feature_size, 224 px as before unless
+#: a config says otherwise, and any other size a store and a run key of its own)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "aad9412822592bbb"
+TRAINING_CODE_FINGERPRINT = "8d2261295d26cf7e"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text and features
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
