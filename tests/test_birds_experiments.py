@@ -163,3 +163,47 @@ def test_the_default_synthbirds_has_the_same_key_as_its_folder_passed_by_path(tm
     by_path = bird_data("smoke", default.root, progress=False)
     assert default.version == by_path.version == GENERATOR_VERSION
     assert default.identity == by_path.identity and default.synthetic and by_path.synthetic
+
+
+def test_feature_size_makes_its_own_store_grid_and_run_identity(smoke):
+    """Another feature size is another store, another grid and another run key; the default 224 px keeps every
+    existing key (as for CLEVR, idckit.experiments.pcl)."""
+    assert smoke.config["feature_size"] == 224 and "feature_size" not in smoke.identity
+    assert smoke.store.directory.name == "efficientnet_lite0" and smoke.store.n_regions == 49
+    small = birds.setup("smoke", smoke.data.root, runs_dir=smoke.runs_dir, overrides={"feature_size": 128},
+                        progress=False)
+    assert small.store.directory.name == "efficientnet_lite0-128px" and small.store.directory.parent == \
+        smoke.store.directory.parent
+    assert small.store.n_regions == 16 and small.store.meta["image_size"] == 128   # 4x4 at stride 32
+    assert small.identity["feature_size"] == 128
+    assert {k: v for k, v in small.identity.items() if k != "feature_size"} == smoke.identity
+    assert birds.loaded_data(small).features.shape[1:] == (16, 1280)
+
+
+def _script(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_attribute_probe_reads_a_separable_label_and_covers_every_attribute(smoke):
+    probe = _script("birds_attribute_probe")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 8, generator=g)
+    y = (x[:, 3] > 0).long()                        # one coordinate decides the class, with a margin
+    x[:, 3] += 2.0 * (2 * y - 1)
+    assert probe.fit_accuracy(x[:100], y[:100], x[100:], y[100:], 2) == 1.0
+    shuffled = y[torch.randperm(200, generator=g)]   # and no coordinate decides this one
+    assert probe.fit_accuracy(x[:100], shuffled[:100], x[100:], shuffled[100:], 2) < 0.75
+    out = probe.probe(smoke.data.root, smoke.store.directory)
+    from idckit.data.synth.birds import load_truth
+
+    species = load_truth(smoke.data.root)["taxonomy"]["species"]
+    assert set(out["attributes"]) == set(species[0]["attrs"]) and out["grid"] == 49
+    for row in out["attributes"].values():
+        assert 0.0 <= row["seen"] <= 1.0 and 0.0 < row["majority_seen"] <= 1.0

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from idckit import paths
-from idckit.data.features import FeatureStore, extract_features
+from idckit.data.features import IMAGE_SIZE, FeatureStore, extract_features, store_name
 from idckit.experiments import recipes
 from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
 from idckit.experiments.data import BirdsChoice, birds
@@ -51,8 +51,12 @@ class Setup:
 
     @property
     def identity(self) -> dict[str, Any]:
-        return {"data": self.data.identity, "data_version": self.data.version,
-                "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
+        ident = {"data": self.data.identity, "data_version": self.data.version,
+                 "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
+        size = self.store.meta.get("image_size", IMAGE_SIZE)
+        if size != IMAGE_SIZE:      # only another grid is a new key: every 224-px run keeps its own
+            ident["feature_size"] = size
+        return ident
 
 
 def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
@@ -70,9 +74,10 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
     resolve(device)     # an unknown device fails here, before SynthBirds is generated
     data = birds(profile, data_root, progress=progress)
-    out = runs / "features" / data.cache_name / cfg["backbone"].replace(":", "_").replace("/", "_")
+    size = cfg["feature_size"]
+    out = runs / "features" / data.cache_name / store_name(cfg["backbone"].replace(":", "_").replace("/", "_"), size)
     store = extract_features(data.root, cfg["backbone"], images=data.images(), out_dir=out, progress=progress,
-                             device=device)
+                             device=device, image_size=size)
     return Setup(profile, cfg, data, store, runs, device, loader)
 
 
