@@ -24,13 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "reports" / "learnability"
 
 
-def _species_of_rows(root: Path, index: dict[str, int]):
-    truth = json.loads((root / "synth_birds.json").read_text())
+def _species_of_rows(root: Path, store):
+    """Each stored photo's row, species id and source (b2w, cub, nabirds), from SynthBirds' ground truth."""
+    from idckit.data.synth.birds import load_truth
+
+    truth = load_truth(root)
     nabirds = {k.replace("-", ""): v for k, v in truth["nabirds"].items()}   # file names drop the UUID's dashes
     cub_ids = dict(reversed(line.split()) for line in (root / "CUB_200_2011" / "images.txt").read_text().split("\n")
                    if line.strip())
     rows, species, source = [], [], []
-    for path, row in index.items():
+    for path, row in store.index.items():
         stem = path.split("/")[-1].rsplit(".", 1)[0]
         if path.startswith("birds_to_words"):
             sid, src = truth["birds_to_words"][stem]["species_id"], "b2w"
@@ -44,47 +47,36 @@ def _species_of_rows(root: Path, index: dict[str, int]):
     return truth["taxonomy"]["species"], np.array(rows), np.array(species), np.array(source)
 
 
-def fit_accuracy(x_train, y_train, x_test, y_test, n_classes: int) -> float:
-    """Test accuracy of an L2-regularised softmax regression (LBFGS) on standardised features."""
-    mu, sd = x_train.mean(0), x_train.std(0) + 1e-4
-    x_train, x_test = (x_train - mu) / sd, (x_test - mu) / sd
-    w = torch.zeros(x_train.shape[1], n_classes, requires_grad=True)
-    b = torch.zeros(n_classes, requires_grad=True)
-    opt = torch.optim.LBFGS([w, b], max_iter=300, line_search_fn="strong_wolfe")
+def probe(root: Path, store_dir: Path, seed: int = 0) -> dict:
+    """Per attribute: the kit's linear probe (:func:`idckit.eval.probe.fit_type_probe` without a hidden layer) on
+    seen and on held-out species; test photos whose value no training photo has are left out (and counted)."""
+    from idckit.data.features import FeatureStore
+    from idckit.eval.probe import fit_type_probe
 
-    def closure():
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(x_train @ w + b, y_train) + 1e-3 * (w ** 2).sum()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    return ((x_test @ w + b).argmax(1) == y_test).float().mean().item()
-
-
-def probe(root: Path, store: Path, seed: int = 0) -> dict:
-    index = json.loads((store / "index.json").read_text())
-    meta = json.loads((store / "meta.json").read_text())
-    species, rows, sp, src = _species_of_rows(root, index)
-    feats = np.load(store / "features.npy", mmap_mode="r")
-    pooled = torch.tensor(np.asarray(feats[rows], dtype=np.float32)).mean(1)
+    store = FeatureStore.open(store_dir)
+    species, rows, sp, src = _species_of_rows(root, store)
+    pooled = torch.tensor(np.asarray(store.array[rows], dtype=np.float32)).mean(1)
     unseen = set(np.random.default_rng(seed).choice(len(species), len(species) // 4, replace=False).tolist())
     train, test = src != "b2w", src == "b2w"
     held = np.isin(sp, list(unseen))
-    out = {"data": root.name, "store": store.name, "image_size": meta.get("image_size"), "grid": meta["shape"][1],
-           "attributes": {}}
+    out = {"data": root.name, "store": store.directory.name, "image_size": store.meta.get("image_size"),
+           "grid": store.array.shape[1], "attributes": {}}
+
+    def fit(labels, tr, te):
+        known = set(labels[tr])
+        te = te & np.array([v in known for v in labels])
+        r = fit_type_probe(pooled[tr], list(labels[tr]), pooled[te], list(labels[te]), hidden=0, seed=seed)
+        return round(r["test_accuracy"], 3), round(r["chance"], 3)
+
     for attr in sorted(species[0]["attrs"]):
-        values = sorted({str(s["attrs"][attr]) for s in species})
-        y = torch.tensor([values.index(str(species[s]["attrs"][attr])) for s in sp])
-        row = {"values": len(values)}
+        labels = np.array([str(species[s]["attrs"][attr]) for s in sp])
+        row = {"values": len(set(labels))}
         for name, tr, te in (("seen", train, test), ("unseen", train & ~held, test & held)):
-            row[name] = round(fit_accuracy(pooled[tr], y[tr], pooled[te], y[te], len(values)), 3)
-            row[f"majority_{name}"] = round(float(np.bincount(y[te].numpy()).max() / te.sum()), 3)
+            row[name], row[f"majority_{name}"] = fit(labels, tr, te)
         out["attributes"][attr] = row
-        print(f"{attr:15s} {len(values):2d} values: seen species {row['seen']:.2f} (majority {row['majority_seen']:.2f})"
+        print(f"{attr:15s} {row['values']:2d} values: seen species {row['seen']:.2f} (majority {row['majority_seen']:.2f})"
               f", unseen species {row['unseen']:.2f} (majority {row['majority_unseen']:.2f})", flush=True)
-    out["species_seen"] = round(fit_accuracy(pooled[train], torch.tensor(sp[train]), pooled[test],
-                                             torch.tensor(sp[test]), len(species)), 3)
+    out["species_seen"] = fit(sp.astype(str), train, test)[0]
     print(f"species (of {len(species)}): {out['species_seen']:.2f}")
     return out
 

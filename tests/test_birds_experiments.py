@@ -192,14 +192,17 @@ def _script(name: str):
 
 
 def test_attribute_probe_reads_a_separable_label_and_covers_every_attribute(smoke):
+    from idckit.eval.probe import fit_type_probe
+
     probe = _script("birds_attribute_probe")
     g = torch.Generator().manual_seed(0)
     x = torch.randn(200, 8, generator=g)
     y = (x[:, 3] > 0).long()                        # one coordinate decides the class, with a margin
     x[:, 3] += 2.0 * (2 * y - 1)
-    assert probe.fit_accuracy(x[:100], y[:100], x[100:], y[100:], 2) == 1.0
-    shuffled = y[torch.randperm(200, generator=g)]   # and no coordinate decides this one
-    assert probe.fit_accuracy(x[:100], shuffled[:100], x[100:], shuffled[100:], 2) < 0.75
+    names = [str(int(v)) for v in y]
+    assert fit_type_probe(x[:100], names[:100], x[100:], names[100:], hidden=0)["test_accuracy"] == 1.0
+    shuffled = [names[int(i)] for i in torch.randperm(200, generator=g)]   # and no coordinate decides this one
+    assert fit_type_probe(x[:100], shuffled[:100], x[100:], shuffled[100:], hidden=0)["test_accuracy"] < 0.75
     out = probe.probe(smoke.data.root, smoke.store.directory)
     from idckit.data.synth.birds import load_truth
 
