@@ -109,6 +109,19 @@ def test_the_full_chain_runs_caches_and_scores_on_rouge(smoke):
         birds.run_variant(smoke, "imagenet")
 
 
+def test_selection_names_the_profiles_rule_for_the_reports(smoke):
+    import dataclasses
+
+    from idckit.experiments.config import load_config
+
+    assert birds.selection(smoke) == "the checkpoint with the best val ROUGE-L (scored every 3 steps)"
+    cpu = dataclasses.replace(smoke, config=load_config("pcl_birds", "cpu"))
+    assert birds.selection(cpu) == "the last checkpoint (step 1,000; val CIDEr-D scored once, at the end)"
+    paper = dataclasses.replace(smoke, config=load_config("pcl_birds", "paper"))
+    assert "best val ROUGE-L (scored every 400 steps)" in birds.selection(paper)
+    assert birds.provenance(cpu, [], [0], 1.0).selection_split.startswith("val: the last checkpoint")
+
+
 def test_baselines_are_scored_like_the_model(smoke):
     out = {b["label"]: b for b in birds.baselines(smoke)}
     mf = out["most frequent paragraph"]

@@ -98,6 +98,16 @@ def test_selects_best_on_val_and_stops_early(tmp_path):
     assert all(torch.equal(best[k], v) for k, v in res.model.state_dict().items())
 
 
+def test_eval_every_zero_scores_val_once_at_the_end_and_keeps_the_last_weights(tmp_path):
+    # the birds cpu profile's selection: with no periodic evaluation the last checkpoint is the one kept
+    task = ToyTask(scores=[0.2])
+    res = fit(task, train_config(dict(max_steps=10, lr=1e-2, eval_every=0, checkpoint_every=4)), tmp_path / "r",
+              progress=False)
+    assert task.evals == 1 and res.best_step == 10 and [h["step"] for h in res.history] == [10]
+    last = torch.load(tmp_path / "r" / "last.pt", weights_only=True)["model"]
+    assert all(torch.equal(last[k], v) for k, v in res.model.state_dict().items())
+
+
 def test_finished_run_is_not_trained_again(tmp_path):
     cfg = train_config(dict(max_steps=8, lr=1e-2, eval_every=4))
     first = fit(ToyTask(), cfg, tmp_path / "r", progress=False)
