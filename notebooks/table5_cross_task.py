@@ -54,6 +54,7 @@ t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 setup = birds.setup(profile, data_root, runs_dir=runs_dir, device=device)
 results = birds.runs(setup, recipes.variants("pcl-birds"), seeds)   # `idckit list pcl-birds/*`
+base = birds.baselines(setup)   # what the rows must beat: the most frequent paragraph, the nearest pair's paragraph
 print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.meta["weights"])
 
 # %% [markdown]
@@ -72,7 +73,7 @@ spread = pd.DataFrame([{"variant": r["variant"], "seeds": r.get("n_seeds", 1),
 spread.round(2)
 
 # %% [markdown]
-# ## ROUGE-L and CIDEr-D per seed (each dot one run; the paper's IDC-PCL rows as crosses on the right axis)
+# ## ROUGE-L and CIDEr-D per seed (each dot one run; grey lines: the two baselines; the paper's IDC-PCL rows as crosses on the right axis)
 
 # %%
 import matplotlib.pyplot as plt
@@ -84,11 +85,14 @@ for ax, metric in zip(axes, ("ROUGE_L", "CIDEr-D")):
     for i, label in enumerate(labels):
         ys = [100 * r["test"]["total"][metric] for r in results if r["label"] == label]
         ax.scatter([i] * len(ys), ys, color="steelblue")
+    for b, style in zip(base, ("--", ":")):
+        ax.axhline(100 * b["test"]["total"][metric], color="grey", linestyle=style, label=b["label"])
     ax.set_xticks(range(len(labels)), labels, rotation=20)
     ax.set_ylabel(f"kit {metric} (synthetic unless data_root)")
     twin = ax.twinx()
     twin.scatter(range(len(labels)), [paper_idc[lb][metric] for lb in labels], marker="x", color="darkorange")
     twin.set_ylabel(f"paper {metric} (real data)")
+axes[0].legend(loc="lower left", fontsize=8)
 fig.tight_layout()
 
 # %% [markdown]
