@@ -13,12 +13,13 @@ Writes ``reports/learnability/birds_attribute_probe_<store>.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from idckit.fileio import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "reports" / "learnability"
@@ -88,9 +89,8 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", type=Path, default=OUT)
     a = p.parse_args(argv)
     out = probe(a.data_root, a.store)
-    a.out_dir.mkdir(parents=True, exist_ok=True)
     path = a.out_dir / f"birds_attribute_probe_{a.data_root.name}_{a.store.name}.json"
-    path.write_text(json.dumps(out, indent=1))
+    write_json(path, out, indent=1)
     print(f"wrote {path}")
     return 0
 

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from idckit.fileio import write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -119,8 +121,7 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
            "text_baseline": text_baseline(s.data.dataset(), train_fraction),
            "wall_seconds": round(time.time() - t0, 1), "commit": git_commit()}
     path = Path(out_dir) / _json_name(model, data_root, train_fraction, distractor_weight, pretrain_steps)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
+    write_json(path, out, indent=1)
     print(f"{label}: best val step {out['best_step']}, test CIDEr-D {100 * out['test_total']['CIDEr-D']:.1f}, "
           f"{diversity['distinct']} distinct captions for {diversity['pairs']} test pairs; wrote {path}")
     return out

@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from idckit.fileio import write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "reports" / "learnability"
 
@@ -202,7 +204,7 @@ def main() -> None:
         + (f"_mvcl{a.mvcl_steps}tau{a.tau_mvcl:g}" if a.mvcl_steps else "") \
         + (f"_init-{Path(a.init).parent.name}" if a.init else "")
     path = OUT / f"judge_alone_{name}{tag}_lr{a.lr:g}_s{a.steps}.json"
-    path.write_text(json.dumps(out, indent=1))
+    write_json(path, out, indent=1)
     print(f"wrote {path}")
 
 

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from idckit.fileio import write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 ACCURACIES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
@@ -86,8 +88,7 @@ def run(data_root: Path | None, run_dirs, checkpoints=("best",), *, fractions=(0
     out["wall_seconds"] = round(time.time() - t0, 1)
     name = Path(data_root).name if data_root else "default"
     path = Path(out_dir) / f"judge_ceiling_{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
+    write_json(path, out, indent=1)
     for g in out["gated"]:
         perfect = next(r for r in g["rows"] if r["judge_accuracy"] == 1)
         print(f"{g['run']} ({g['checkpoint']}): own judge {g['model_judge_accuracy']:.3f}; with a perfect judge test "

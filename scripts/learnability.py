@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from idckit.fileio import write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "reports" / "learnability"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,9 +78,8 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
     else:
         name = f"probe_{out['data']}"
     out["wall_seconds"] = round(time.time() - t0, 1)
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
-    path.write_text(json.dumps(out, indent=1))
+    write_json(path, out, indent=1)
     print(f"wrote {path}")
     return out
 
@@ -176,9 +177,8 @@ def run_clip4idc(data_root: Path, threads: int, seed: int, runs_dir: Path | None
           f"{100 * t['total']['CIDEr-D']:.1f} semantic {100 * t.get('semantic', t['total'])['CIDEr-D']:.1f}, "
           f"{out['distinct_test_captions']} distinct; text baseline {100 * out['text_baseline_test']['CIDEr-D']:.1f}",
           flush=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"clip4idc_{out['data']}_cpu_seed{seed}{tag}.json"
-    path.write_text(json.dumps(out, indent=1))
+    write_json(path, out, indent=1)
     print(f"wrote {path}")
     return out
 
@@ -210,9 +210,8 @@ def run_duda(data_root: Path, threads: int, seed: int, runs_dir: Path | None, ou
            "train_seconds": r.get("train_seconds"), "wall_seconds": round(time.time() - t0, 1)}
     print(f"{out['data']} DUDA ({out['backbone']}): best step {out['best_step']}, test {out['test']}, "
           f"{out['distinct_test_captions']} distinct", flush=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"duda_{out['data']}_cpu_seed{seed}{tag}.json"
-    path.write_text(json.dumps(out, indent=1))
+    write_json(path, out, indent=1)
     print(f"wrote {path}")
     return out
 

@@ -19,6 +19,8 @@ import json
 import sys
 from pathlib import Path
 
+from idckit.fileio import write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "reports" / "learnability"
 
@@ -111,9 +113,8 @@ def main(argv=None) -> int:
     out = {"data": root.name, "model": a.model, "weights": str(a.weights), "adapt": a.adapt,
            "train_pairs": len(ids["train"]), "test_pairs": len(ids["test"]), "test_majority": round(majority, 4),
            "layers": rows}
-    a.out_dir.mkdir(parents=True, exist_ok=True)
     path = a.out_dir / f"token_probe_{root.name}_{a.model}{'_adapted' if a.adapt else ''}.json"
-    path.write_text(json.dumps(out, indent=1))
+    write_json(path, out, indent=1)
     print(f"wrote {path}")
     return 0
 
