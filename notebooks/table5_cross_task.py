@@ -120,15 +120,7 @@ order_notes = reporting.ordering_notes(kit_rouge, {lb: paper_idc[lb]["ROUGE_L"] 
 judged = {"ROUGE_L": "ROUGE-L", "CIDEr-D": "CIDEr-D"}
 if setup.data.synthetic:
     judged["verified_share"] = "verified claims (%)"
-helps = []
-for metric, name in judged.items():
-    kit = reporting.per_variant(rows, metric)
-    sd = {r["variant"]: r.get("sd", {}).get(metric, 0.0) for r in rows if r["seed"] == "mean"}
-    for lb in labels[1:]:
-        gap, noise = kit[lb] - kit["B2W"], max(sd.get(lb, 0.0), sd.get("B2W", 0.0))
-        verdict = ("helps" if gap > noise else "hurts" if -gap > noise else "makes no difference beyond the seed spread")
-        helps.append(f"{lb} vs B2W on {name}: {gap:+.1f} (largest seed sd {noise:.1f}, {len(seeds)} seed(s)): "
-                     f"here the extra data {verdict}.")
+helps = reporting.gap_notes(rows, "B2W", labels[1:], judged, subject="the extra data", n_seeds=len(seeds))
 for n in order_notes + helps:
     print(n)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from idckit.experiments.reporting import (TYPES, mean_sd, ordering_notes, per_type_rows, per_variant, rows,
+from idckit.experiments.reporting import (TYPES, gap_notes, mean_sd, ordering_notes, per_type_rows, per_variant, rows,
                                           trained_fields)
 
 
@@ -116,3 +116,18 @@ def test_duda_notes_pair_runs_by_seed_and_name_the_higher():
     assert note == ("MLM + MVCL + FDA (full) vs DUDA, seed 0: test CIDEr-D 60.0 vs 80.0 (semantic 30.0 vs 40.0), "
                     "40 vs 9 distinct test captions; judging changes from distractors 0.75 (IDC-PCL's head) vs "
                     "0.50 (DUDA's captions); higher CIDEr-D: DUDA.")
+
+
+def test_gap_notes_read_a_difference_against_the_larger_seed_sd():
+    rows = [{"variant": "B2W", "seed": "mean", "metrics": {"R": 45.0, "C": 20.0}, "sd": {"R": 1.0, "C": 5.0}},
+            {"variant": "+CUB", "seed": "mean", "metrics": {"R": 43.0, "C": 22.0}, "sd": {"R": 0.5, "C": 1.0}},
+            {"variant": "+NA", "seed": "mean", "metrics": {"R": 47.5, "C": 20.0}, "sd": {"R": 2.0, "C": 0.0}}]
+    notes = gap_notes(rows, "B2W", ["+CUB", "+NA"], {"R": "ROUGE-L", "C": "CIDEr-D"}, subject="the extra data",
+                      n_seeds=3)
+    assert notes == [
+        "+CUB vs B2W on ROUGE-L: -2.0 (largest seed sd 1.0, 3 seed(s)): here the extra data hurts.",
+        "+NA vs B2W on ROUGE-L: +2.5 (largest seed sd 2.0, 3 seed(s)): here the extra data helps.",
+        "+CUB vs B2W on CIDEr-D: +2.0 (largest seed sd 5.0, 3 seed(s)): here the extra data makes no difference "
+        "beyond the seed spread.",
+        "+NA vs B2W on CIDEr-D: +0.0 (largest seed sd 5.0, 3 seed(s)): here the extra data makes no difference "
+        "beyond the seed spread."]

@@ -109,6 +109,23 @@ def per_variant(rows: Sequence[Mapping[str, Any]], metric: str = "CIDEr-D") -> d
     return out
 
 
+def gap_notes(rows: Sequence[Mapping[str, Any]], reference: str, others: Sequence[str],
+              metrics: Mapping[str, str], *, subject: str, n_seeds: int) -> list[str]:
+    """One sentence per metric and row of ``others``: its mean minus ``reference``'s, read against the larger of the
+    two rows' seed sd ("helps" / "hurts" only beyond it). ``metrics`` maps a metric key to its printed name."""
+    out = []
+    for metric, name in metrics.items():
+        kit = per_variant(rows, metric)
+        sd = {r["variant"]: r.get("sd", {}).get(metric, 0.0) for r in rows if r.get("seed") == "mean"}
+        for lb in others:
+            gap, noise = kit[lb] - kit[reference], max(sd.get(lb, 0.0), sd.get(reference, 0.0))
+            verdict = ("helps" if gap > noise else "hurts" if -gap > noise
+                       else "makes no difference beyond the seed spread")
+            out.append(f"{lb} vs {reference} on {name}: {gap:+.1f} (largest seed sd {noise:.1f}, {n_seeds} seed(s)): "
+                       f"here {subject} {verdict}.")
+    return out
+
+
 def ordering_notes(kit: Mapping[str, float], paper: Mapping[str, float], metric: str = "CIDEr-D", *,
                    decimals: int = 1) -> list[str]:
     """Plain sentences saying, for every two rows, whether the kit orders them as the paper does.
@@ -250,5 +267,5 @@ def chance_row(n_pairs: int, keys: Sequence[str] = RETRIEVAL_KEYS) -> dict[str, 
 
 
 __all__ = ["TYPES", "mean_sd", "trained_fields", "mean_trained_fields", "rows", "per_type_rows", "per_variant",
-           "ordering_notes", "BASELINE_MODEL", "baseline_rows", "selection_rows", "duda_notes", "RETRIEVAL_KEYS",
+           "gap_notes", "ordering_notes", "BASELINE_MODEL", "baseline_rows", "selection_rows", "duda_notes", "RETRIEVAL_KEYS",
            "retrieval_rows", "layer_split_rows", "chance_row"]
