@@ -24,13 +24,21 @@ def _size(text: str) -> tuple[int, int]:
     return w, h
 
 
+def _objects(text: str) -> tuple[int, int]:
+    try:
+        lo, hi = (int(v) for v in text.split("-"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"objects must look like 3-10, got {text!r}") from e
+    return lo, hi
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from idckit.data.synth.clevr_change import generate
     from idckit.fileio import check_output_dir
 
     check_output_dir(args.out, "--out")
     generate(args.out, n_pairs=args.pairs, seed=args.seed, size=args.size, camera_jitter=args.camera_jitter,
-             lamp_jitter=args.lamp_jitter, workers=args.workers, overwrite=args.overwrite)
+             lamp_jitter=args.lamp_jitter, objects=args.objects, workers=args.workers, overwrite=args.overwrite)
     return 0
 
 
@@ -186,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "1.0, CLEVR's argparse default 0.5); smaller is easier")
     gc.add_argument("--lamp-jitter", type=float, default=1.0,
                     help="CLEVR's lamp jitter L for the key, fill and back lamps (CLEVR-Change: 1.0)")
+    gc.add_argument("--objects", type=_objects, default=(3, 10),
+                    help="fewest-most objects in a before scene, e.g. 2-4 (CLEVR and CLEVR-Change: 3-10)")
     gc.add_argument("--workers", type=int, default=2, help="rendering processes (output does not depend on it)")
     gc.add_argument("--overwrite", action="store_true",
                     help="replace an existing dataset at --out (only one the kit generated: its synth_info.json)")

@@ -134,6 +134,8 @@ CASES = [
          DatasetError, "got 0"),
     Case("generate-camera-jitter-negative", cli("generate", "clevr-change", "--out", lambda c: c.tmp / "ds",
                                                 "--camera-jitter", "-1"), DatasetError, "-1"),
+    Case("generate-objects-not-a-range", cli("generate", "clevr-change", "--out", lambda c: c.tmp / "ds",
+                                             "--objects", "0-4"), DatasetError, "0-4"),
     Case("generate-lamp-jitter-nan", cli("generate", "clevr-change", "--out", lambda c: c.tmp / "ds",
                                          "--lamp-jitter", "nan"), DatasetError, "nan"),
     Case("generate-seed-negative", cli("generate", "clevr-change", "--out", lambda c: c.tmp / "ds", "--pairs", "20",

@@ -108,6 +108,28 @@ def test_jitter_is_recorded_and_zero_jitter_makes_identical_distractors(tmp_path
     assert max(abs(v) for v in b["camera"]["look_at"]) <= 0.5
 
 
+def test_object_count_is_a_knob_recorded_only_off_clevrs_3_to_10(tmp_path):
+    from idckit.experiments.data import jitter_words, synth_root
+
+    few = generate(tmp_path / "few", n_pairs=20, seed=5, size=SIZE, objects=(2, 4), workers=1, progress=False)
+    info = json.loads((few / "synth_info.json").read_text())
+    assert info["objects"] == [2, 4] and jitter_words(info).endswith(", 2-4 objects")
+    counts = [len(_scene(few, "default", i)["objects"]) for i in range(20)]
+    assert min(counts) >= 2 and max(counts) <= 4 and len(set(counts)) > 1
+    # CLEVR's 3-10 is not written, so every set made before the knob keeps its content identity and run keys
+    plain = generate(tmp_path / "plain", n_pairs=20, seed=5, size=SIZE, workers=1, progress=False)
+    assert "objects" not in json.loads((plain / "synth_info.json").read_text())
+    assert jitter_words({}) == "camera jitter 1.0, lamp jitter 1.0"
+    assert "-obj" not in synth_root("cpu").name and "-obj" not in synth_root("cpu", hard=True).name
+    # asking again for the same set reuses it; another range is another set
+    assert generate(few, n_pairs=20, seed=5, size=SIZE, objects=(2, 4), workers=1, progress=False) == few
+    with pytest.raises(DatasetError, match="holds another SynthCLEVR-Change dataset"):
+        generate(few, n_pairs=20, seed=5, size=SIZE, objects=(3, 10), workers=1, progress=False)
+    with pytest.raises(DatasetError, match="--objects 5-3") as err:
+        generate(tmp_path / "bad", n_pairs=20, seed=5, size=SIZE, objects=(5, 3), workers=1, progress=False)
+    assert "3-10" in str(err.value) and not (tmp_path / "bad").exists()
+
+
 def _scene(root, kind, i):
     return json.loads((root / "scenes" / f"CLEVR_{kind}_{i:06d}.json").read_text())
 

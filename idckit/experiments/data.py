@@ -133,7 +133,7 @@ def clevr_change(profile: str, data_root: str | Path | None = None, *, hard: boo
     from idckit.data.synth.vocab import GENERATOR_VERSION
 
     generate(root, n_pairs=s["pairs"], seed=s["seed"], size=(w, h), camera_jitter=cam, lamp_jitter=lamp,
-             workers=s["workers"])
+             objects=tuple(s["objects"]), workers=s["workers"])
     return DataChoice(root, True, f"synthetic: SynthCLEVR-Change ({s['pairs']} before-images, seed {s['seed']}, "
                       f"{w}x{h}, {jitter_words(s)})", GENERATOR_VERSION, content_identity(root))
 
@@ -143,13 +143,22 @@ def synth_root(profile: str, hard: bool = False) -> Path:
     s = synth_settings(profile, hard)
     w, h = s["size"]
     cam, lamp = float(s["camera_jitter"]), float(s["lamp_jitter"])
-    return paths.data_dir() / f"synth-clevr-change-n{s['pairs']}-s{s['seed']}-{w}x{h}-cam{cam:g}-lamp{lamp:g}"
+    from idckit.data.synth.scene import MAX_OBJECTS, MIN_OBJECTS
+
+    lo, hi = s["objects"]
+    objects = "" if (lo, hi) == (MIN_OBJECTS, MAX_OBJECTS) else f"-obj{lo}-{hi}"   # CLEVR's 3-10: the old names
+    return paths.data_dir() / f"synth-clevr-change-n{s['pairs']}-s{s['seed']}-{w}x{h}-cam{cam:g}-lamp{lamp:g}{objects}"
 
 
 def jitter_words(info: dict) -> str:
-    """How a synthetic set's difficulty reads in reports; sets written before the knob existed used 1.0."""
+    """How a synthetic set's difficulty reads in reports; sets written before the knobs existed used jitter 1.0
+    and CLEVR's 3-10 objects (named only when they differ from it)."""
+    from idckit.data.synth.scene import MAX_OBJECTS, MIN_OBJECTS
+
     cam, lamp = info.get("camera_jitter", 1.0), info.get("lamp_jitter", 1.0)
-    return f"camera jitter {float(cam)}, lamp jitter {float(lamp)}"
+    lo, hi = info.get("objects", (MIN_OBJECTS, MAX_OBJECTS))
+    objects = "" if (lo, hi) == (MIN_OBJECTS, MAX_OBJECTS) else f", {lo}-{hi} objects"
+    return f"camera jitter {float(cam)}, lamp jitter {float(lamp)}{objects}"
 
 
 def pair_dataset(name: str, profile: str, data_root: str | Path | None = None, *,

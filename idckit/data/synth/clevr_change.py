@@ -7,7 +7,8 @@ Besides the official files (see :mod:`idckit.data.clevr_change`) it writes:
 - ``scene_descriptions.json``: ``{image file name: "there is a large red metal cube , ..."}`` for every image of
   the three folders, the single-image text for CLIP-style or general-captioning pre-training;
 - ``synth_info.json``: ``{"synthetic": true, "generator", "pairs", "seed", "size", "camera_jitter",
-  "lamp_jitter", "counts"}``; its presence is how reports tell synthetic data from the real release, and it is the
+  "lamp_jitter", "counts"}``, and ``"objects": [fewest, most]`` per before scene when it is not CLEVR's 3-10 (absent
+  means 3-10, so the sets written before the argument keep their content identity and run keys); its presence is how reports tell synthetic data from the real release, and it is the
   marker without which ``overwrite`` refuses to delete a directory.
 
 Every index draws from ``np.random.default_rng([seed, index])``, so the bytes do not depend on ``workers``.
@@ -53,12 +54,12 @@ def _png(img: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _make_index(job: tuple[int, int, str, tuple[int, int], float, float]) -> dict:
-    seed, index, ctype, size, camera_jitter, lamp_jitter = job
+def _make_index(job: tuple[int, int, str, tuple[int, int], float, float, tuple[int, int]]) -> dict:
+    seed, index, ctype, size, camera_jitter, lamp_jitter, n_objects = job
     rng = np.random.default_rng([seed, index])
     for _ in range(20):
         default, semantic, nonsemantic = scenes.sample_triplet(rng, index, ctype, size, camera_jitter=camera_jitter,
-                                                               lamp_jitter=lamp_jitter)
+                                                               lamp_jitter=lamp_jitter, n_objects=n_objects)
         n_caps = int(rng.integers(4, 9))
         try:
             change = captions.change_captions(default, semantic, semantic["change"], rng, n_caps)
@@ -102,11 +103,13 @@ def check_output_dir(out: Path, overwrite: bool) -> None:
 
 def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, int] = (240, 160),
              camera_jitter: float = scenes.CAMERA_JITTER, lamp_jitter: float = scenes.LAMP_JITTER,
+             objects: tuple[int, int] = (scenes.MIN_OBJECTS, scenes.MAX_OBJECTS),
              workers: int = 2, overwrite: bool = False, progress: bool = True) -> Path:
     """Write SynthCLEVR-Change to ``out`` (atomically); reuse it if it already holds the same arguments.
 
     ``camera_jitter`` and ``lamp_jitter`` are CLEVR's jitter sizes (CLEVR-Change's 1.0 by default): smaller values
-    give distractors that move the camera and lamps less, an easier set.
+    give distractors that move the camera and lamps less, an easier set. ``objects`` = (fewest, most) objects in a
+    before scene, CLEVR's (3, 10) by default; fewer objects give scenes in which the change is a larger share.
     """
     from tqdm.auto import tqdm
 
@@ -123,12 +126,18 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
         if not (0.0 <= float(value) <= 3.0):
             raise DatasetError(f"{name} must be between 0 and 3 scene units, got {value}", path=out,
                                fix=f"pass {name} 1.0 (CLEVR-Change's value) or a smaller value for easier data")
+    objects = (int(objects[0]), int(objects[1]))
+    if not (1 <= objects[0] <= objects[1] <= scenes.MAX_OBJECTS):
+        raise DatasetError(f"--objects {objects[0]}-{objects[1]} is not a range within 1-{scenes.MAX_OBJECTS}",
+                           path=out, fix="pass --objects 3-10 (CLEVR's) or a smaller range such as 2-4")
     info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "seed": seed, "size": list(size),
             "camera_jitter": float(camera_jitter), "lamp_jitter": float(lamp_jitter)}
+    if objects != (scenes.MIN_OBJECTS, scenes.MAX_OBJECTS):
+        info["objects"] = list(objects)
     info_path = out / "synth_info.json"
     if is_kit_dataset(out):
         old = json.loads(info_path.read_text())
-        if {k: old.get(k) for k in info} == info:
+        if {k: old.get(k) for k in {*info, "objects"}} == {"objects": None, **info}:
             return out
     check_output_dir(out, overwrite)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
@@ -138,7 +147,7 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
 
     types = _types(n_pairs, seed)
     jitter = (float(camera_jitter), float(lamp_jitter))
-    jobs = [(seed, i, types[i], size, *jitter) for i in range(n_pairs)]
+    jobs = [(seed, i, types[i], size, *jitter, objects) for i in range(n_pairs)]
     change_caps, no_change_caps, descriptions = {}, {}, {}
     type_mapping: dict[str, list[str]] = {t: [] for t in CHANGE_TYPES}
     folder = {"default": "images", "semantic": "sc_images", "nonsemantic": "nsc_images"}

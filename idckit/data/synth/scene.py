@@ -183,8 +183,9 @@ def random_object(rng: np.random.Generator, placed, directions) -> dict | None:
             "3d_coords": [pos[0], pos[1], r], "rotation": theta, "pixel_coords": [0, 0, 0.0]}
 
 
-def sample_objects(rng: np.random.Generator, directions: dict) -> list[dict]:
-    n = int(rng.integers(MIN_OBJECTS, MAX_OBJECTS + 1))
+def sample_objects(rng: np.random.Generator, directions: dict,
+                   n_objects: tuple[int, int] = (MIN_OBJECTS, MAX_OBJECTS)) -> list[dict]:
+    n = int(rng.integers(n_objects[0], n_objects[1] + 1))
     while True:  # CLEVR restarts the whole scene (same object count) when one object cannot be placed
         objects: list[dict] = []
         for _ in range(n):
@@ -252,19 +253,20 @@ def apply_change(rng: np.random.Generator, objects: list[dict], change_type: str
 
 
 def sample_triplet(rng: np.random.Generator, index: int, change_type: str, size: tuple[int, int], *,
-                   camera_jitter: float = CAMERA_JITTER, lamp_jitter: float = LAMP_JITTER
-                   ) -> tuple[dict, dict, dict]:
+                   camera_jitter: float = CAMERA_JITTER, lamp_jitter: float = LAMP_JITTER,
+                   n_objects: tuple[int, int] = (MIN_OBJECTS, MAX_OBJECTS)) -> tuple[dict, dict, dict]:
     """(default, semantic, nonsemantic) scenes for image ``index``; every object of every image is visible.
 
     The semantic scene carries the change record under ``"change"``. ``pixel_coords`` are filled for each
     scene's own camera at ``size``. ``camera_jitter`` and ``lamp_jitter`` are CLEVR's ``L`` of ``rand(L)``, used
     for the before image's offset and again for each after image's fresh offset, as CLEVR-Change uses 1.0 for both.
+    ``n_objects`` = (fewest, most) objects of the before scene, CLEVR's 3-10 by default.
     """
     jitter = {"camera_jitter": camera_jitter, "lamp_jitter": lamp_jitter}
     for _ in range(MAX_TRIPLET_ATTEMPTS):
         view = View.sample(rng, **jitter)
         directions = compute_directions(view.camera_dict())
-        objects = sample_objects(rng, directions)
+        objects = sample_objects(rng, directions, n_objects)
         default = make_scene("default", index, objects, view)
         if not all_visible(default, size):
             continue
