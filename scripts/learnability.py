@@ -13,7 +13,8 @@ measures, on a set generated at a given jitter (``idckit generate clevr-change -
     .venv/bin/python scripts/learnability.py run --data-root data/synth-cam0.25 --steps 1500 --eval-every 250
     .venv/bin/python scripts/learnability.py plot             # docs/img/learnability.png from the JSONs
 
-Each run writes ``reports/learnability/pcl_<data>_s<steps>.json``; runs are cached like every other run.
+Each run writes ``reports/learnability/pcl_<data>_s<steps>[_pt<steps>]_seed<seed><tag>.json`` (records before
+2026-11-26 have no ``_seed``; their tags carry it); runs are cached like every other run.
 """
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
            "lamp_jitter": info.get("lamp_jitter", 1.0), "pairs": info.get("pairs"), "probe": probe,
            "threads": threads, "seed": seed, "commit": git_commit()}
     print(f"{out['data']}: probe r0 {probe['radius0']:.3f}, r2 {probe['radius2']:.3f}", flush=True)
-    name = f"pcl_{out['data']}_s{steps}" + ("" if pretrain_steps is None else f"_pt{pretrain_steps}") + tag
+    # the seed is in the name, as in the clip4idc_ and duda_ records: a second seed must not overwrite the first
+    name = (f"pcl_{out['data']}_s{steps}" + ("" if pretrain_steps is None else f"_pt{pretrain_steps}")
+            + f"_seed{seed}{tag}")
     if not probe_only:
         r = pcl.run_variant(s, "full", seed)
         diversity = output_diversity(s.runs_dir, [r])[0]
