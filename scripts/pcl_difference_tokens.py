@@ -53,6 +53,6 @@ if __name__ == "__main__":
     import learnability
 
     argv = sys.argv[1:]
-    if "--runs-dir" not in argv:
+    if "--runs-dir" not in argv and not {"-h", "--help"} & set(argv):
         sys.exit("pass a --runs-dir of its own: run keys cannot see this patch")
     sys.exit(learnability.main(["run", *argv]))
