@@ -137,7 +137,8 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
     info_path = out / "synth_info.json"
     if is_kit_dataset(out):
         old = json.loads(info_path.read_text())
-        if {k: old.get(k) for k in {*info, "objects"}} == {"objects": None, **info}:
+        keys = {*info, "objects"}          # "objects" absent on either side means CLEVR's 3-10
+        if {k: old.get(k) for k in keys} == {k: info.get(k) for k in keys}:
             return out
     check_output_dir(out, overwrite)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
