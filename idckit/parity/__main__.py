@@ -1,0 +1,30 @@
+"""``python -m idckit.parity record --idc CHECKOUT --clip4idc CHECKOUT --out tests/parity/``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m idckit.parity")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record", help="record the authors' modules' outputs at a tiny size (needs their checkouts)")
+    r.add_argument("--idc", type=Path, help="a checkout of the public IDC-PCL code (yaolinli/IDC)")
+    r.add_argument("--clip4idc", type=Path, help="a checkout of the public CLIP4IDC code (sushizixin/CLIP4IDC)")
+    r.add_argument("--out", type=Path, default=Path("tests/parity"))
+    args = p.parse_args(argv)
+    if args.idc is None and args.clip4idc is None:
+        p.error("give --idc and/or --clip4idc")
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.idc is not None:
+        from idckit.parity import pcl
+        pcl.record(args.idc, args.out)
+    if args.clip4idc is not None:
+        from idckit.parity import clip4idc
+        clip4idc.record(args.clip4idc, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
