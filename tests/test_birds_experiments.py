@@ -193,21 +193,10 @@ def test_feature_size_makes_its_own_store_grid_and_run_identity(smoke):
     assert birds.loaded_data(small).features.shape[1:] == (16, 1280)
 
 
-def _script(name: str):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_attribute_probe_reads_a_separable_label_and_covers_every_attribute(smoke):
     from idckit.eval.probe import fit_type_probe
+    from lab.scripts import birds_attribute_probe as probe
 
-    probe = _script("birds_attribute_probe")
     g = torch.Generator().manual_seed(0)
     x = torch.randn(200, 8, generator=g)
     y = (x[:, 3] > 0).long()                        # one coordinate decides the class, with a margin

@@ -1,25 +1,16 @@
-"""scripts/budget_curve.py at smoke size: the overrides it trains with, the history it records, the plot."""
+"""lab/scripts/budget_curve.py at smoke size: the overrides it trains with, the history it records, the plot."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "budget_curve.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("budget_curve", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from lab.scripts import budget_curve as bc
 
 
 def test_overrides_keep_the_cpu_schedule_shape():
-    bc = _load()
     assert bc._overrides("pcl", 1800, 200, None) == {
         "finetune": {"train": {"max_steps": 1800, "eval_every": 200, "decay_every": 900}}}
     assert bc._overrides("clip4idc", 3000, 250, 40.0) == {
@@ -29,7 +20,6 @@ def test_overrides_keep_the_cpu_schedule_shape():
 def test_pcl_curve_at_smoke_size(tmp_path):
     from idckit.data.synth.clevr_change import generate
 
-    bc = _load()
     root = tmp_path / "synth"
     generate(root, n_pairs=24, seed=1, size=(96, 64), workers=1, progress=False)
     out = tmp_path / "out"
@@ -49,13 +39,11 @@ def test_pcl_curve_at_smoke_size(tmp_path):
 
 
 def test_plot_without_results_says_what_to_run(tmp_path):
-    bc = _load()
     with pytest.raises(SystemExit, match="run a model first"):
         bc.plot(tmp_path / "x.png", tmp_path)
 
 
 def test_train_fraction_is_a_pcl_override_and_names_the_json():
-    bc = _load()
     assert bc._overrides("pcl", 100, 50, None, 0.25)["train_fraction"] == 0.25
     assert "train_fraction" not in bc._overrides("pcl", 100, 50, None, 1.0)
     with pytest.raises(SystemExit, match="IDC-PCL only"):
@@ -65,7 +53,6 @@ def test_train_fraction_is_a_pcl_override_and_names_the_json():
 
 
 def test_distractor_weight_is_a_pcl_finetune_override_and_names_the_json():
-    bc = _load()
     assert bc._overrides("pcl", 100, 50, None, distractor_weight=5.0)["finetune"]["distractor_weight"] == 5.0
     assert "distractor_weight" not in bc._overrides("pcl", 100, 50, None)["finetune"]
     with pytest.raises(SystemExit, match="IDC-PCL only"):
@@ -75,7 +62,6 @@ def test_distractor_weight_is_a_pcl_finetune_override_and_names_the_json():
 
 
 def test_pretrain_steps_is_a_pcl_pretrain_override_and_names_the_json():
-    bc = _load()
     assert bc._overrides("pcl", 100, 50, None, pretrain_steps=1000)["pretrain"] == {"train": {"max_steps": 1000}}
     assert "pretrain" not in bc._overrides("pcl", 100, 50, None)
     with pytest.raises(SystemExit, match="IDC-PCL only"):
@@ -86,7 +72,6 @@ def test_pretrain_steps_is_a_pcl_pretrain_override_and_names_the_json():
 def test_smaller_train_fraction_trains_on_fewer_pairs_and_is_its_own_run(tmp_path):
     from idckit.data.synth.clevr_change import generate
 
-    bc = _load()
     root = tmp_path / "synth"
     generate(root, n_pairs=24, seed=1, size=(96, 64), workers=1, progress=False)
     out = tmp_path / "out"
@@ -104,7 +89,6 @@ def test_smaller_train_fraction_trains_on_fewer_pairs_and_is_its_own_run(tmp_pat
 
 def test_a_curve_keeps_its_colour_in_both_panels(tmp_path):
     """An older curve without semantic CIDEr-D must not shift the colours of the semantic panel (it did once)."""
-    bc = _load()
     hist = lambda sem: [{"step": s, "minutes": s / 10, "CIDEr-D": 0.5, **({"CIDEr-D_semantic": 0.1} if sem else {})}
                         for s in (10, 20)]
     for name, sem in (("budget_curve_a.json", False), ("budget_curve_b.json", True)):

@@ -2,7 +2,6 @@
 uses both."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -110,10 +109,8 @@ def test_load_finetuned_gives_the_selected_and_the_last_step(smoke_run):
 
 def test_judge_ceiling_script_at_smoke_size(smoke_run):
     s, run_dir, root, tmp = smoke_run
-    spec = importlib.util.spec_from_file_location("judge_ceiling", Path(__file__).resolve().parents[1] / "scripts"
-                                                  / "judge_ceiling.py")
-    jc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(jc)
+    from lab.scripts import judge_ceiling as jc
+
     out = tmp / "out"
     d = jc.run(root, [run_dir], ["best"], fractions=(0.5, 1.0), accuracies=(0.5, 1.0), seeds=(0, 1), threads=1,
                profile="smoke", runs_dir=tmp / "runs", out_dir=out)

@@ -1,16 +1,14 @@
-"""scripts/pcl_difference_tokens.py: the diagnostic's patch appends one after - before token per region, keeps every
-position the heads read, and is undone here so no other test sees it."""
+"""lab/scripts/pcl_difference_tokens.py: the diagnostic's patch appends one after - before token per region, keeps every
+position the heads read, and exists only inside ``patched()``: importing the module changes nothing and leaving the
+block (even on an error) restores the kit's PCL."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+import pytest
 import torch
 
 from idckit.models import pcl as model
 from idckit.text.vocab import SPECIALS, Vocab
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "pcl_difference_tokens.py"
+from lab.scripts import pcl_difference_tokens as diagnostic
 
 
 def _config(**kw):
@@ -23,9 +21,9 @@ def _config(**kw):
 def test_patch_appends_difference_tokens_and_keeps_the_read_positions():
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(20)])
     init, encode = model.PCL.__init__, model.PCL.encode_images
-    spec = importlib.util.spec_from_file_location("pcl_difference_tokens", SCRIPT)
-    try:
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert "diff_project.weight" not in model.PCL(_config(), vocab).state_dict()     # the import patched nothing
+    with diagnostic.patched() as PCL:
+        assert PCL is model.PCL
         torch.manual_seed(0)
         patched = model.PCL(_config(), vocab).eval()
         assert {"diff_project.weight", "diff_project.bias", "diff_type"} <= set(patched.state_dict())
@@ -42,6 +40,21 @@ def test_patch_appends_difference_tokens_and_keeps_the_read_positions():
         assert not torch.allclose(shifted[:, :10], pair[:, :10])
         # decoding reads all 2 + 3n visual keys
         assert patched.start_decoding((f1, f2)).n_keys == 14
-    finally:
-        model.PCL.__init__, model.PCL.encode_images = init, encode
+    assert (model.PCL.__init__, model.PCL.encode_images) == (init, encode)
     assert "diff_project.weight" not in model.PCL(_config(), vocab).state_dict()
+
+
+def test_patch_is_undone_when_the_run_fails():
+    init, encode = model.PCL.__init__, model.PCL.encode_images
+    with pytest.raises(RuntimeError, match="boom"):
+        with diagnostic.patched():
+            assert model.PCL.encode_images is not encode
+            raise RuntimeError("boom")
+    assert (model.PCL.__init__, model.PCL.encode_images) == (init, encode)
+
+
+def test_main_refuses_the_shared_runs_dir():
+    init, encode = model.PCL.__init__, model.PCL.encode_images
+    with pytest.raises(SystemExit, match="--runs-dir of its own"):
+        diagnostic.main(["--data-root", "data/x", "--steps", "2"])
+    assert (model.PCL.__init__, model.PCL.encode_images) == (init, encode)

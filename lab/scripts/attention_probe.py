@@ -7,10 +7,10 @@ forward: how much its pair encoder compares each region with the same region of 
 the words' attention lands on the visual tokens and, of that, on the changed regions. With ``--duda-run DIR`` the
 share of DUDA's two spatial maps on the same regions is added for comparison.
 
-    .venv/bin/python scripts/attention_probe.py --data-root /path/to/synth-cam0 --run runs/pcl-finetune-... \\
+    .venv/bin/python -m lab.scripts.attention_probe --data-root /path/to/synth-cam0 --run runs/pcl-finetune-... \\
         [--duda-run runs/duda-...]
 
-Writes ``reports/learnability/attention_<data>_<run>.json``.
+Writes ``lab/records/learnability/attention_<data>_<run>.json``.
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ import json
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "reports" / "learnability"
+from lab.scripts import LEARNABILITY as OUT
 
 
 def _changes(data, n: int):

@@ -5,10 +5,10 @@ features of a photo, trained on the CUB and NABirds photos and tested on the Bir
 individuals of the same species). "unseen" trains without a quarter of the species and tests on their photos
 only, so the attribute has to be read, not remembered per species. Beside each: the majority value's share.
 
-    .venv/bin/python scripts/birds_attribute_probe.py --data-root data/synth-birds-n600-c6-b6-s0-128px-t5x4x2x5 \\
+    .venv/bin/python -m lab.scripts.birds_attribute_probe --data-root data/synth-birds-n600-c6-b6-s0-128px-t5x4x2x5 \\
         --store runs/features/<data>/efficientnet_lite0
 
-Writes ``reports/learnability/birds_attribute_probe_<store>.json``.
+Writes ``lab/records/learnability/birds_attribute_probe_<store>.json``.
 """
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ import torch
 
 from idckit.fileio import write_json
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "reports" / "learnability"
+from lab.scripts import LEARNABILITY as OUT
 
 
 def _species_of_rows(root: Path, store):

@@ -6,10 +6,10 @@ profile plus ``--overrides`` (deep-merged into ``configs/pcl_birds.json``), on t
 ``--data-root`` (e.g. ``idckit generate birds --pairs 3000``), and records test ROUGE-L / CIDEr-D / BLEU-4, the
 grammar's verified share and difference recall, distinct test paragraphs, and the two text baselines.
 
-    .venv/bin/python scripts/birds_learnability.py --variant b2w --tag _every \\
+    .venv/bin/python -m lab.scripts.birds_learnability --variant b2w --tag _every \\
         --overrides '{"finetune": {"targets": "every", "group_by_pair": true, "captions_per_pair": 4}}'
 
-Writes ``reports/learnability/birds_<variant>_<data>_seed<S><tag>.json``.
+Writes ``lab/records/learnability/birds_<variant>_<data>_seed<S><tag>.json``.
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "reports" / "learnability"
+from lab.scripts import LEARNABILITY as OUT
 
 
 def run(variant: str, seed: int, data_root: Path | None, runs_dir: Path | None, overrides: dict, threads: int,

@@ -6,14 +6,14 @@ longer than the table notebooks do (same data, same model, same cached pre-train
 step budget, the lr decay points and the eval interval change), records val CIDEr-D at every evaluation, decodes
 test at the val-selected step and counts distinct test captions (a collapsed run writes one sentence for all).
 
-    .venv/bin/python scripts/budget_curve.py pcl --steps 1800 --threads 1
-    .venv/bin/python scripts/budget_curve.py clip4idc --steps 3000 --threads 1
-    .venv/bin/python scripts/budget_curve.py --plot          # docs/img/budget_curve.png from the JSONs
-    .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --train-fraction 0.25   # a data-size point
-    .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --distractor-weight 5   # a louder judge loss
-    .venv/bin/python scripts/budget_curve.py pcl --data-root DIR --pretrain-steps 1000    # more pre-training
+    .venv/bin/python -m lab.scripts.budget_curve pcl --steps 1800 --threads 1
+    .venv/bin/python -m lab.scripts.budget_curve clip4idc --steps 3000 --threads 1
+    .venv/bin/python -m lab.scripts.budget_curve --plot          # lab/notes/img/budget_curve.png from the JSONs
+    .venv/bin/python -m lab.scripts.budget_curve pcl --data-root DIR --train-fraction 0.25   # a data-size point
+    .venv/bin/python -m lab.scripts.budget_curve pcl --data-root DIR --distractor-weight 5   # a louder judge loss
+    .venv/bin/python -m lab.scripts.budget_curve pcl --data-root DIR --pretrain-steps 1000    # more pre-training
 
-Each run writes ``reports/budget_curve/budget_curve_<model>[_<data>_f<fraction>[_dw<weight>][_pt<steps>]].json``
+Each run writes ``lab/records/budget_curve/budget_curve_<model>[_<data>_f<fraction>[_dw<weight>][_pt<steps>]].json``
 (overrides, history, test metrics, diversity, wall time, commit, training pairs); ``--plot`` draws every such
 JSON into one figure, one line per model and training-set size. ``--train-fraction`` (IDC-PCL only) keeps a
 seeded share of the training before-images, each with both its pairs; val and test stay whole, so the points of
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from idckit.fileio import write_json
 
-ROOT = Path(__file__).resolve().parents[1]
+from lab.scripts import BUDGET_CURVE, NOTES_IMG
 
 
 def _overrides(model: str, steps: int, eval_every: int, minutes: float | None, train_fraction: float = 1.0,
@@ -51,7 +51,7 @@ def _overrides(model: str, steps: int, eval_every: int, minutes: float | None, t
         return out
     if train_fraction != 1 or distractor_weight is not None or pretrain_steps is not None:
         raise SystemExit("--train-fraction, --distractor-weight and --pretrain-steps are implemented for IDC-PCL only "
-                         "(scripts/budget_curve.py pcl ...)")
+                         "(python -m lab.scripts.budget_curve pcl ...)")
     return {"caption": {"train": train}}
 
 
@@ -84,7 +84,7 @@ def text_baseline(dataset, train_fraction: float = 1.0, split: str = "val") -> d
 
 
 def run(model: str, steps: int, eval_every: int, minutes: float | None, threads: int, seed: int, *,
-        profile: str = "cpu", out_dir: Path = ROOT / "reports" / "budget_curve", data_root: Path | None = None,
+        profile: str = "cpu", out_dir: Path = BUDGET_CURVE, data_root: Path | None = None,
         runs_dir: Path | None = None, train_fraction: float = 1.0, distractor_weight: float | None = None,
         pretrain_steps: int | None = None) -> dict:
     import torch
@@ -139,7 +139,7 @@ def _label(d: dict) -> str:
     return f'{d["label"]}: {d["train_pairs"]:,} train pairs ({_data_name(d)} data)'
 
 
-def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
+def plot(out: Path, reports: Path = BUDGET_CURVE):
     import matplotlib
     matplotlib.use("Agg")
     import pandas as pd
@@ -210,7 +210,7 @@ def main(argv=None) -> None:
     p.add_argument("--pretrain-steps", type=int, default=None,
                    help="IDC-PCL: pre-training steps (default: the profile's, 200 at cpu)")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: runs/")
-    p.add_argument("--out-dir", type=Path, default=ROOT / "reports" / "budget_curve",
+    p.add_argument("--out-dir", type=Path, default=BUDGET_CURVE,
                    help="where the JSONs go (and --plot reads)")
     p.add_argument("--plot", action="store_true")
     a = p.parse_args(argv)
@@ -219,7 +219,7 @@ def main(argv=None) -> None:
             data_root=a.data_root, runs_dir=a.runs_dir, train_fraction=a.train_fraction,
             distractor_weight=a.distractor_weight, pretrain_steps=a.pretrain_steps)
     if a.plot:
-        plot(ROOT / "docs" / "img" / "budget_curve.png" if a.out_dir == ROOT / "reports" / "budget_curve"
+        plot(NOTES_IMG / "budget_curve.png" if a.out_dir == BUDGET_CURVE
              else a.out_dir / "budget_curve.png", a.out_dir)
     if not a.model and not a.plot:
         p.error("give a model to train, --plot, or both")

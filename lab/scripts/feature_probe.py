@@ -7,13 +7,13 @@ features of each layer at the regions that moved most: blocks 3 and 4 (14x14 at 
 ``efficientnet_lite0_b5`` backbone), block 6 (7x7x320), block 4 pooled to 7x7, and the 1280-wide head (7x7, the
 ``efficientnet_lite0`` backbone).
 
-    .venv/bin/python scripts/feature_probe.py --data-root /path/to/synth-cam0 --train-pairs 3000 --test-pairs 800
+    .venv/bin/python -m lab.scripts.feature_probe --data-root /path/to/synth-cam0 --train-pairs 3000 --test-pairs 800
 
 With ``--run DIR`` (a finished pcl-finetune run on that data) it probes that model's own region representations
 instead: the raw features it reads, its single-image encoder's and its pair encoder's outputs, on the same changes;
 does the trained difference encoder keep what the features hold?
 
-Writes ``reports/learnability/feature_probe_<data>.json`` (``..._<run>.json`` with ``--run``).
+Writes ``lab/records/learnability/feature_probe_<data>.json`` (``..._<run>.json`` with ``--run``).
 """
 from __future__ import annotations
 
@@ -22,8 +22,7 @@ import json
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "reports" / "learnability"
+from lab.scripts import LEARNABILITY as OUT
 
 
 def layer_features(pairs: list, batch: int = 32) -> dict:

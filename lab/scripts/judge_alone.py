@@ -1,6 +1,6 @@
 """Can IDC-PCL's image difference encoder learn to tell a change from a distractor at the cpu size, on its own?
 
-The cpu-profile IDC-PCL never lifts its distractor judge off chance (docs/learnability.md). This script takes the
+The cpu-profile IDC-PCL never lifts its distractor judge off chance (lab/notes/learnability.md). This script takes the
 captioner out of the question: it trains only the judge (``PCL.judge`` over the [IMG1] / [IMG2] outputs of the
 single- and pair-image encoders; no words, no cross-modal layers) and prints train loss and val / test accuracy
 every 100 steps, in two settings:
@@ -11,10 +11,10 @@ every 100 steps, in two settings:
   (``--noise 0``: the very same features) and a change also replaces one of the 49 regions by a fresh vector. A
   model that compares the two images region by region separates these at once; one that does not, never does.
 
-    .venv/bin/python scripts/judge_alone.py data data/synth-cam0.1 --steps 1000 --lr 3e-4 --warmup 100
-    .venv/bin/python scripts/judge_alone.py toy --noise 0.1 --lr 1e-3 --steps 3000
+    .venv/bin/python -m lab.scripts.judge_alone data data/synth-cam0.1 --steps 1000 --lr 3e-4 --warmup 100
+    .venv/bin/python -m lab.scripts.judge_alone toy --noise 0.1 --lr 1e-3 --steps 3000
 
-Writes ``reports/learnability/judge_alone_<setting>.json`` with every logged step. A diagnosis of this kit's
+Writes ``lab/records/learnability/judge_alone_<setting>.json`` with every logged step. A diagnosis of this kit's
 cpu-size model, not an analysis from either paper.
 """
 from __future__ import annotations
@@ -29,8 +29,7 @@ import torch.nn.functional as F
 
 from idckit.fileio import write_json
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "reports" / "learnability"
+from lab.scripts import LEARNABILITY as OUT
 
 
 THROUGH_CROSS = False

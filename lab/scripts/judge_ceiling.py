@@ -1,6 +1,6 @@
 """What would it take to reach CIDEr-D 100? The distractor decision, measured two ways on one SynthCLEVR-Change set.
 
-The budget curves (scripts/budget_curve.py) show IDC-PCL learning to describe changes but never learning when
+The budget curves (lab/scripts/budget_curve.py) show IDC-PCL learning to describe changes but never learning when
 to say "no change": its distractor judge stays at chance. This script puts numbers on that:
 
 1. **What the features allow.** ``eval.probe.difference_probe``, a logistic regression on sorted region distances, is
@@ -10,11 +10,11 @@ to say "no change": its distractor judge stays at chance. This script puts numbe
    (``idckit.eval.judge_gate``): pairs called distractors get the most frequent training no-change sentence. Total
    CIDEr-D against p shows the judge accuracy the run's captioner would need for a target.
 
-    .venv/bin/python scripts/judge_ceiling.py --data-root data/synth-n8000 \\
+    .venv/bin/python -m lab.scripts.judge_ceiling --data-root data/synth-n8000 \\
         --run runs/pcl-finetune-790f644c6849 --checkpoint best last
-    .venv/bin/python scripts/judge_ceiling.py --plot        # docs/img/judge_ceiling.png from the JSONs
+    .venv/bin/python -m lab.scripts.judge_ceiling --plot        # lab/notes/img/judge_ceiling.png from the JSONs
 
-Writes ``reports/budget_curve/judge_ceiling_<data>.json``. Neither paper contains this analysis. It diagnoses
+Writes ``lab/records/budget_curve/judge_ceiling_<data>.json``. Neither paper contains this analysis. It diagnoses
 this kit's runs, and every number comes from the run and the data named in the JSON.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from idckit.fileio import write_json
 
-ROOT = Path(__file__).resolve().parents[1]
+from lab.scripts import BUDGET_CURVE, NOTES_IMG
 ACCURACIES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 
@@ -73,7 +73,7 @@ def gated_rows(data_root: Path | None, run_dir: Path, checkpoint: str, runs_dir:
 
 def run(data_root: Path | None, run_dirs, checkpoints=("best",), *, fractions=(0.125, 0.25, 0.5, 1.0), radii=(0, 2),
         seeds=(0, 1, 2), accuracies=ACCURACIES, threads: int = 2, profile: str = "cpu",
-        runs_dir: Path | None = None, out_dir: Path = ROOT / "reports" / "budget_curve") -> dict:
+        runs_dir: Path | None = None, out_dir: Path = BUDGET_CURVE) -> dict:
     import torch
 
     from idckit.report import git_commit
@@ -97,7 +97,7 @@ def run(data_root: Path | None, run_dirs, checkpoints=("best",), *, fractions=(0
     return out
 
 
-def plot(out: Path, reports: Path = ROOT / "reports" / "budget_curve"):
+def plot(out: Path, reports: Path = BUDGET_CURVE):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -168,14 +168,14 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--profile", default="cpu", help="smoke for a test of the script itself")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: runs/")
-    p.add_argument("--out-dir", type=Path, default=ROOT / "reports" / "budget_curve")
+    p.add_argument("--out-dir", type=Path, default=BUDGET_CURVE)
     p.add_argument("--plot", action="store_true")
     a = p.parse_args(argv)
     if a.run:
         run(a.data_root, a.run, a.checkpoint, fractions=a.fractions, threads=a.threads, profile=a.profile,
             runs_dir=a.runs_dir, out_dir=a.out_dir)
     if a.plot:
-        plot(ROOT / "docs" / "img" / "judge_ceiling.png" if a.out_dir == ROOT / "reports" / "budget_curve"
+        plot(NOTES_IMG / "judge_ceiling.png" if a.out_dir == BUDGET_CURVE
              else a.out_dir / "judge_ceiling.png", a.out_dir)
     if not a.run and not a.plot:
         p.error("give --run RUN_DIR to measure, --plot, or both")

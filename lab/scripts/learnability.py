@@ -10,10 +10,10 @@ measures, on a set generated at a given jitter (``idckit generate clevr-change -
   accuracy, total / semantic / distractor CIDEr-D, distinct test captions, and the most-frequent-caption baseline
   on the same test pairs.
 
-    .venv/bin/python scripts/learnability.py run --data-root data/synth-cam0.25 --steps 1500 --eval-every 250
-    .venv/bin/python scripts/learnability.py plot             # docs/img/learnability.png from the JSONs
+    .venv/bin/python -m lab.scripts.learnability run --data-root data/synth-cam0.25 --steps 1500 --eval-every 250
+    .venv/bin/python -m lab.scripts.learnability plot             # lab/notes/img/learnability.png from the JSONs
 
-Each run writes ``reports/learnability/pcl_<data>_s<steps>[_pt<steps>]_seed<seed><tag>.json`` (records before
+Each run writes ``lab/records/learnability/pcl_<data>_s<steps>[_pt<steps>]_seed<seed><tag>.json`` (records before
 2026-11-26 have no ``_seed``; their tags carry it); runs are cached like every other run.
 """
 from __future__ import annotations
@@ -26,9 +26,7 @@ from pathlib import Path
 
 from idckit.fileio import write_json
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "reports" / "learnability"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab.scripts import LEARNABILITY as OUT, NOTES_IMG
 
 
 def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, runs_dir: Path | None,
@@ -36,7 +34,7 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
         tag: str = "") -> dict:
     import torch
 
-    from budget_curve import text_baseline
+    from lab.scripts.budget_curve import text_baseline
     from idckit.eval.probe import difference_probe
     from idckit.experiments import pcl
     from idckit.experiments.runs import output_diversity
@@ -143,7 +141,7 @@ def run_clip4idc(data_root: Path, threads: int, seed: int, runs_dir: Path | None
     pairs (on SynthCLEVR-Change the curve's, with its semantic share; elsewhere the notebooks' own row)."""
     import torch
 
-    from budget_curve import text_baseline
+    from lab.scripts.budget_curve import text_baseline
     from idckit.experiments import clip4idc
     from idckit.experiments.runs import output_diversity
     from idckit.report import git_commit
@@ -193,7 +191,7 @@ def run_duda(data_root: Path, threads: int, seed: int, runs_dir: Path | None, ou
     captions, distinct test captions, the most-frequent-caption baseline."""
     import torch
 
-    from budget_curve import text_baseline
+    from lab.scripts.budget_curve import text_baseline
     from idckit.experiments import duda
     from idckit.report import git_commit
 
@@ -233,7 +231,7 @@ def plot(out: Path, reports: Path = OUT):
         d = json.loads(path.read_text())
         m = re.search(r"camera jitter ([0-9.]+), lamp jitter ([0-9.]+)", d.get("data", ""))
         if d["setting"] != "data" or not m:
-            continue                    # the toy has no jitter: docs/learnability.md quotes it in words
+            continue                    # the toy has no jitter: lab/notes/learnability.md quotes it in words
         lamp = "" if m.group(1) == m.group(2) else f", lamp jitter {float(m.group(2)):g}"
         best = max(d["history"], key=lambda r: r["val"])
         scenes = re.search(r"\((\d+) pairs", d["data"])
@@ -343,7 +341,7 @@ def main(argv=None) -> int:
     d.add_argument("--tag", default="", help="appended to the JSON's name")
     d.add_argument("--out-dir", type=Path, default=OUT)
     pl = sub.add_parser("plot")
-    pl.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "learnability.png")
+    pl.add_argument("--out", type=Path, default=NOTES_IMG / "learnability.png")
     pl.add_argument("--reports", type=Path, default=OUT)
     a = p.parse_args(argv)
     if a.cmd == "run":

@@ -7,10 +7,10 @@ and scored on the test pairs; the truth is the generator's ``changes.json`` (an 
 differ). A layer near the majority share cannot tell a change from the light; the captioner cannot say what it
 does not see there.
 
-    .venv/bin/python scripts/token_probe.py --data-root /path/to/synth-spot --model idckit-standin-hybrid-ViT-12 \\
+    .venv/bin/python -m lab.scripts.token_probe --data-root /path/to/synth-spot --model idckit-standin-hybrid-ViT-12 \\
         --weights runs/clip-standin-.../clip.pt [--adapt runs/clip4idc-adapt-.../best.pt]
 
-Writes ``reports/learnability/token_probe_<data>_<model>[_adapted].json``.
+Writes ``lab/records/learnability/token_probe_<data>_<model>[_adapted].json``.
 """
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ from pathlib import Path
 
 from idckit.fileio import write_json
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "reports" / "learnability"
+from lab.scripts import LEARNABILITY as OUT
 
 
 def split_ids(root: Path, split: str) -> list[int]:
