@@ -19,7 +19,7 @@ Backbones:
     7x7x192 at 224 px), before the 1x1 head that widens to 1280 channels through a ReLU6. The same 49 regions,
     and they keep more of what changed: a small probe names the kind of change (colour / material / add / drop /
     move) from the four most-changed regions 0.81 of the time on these features against 0.54 on the head's
-    (``scripts/feature_probe.py``; docs/learnability.md).
+    (``lab/scripts/feature_probe.py``; lab/notes/learnability.md).
   - ``resnet101``: the paper's (layer4 at 224 px, 7x7x2048); ImageNet weights from a local state-dict file
     (``weights=PATH``), or torchvision's ``IMAGENET1K_V1`` where a hub is reachable; ``weights="random"`` is
     allowed for tests and labelled as such.

@@ -5,7 +5,7 @@ The difference probe: how separable are real changes from distractors?
 A logistic regression on the sorted per-region distances between a pair's two images (plus their mean), trained
 on train and scored on test. A low accuracy says the features (not the model) make distractor judging hard: the
 distractors' viewpoint jitter moves every region about as much as a semantic change moves one. Neither paper does
-this; it is an analysis of the data, used by IDC-PCL's table 4 notebook and the learnability scripts.
+this; it is an analysis of the data, used by IDC-PCL's table 4 notebook and the lab's scripts (lab/scripts/).
 
 The change-type probe: for the real changes only, can a small classifier name the kind of change (colour, material,
 add, drop, move) from the before and after features at the regions that changed most? A captioner that attends to

@@ -264,7 +264,7 @@ def selection(s: Setup) -> str:
     The paper selects on val ROUGE-L. The cpu profile scores val once, after the last step, and so keeps the last
     checkpoint: on 60 val pairs ROUGE-L is highest for early checkpoints that write one central paragraph for every
     pair, and CIDEr-D selection still picked checkpoints with 2-19 distinct paragraphs on the cross-task chain
-    (docs/birds.md, "The collapse ends; the selection brings it back")."""
+    (docs/cpu_profile.md; lab/notes/birds.md, "The collapse ends; the selection brings it back")."""
     c = s.config["finetune"]
     t, metric = c["train"], c["selection_metric"].replace("_", "-")
     if not t.get("eval_every"):
