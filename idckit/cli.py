@@ -38,7 +38,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     check_output_dir(args.out, "--out")
     generate(args.out, n_pairs=args.pairs, seed=args.seed, size=args.size, camera_jitter=args.camera_jitter,
-             lamp_jitter=args.lamp_jitter, objects=args.objects, workers=args.workers, overwrite=args.overwrite)
+             lamp_jitter=args.lamp_jitter, objects=args.objects, workers=args.workers, overwrite=args.overwrite,
+             force=args.force)
     return 0
 
 
@@ -47,7 +48,7 @@ def cmd_generate_birds(args: argparse.Namespace) -> int:
 
     generate(args.out, n_pairs=args.pairs, cub_per_class=args.cub_per_class,
              nabirds_per_class=args.nabirds_per_class, size=args.size, seed=args.seed, workers=args.workers,
-             overwrite=args.overwrite)
+             overwrite=args.overwrite, force=args.force)
     return 0
 
 
@@ -55,14 +56,15 @@ def cmd_generate_spot_the_diff(args: argparse.Namespace) -> int:
     from idckit.data.synth.spot_the_diff import generate
 
     print(generate(args.out, n_pairs=args.pairs, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
-                   light_change=args.light_change))
+                   light_change=args.light_change, force=args.force))
     return 0
 
 
 def cmd_generate_editing_request(args: argparse.Namespace) -> int:
     from idckit.data.synth.editing_request import generate
 
-    print(generate(args.out, n_pairs=args.pairs, seed=args.seed, workers=args.workers, overwrite=args.overwrite))
+    print(generate(args.out, n_pairs=args.pairs, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
+                   force=args.force))
     return 0
 
 
@@ -222,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
         gx.add_argument("--seed", type=int, default=0)
         gx.add_argument("--workers", type=int, default=2, help="drawing processes (output does not depend on it)")
         gx.add_argument("--overwrite", action="store_true",
+    gc.add_argument("--force", action="store_true",
+                    help="write beside files in --out that the generator did not write (they are kept, never deleted)")
                         help="replace another synthetic dataset at --out (never a folder without synth_info.json)")
         if name == "spot-the-diff":
             gx.add_argument("--light-change", type=float, default=1.0,
@@ -233,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("results", type=Path,
                    help="a results directory with sc_results.json + nsc_results.json, or one JSON list")
     e.add_argument("--data", type=Path, required=True,
+    gb.add_argument("--force", action="store_true",
+                    help="write beside files in --out that the generator did not write (they are kept, never deleted)")
                    help="dataset root: CLEVR-Change, Spot-the-Diff or Image-Editing-Request layout (detected)")
     e.add_argument("--split", default="test", choices=["train", "val", "test"])
     e.add_argument("--json", type=Path, default=None, help="write {subset: {metric: value}} here")
@@ -246,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--backbone", default="efficientnet_lite0",
                    help="efficientnet_lite0 (offline default), efficientnet_lite0_b5, resnet101, "
                         "or clip:<open_clip model>")
+        gx.add_argument("--force", action="store_true",
+                        help="write beside files in --out that the generator did not write (they are kept, never deleted)")
     f.add_argument("--weights", default=None, help="a local state-dict file ('random' for tests only)")
     f.add_argument("--batch-size", type=int, default=16)
     f.add_argument("--image-size", type=int, default=224,

@@ -1,4 +1,7 @@
-"""Atomic file writes: a reader never sees a half-written file, a killed process never leaves one.
+"""Atomic file writes and the one write policy of every command.
+
+A reader never sees a half-written file, a killed process never leaves one; a command never overwrites or
+deletes what it did not write (see ``claim_dir``).
 
 Files get the permissions any ``open(path, "w")`` would give (0666 minus the umask): ``mkstemp`` creates its
 temporary file 0600, which would otherwise survive the rename and hide reports and the README from other users.
@@ -9,8 +12,9 @@ import json
 import os
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 
 def _umask() -> int:
@@ -110,3 +114,244 @@ def check_output_dir(path: str | Path, flag: str) -> Path:
         raise ConfigError(f"{flag} cannot be written: {parent} is not writable", path=path,
                           fix=f"choose a {flag} path you can write to")
     return path
+
+
+# -- the write policy: what a command may write into, and how ------------------------------------------------
+# A command writes only into a folder that is absent, empty, or marked as its own output of the same kind; it
+# replaces only the entries it owns and refuses when anything else is there. ``force`` lets it write beside
+# foreign entries, never delete or replace them. Datasets and stores written before the marker existed are
+# recognised by a ``recognise`` function of their command (their own files say what they are).
+OWNER_FILE = ".idckit-output.json"
+_STAGING, _TRASH = ".idckit-staging-", ".idckit-trash-"
+
+
+def _error(message: str, path, fix: str, cls: type | None = None):
+    from idckit.errors import ConfigError
+
+    return (cls or ConfigError)(message, path=path, fix=fix)
+
+
+def resolve_out(path: str | Path, flag: str, *, directory: bool = True, must_write: bool = True,
+                error: type | None = None) -> Path:
+    """``path`` resolved (``.``, ``..``, symlinks) and checked before any work: a dangling link, a link loop, a file
+    where a folder is wanted (or the reverse), a path under a file and a read-only place are refused here."""
+    raw = Path(path).expanduser()
+    if raw.is_symlink() and not raw.exists():
+        try:
+            raw.resolve(strict=True)
+            why = "a symbolic link that cannot be followed"
+        except (RuntimeError, OSError) as e:
+            why = ("a symbolic link loop" if "loop" in str(e).lower() or getattr(e, "errno", 0) == 40
+                   else f"a dangling symbolic link (to {os.readlink(raw)}, which does not exist)")
+        raise _error(f"{flag} is {why}", raw, f"pass a real {'directory' if directory else 'file'} path for {flag}, "
+                                              "or fix the link", error)
+    try:
+        resolved = raw.resolve(strict=False)
+    except (RuntimeError, OSError) as e:    # a loop in an ancestor: RuntimeError on 3.11, OSError on 3.13
+        raise _error(f"{flag} cannot be resolved ({e})", raw, f"pass a {flag} path without a symbolic link loop",
+                     error) from e
+    if resolved == Path(resolved.anchor):
+        raise _error(f"{flag} is the filesystem root", raw, f"pass a folder of its own for {flag}", error)
+    if directory and resolved.exists() and not resolved.is_dir():
+        raise _error(f"{flag} names a file, not a directory", raw, f"choose a directory path for {flag}", error)
+    if not must_write and resolved.is_dir():   # a folder that may only be read (reused): its writability is checked
+        return resolved                         # when a write is due
+    return check_output_dir(resolved, flag) if directory else check_output_file(resolved, flag)
+
+
+def _entries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def read_owner(directory: Path) -> dict | None:
+    """The owner marker of ``directory`` ({"kind", "identity", "entries"}), or None when there is none or it is not
+    one the kit wrote."""
+    try:
+        owner = json.loads((directory / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(owner, dict) or not isinstance(owner.get("kind"), str) or \
+            not isinstance(owner.get("entries"), list):
+        return None
+    return owner
+
+
+def _is_bookkeeping(name: str) -> bool:
+    return name == OWNER_FILE or name.startswith((_STAGING, _TRASH))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_staging(directory: Path, prefix: str) -> None:
+    """Staging folders ``<prefix><pid>`` of processes that no longer run (killed): never read, only removed."""
+    import shutil
+
+    if not directory.is_dir():
+        return
+    for p in directory.iterdir():
+        if p.name.startswith(prefix) and p.name[len(prefix):].isdigit() and not _pid_alive(int(p.name[len(prefix):])):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+@dataclass
+class Claim:
+    """A folder a command may write into: ``previous`` is the owner record of what is there (None: nothing), and
+    ``foreign`` the entries it did not write, which it keeps."""
+    path: Path
+    kind: str
+    previous: dict | None
+    foreign: list[str]
+
+    flag: str = "--out"
+    what: str = ""
+    will_write: Sequence[str] = ()
+    error: type | None = None        # the error class the command raises for its outputs (default ConfigError)
+
+    def check(self, force: bool) -> None:
+        """Refuse (nothing written or deleted) a folder holding entries the command did not write, unless ``force``
+        (they are then kept); entries of a name the command writes are in the way even then."""
+        path, flag = self.path, self.flag
+        if self.foreign and not force:
+            shown = ", ".join(self.foreign[:5]) + (f" and {len(self.foreign) - 5} more" if len(self.foreign) > 5 else "")
+            whose = f"a {self.what} idckit wrote, and also holds" if self.previous else \
+                "a folder idckit did not write: it holds"
+            raise _error(f"{flag} is {whose} {shown}; nothing was written or deleted", path,
+                         f"choose a new or empty folder for {flag}, move those entries away, or pass --force to "
+                         "write beside them (they are kept, never replaced)", self.error)
+        blocked = sorted(set(self.foreign) & set(self.will_write))
+        if blocked:
+            raise _error(f"{flag} holds {', '.join(blocked)}, which this command would have to replace but did "
+                         "not write; nothing was written or deleted", path,
+                         f"move {', '.join(blocked)} away, or choose another {flag}", self.error)
+        check_output_dir(path, flag)
+
+    def staging(self, last: Sequence[str] = ()) -> "_Staging":
+        """The per-process folder to write into (entries named in ``last`` are moved into place last)."""
+        return _Staging(self, last)
+
+
+def claim_dir(path: str | Path, kind: str, *, flag: str = "--out", force: bool = False,
+              recognise: Callable[[Path], dict | None] | None = None, will_write: Sequence[str] = (),
+              what: str | None = None, check: bool = True, error: type | None = None) -> Claim:
+    """Check, before any work, that the command writing ``kind`` may write into ``path`` (see the policy above).
+
+    ``recognise(dir)`` gives an owner record for the command's outputs written before the marker; ``will_write``:
+    top-level names the command writes (a foreign entry of that name is in the way even with ``force``);
+    ``check=False`` leaves :meth:`Claim.check` to the caller (a command that may reuse what is there, writing
+    nothing, checks only when it writes)."""
+    what = what or kind
+    path = resolve_out(path, flag, must_write=False, error=error)
+    if not path.exists():
+        c = Claim(path, kind, None, [], flag, what, tuple(will_write), error)
+    else:
+        names = [n for n in _entries(path) if not _is_bookkeeping(n)]
+        owner = (read_owner(path) or (recognise(path) if recognise else None)) if names else None
+        if owner is not None and owner.get("kind") != kind:
+            raise _error(f"{flag} holds a {owner.get('what') or owner.get('kind')} that idckit wrote, not a {what}; "
+                         "nothing was written", path, f"choose another {flag} (a new or empty folder)", error)
+        owned = set(owner["entries"]) if owner else set()
+        c = Claim(path, kind, owner, [n for n in names if n not in owned], flag, what, tuple(will_write), error)
+    if check:
+        c.check(force)
+    return c
+
+
+class _Staging:
+    """A fresh per-process folder the command writes into; on success its entries replace the owned ones in the
+    claimed folder (the whole folder is renamed into place when it did not exist). On any failure, Ctrl-C
+    included, the staging folder is removed; one left by a killed process is never read, only removed later."""
+
+    def __init__(self, claim: Claim, last: Sequence[str] = ()):
+        self.claim, self.last = claim, tuple(last)
+        out = claim.path
+        self.inside = out.is_dir()
+        base = out if self.inside else out.parent
+        if not self.inside:
+            base.mkdir(parents=True, exist_ok=True)
+            remove_stale_staging(base, f"{_STAGING}{out.name}-")
+        self.dir = base / (f"{_STAGING}{os.getpid()}" if self.inside else f"{_STAGING}{out.name}-{os.getpid()}")
+
+    def __enter__(self) -> Path:
+        import shutil
+
+        if self.inside:
+            remove_stale_staging(self.claim.path, _STAGING)
+            remove_stale_staging(self.claim.path, _TRASH)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        return self.dir
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        import shutil
+
+        try:
+            if exc_type is None:
+                self.publish(self.last)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return False
+
+    def publish(self, last: Sequence[str] = ()) -> None:
+        import shutil
+
+        claim, out = self.claim, self.claim.path
+        new = [n for n in _entries(self.dir) if n not in last] + [n for n in last if (self.dir / n).exists()]
+        owner = {"kind": claim.kind, "what": claim.what, "entries": sorted(new)}
+        if not self.inside:
+            write_json(self.dir / OWNER_FILE, owner, indent=1)
+            os.replace(self.dir, out)
+            return
+        # the marker goes first and comes back last: a process killed mid-swap leaves a folder nothing trusts
+        current = [n for n in _entries(out) if not _is_bookkeeping(n)]
+        in_the_way = sorted(set(new) & set(current) & set(claim.foreign))
+        if in_the_way:   # appeared while we worked
+            raise _error(f"{', '.join(in_the_way)} appeared in the output folder while this command ran and would be "
+                         "replaced; nothing was replaced", out, "move them away and run the command again")
+        trash = out / f"{_TRASH}{os.getpid()}"
+        trash.mkdir(exist_ok=True)
+        try:
+            if (out / OWNER_FILE).exists():
+                os.replace(out / OWNER_FILE, trash / OWNER_FILE)
+            old = set(claim.previous["entries"]) if claim.previous else set()
+            for name in sorted(old & set(current)):
+                os.replace(out / name, trash / name)
+            for name in new:
+                os.replace(self.dir / name, out / name)
+            write_json(out / OWNER_FILE, owner, indent=1)
+        finally:
+            shutil.rmtree(trash, ignore_errors=True)
+
+
+def copy_file(src: str | Path, dst: str | Path) -> None:
+    """A copy that appears at ``dst`` complete or not at all."""
+    import shutil
+
+    with atomic_path(dst) as tmp:
+        shutil.copyfile(src, tmp)
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def refuse_input_as_output(out: str | Path, flag: str, inputs: Sequence[str | Path], *, fix: str) -> None:
+    """An output path that is one of the command's inputs, or lies inside an input folder, is refused."""
+    out_r = Path(out).expanduser().resolve()
+    for src in inputs:
+        src_r = Path(src).expanduser().resolve()
+        if out_r == src_r or same_file(out_r, src_r):
+            raise _error(f"{flag} is a file this command reads; it would be overwritten", out, fix)
+        if src_r.is_dir() and src_r in out_r.parents:
+            raise _error(f"{flag} lies inside {src_r}, which this command reads; outputs never go into its inputs",
+                         out, fix)

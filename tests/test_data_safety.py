@@ -116,3 +116,112 @@ def test_every_notebook_reports_into_its_profiles_directory():
     for nb in notebooks:
         calls = re.findall(r"paths\.reports_dir\(([^)]*)\)", nb.read_text())
         assert calls == ["profile"], f"{nb.name}: report_dir must default to paths.reports_dir(profile), got {calls}"
+
+
+# -- the write policy (idckit.fileio.claim_dir): generate ---------------------------------------------------------
+GEN = ["generate", "clevr-change", "--pairs", "20", "--workers", "1", "--size", "64x48"]
+
+
+def _tree(root):
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def kit_dataset(tmp_path_factory):
+    from idckit import cli
+
+    out = tmp_path_factory.mktemp("gen") / "ds"
+    assert cli.main([*GEN, "--out", str(out)]) == 0
+    return out
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def test_generate_overwrite_refuses_a_dataset_holding_the_users_files_and_features(kit_dataset, tmp_path, capsys):
+    from idckit import cli
+
+    ds = _copy(kit_dataset, tmp_path / "ds")
+    (ds / "NOTES.txt").write_text("my notes")
+    (ds / "my_results").mkdir()
+    (ds / "my_results" / "r.json").write_text("[]")
+    (ds / "features" / "efficientnet_lite0").mkdir(parents=True)
+    (ds / "features" / "efficientnet_lite0" / "meta.json").write_text("{}")
+    before = _tree(ds)
+    assert cli.main([*GEN, "--out", str(ds), "--seed", "1", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "NOTES.txt" in err and "features" in err and "my_results" in err and "--force" in err and str(ds) in err
+    assert _tree(ds) == before
+
+
+def test_generate_force_replaces_only_the_generators_entries_and_keeps_the_rest(kit_dataset, tmp_path):
+    from idckit import cli
+
+    ds = _copy(kit_dataset, tmp_path / "ds")
+    (ds / "NOTES.txt").write_text("my notes")
+    (ds / "features" / "x").mkdir(parents=True)
+    (ds / "features" / "x" / "meta.json").write_text("{}")
+    assert cli.main([*GEN, "--out", str(ds), "--seed", "1", "--overwrite", "--force"]) == 0
+    assert (ds / "NOTES.txt").read_text() == "my notes" and (ds / "features" / "x" / "meta.json").read_text() == "{}"
+    assert json.loads((ds / "synth_info.json").read_text())["seed"] == 1
+    assert not [p for p in tmp_path.rglob(".idckit-*") if p.name != ".idckit-output.json"]   # no staging left
+
+
+def test_generate_never_replaces_another_kind_of_dataset_even_with_force(kit_dataset, tmp_path, capsys):
+    from idckit import cli
+
+    ds = _copy(kit_dataset, tmp_path / "ds")
+    before = _tree(ds)
+    argv = ["generate", "editing-request", "--out", str(ds), "--pairs", "12", "--workers", "1", "--overwrite",
+            "--force"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "SynthCLEVR-Change" in err and "SynthIER" in err and str(ds) in err
+    assert _tree(ds) == before
+
+
+def test_generate_out_dot_inside_a_dataset_replaces_it_in_place(kit_dataset, tmp_path, monkeypatch):
+    from idckit import cli
+
+    ds = _copy(kit_dataset, tmp_path / "ds")
+    (ds / "NOTES.txt").write_text("my notes")
+    monkeypatch.chdir(ds)
+    assert cli.main([*GEN, "--out", ".", "--seed", "2", "--overwrite", "--force"]) == 0
+    assert ds.is_dir() and json.loads((ds / "synth_info.json").read_text())["seed"] == 2
+    assert (ds / "NOTES.txt").read_text() == "my notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
+def test_generate_through_a_symlink_writes_into_its_target(tmp_path):
+    from idckit import cli
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert cli.main([*GEN, "--out", str(tmp_path / "link")]) == 0
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "synth_info.json").is_file()
+
+
+def test_generate_reuses_a_dataset_holding_the_users_files_without_writing(kit_dataset, tmp_path):
+    """Reuse writes nothing, so the user's files there (a features/ store) do not stop a notebook."""
+    from idckit import cli
+
+    ds = _copy(kit_dataset, tmp_path / "ds")
+    (ds / "features").mkdir()
+    before = _tree(ds)
+    assert cli.main([*GEN, "--out", str(ds)]) == 0
+    assert _tree(ds) == before
+
+
+def test_a_dataset_killed_mid_swap_is_not_trusted(kit_dataset, tmp_path, capsys):
+    """A dataset whose swap stopped after the marker was moved away is never reused as a finished dataset."""
+    from idckit import cli
+
+    ds = _copy(kit_dataset, tmp_path / "ds")
+    (ds / "synth_info.json").unlink()
+    (ds / ".idckit-output.json").unlink()
+    assert cli.main([*GEN, "--out", str(ds)]) == 2
+    assert "did not write" in capsys.readouterr().err

@@ -61,9 +61,9 @@ def test_overwrite_never_deletes_what_the_kit_did_not_write(tmp_path):
     (thesis / "images").mkdir(parents=True)
     (thesis / "thesis.tex").write_text("chapter 1")
     (thesis / "images" / "photo.jpg").write_bytes(b"jpeg")
-    with pytest.raises(DatasetError, match="did not generate") as err:
+    with pytest.raises(DatasetError, match="did not write") as err:
         generate(thesis, n_pairs=20, seed=0, size=SIZE, overwrite=True, progress=False)
-    assert str(thesis) in str(err.value) and "nothing was deleted" in str(err.value)
+    assert str(thesis) in str(err.value) and "nothing was written or deleted" in str(err.value)
     assert (thesis / "thesis.tex").read_text() == "chapter 1" and (thesis / "images" / "photo.jpg").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis"]  # no temp folder left behind
 

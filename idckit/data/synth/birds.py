@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
 import uuid
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -146,8 +144,9 @@ def _render_job(job: tuple[str, dict, dict, int]) -> tuple[str, bytes, tuple]:
 
 def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nabirds_per_class: int = 6,
              size: int = 128, seed: int = 0, workers: int = 2, overwrite: bool = False,
-             tree: tuple[int, int, int, int] = (5, 4, 2, 5), progress: bool = True) -> Path:
-    """Write SynthBirds to ``out`` (atomically); reuse it if it already holds the same arguments.
+             tree: tuple[int, int, int, int] = (5, 4, 2, 5), progress: bool = True, force: bool = False) -> Path:
+    """Write SynthBirds to ``out`` (atomically); reuse it if it already holds the same arguments. ``force``: write
+    beside entries the generator did not write (kept, never deleted).
 
     ``tree`` is (orders, families per order, genera per family, species per genus); the default gives 200 species.
     """
@@ -162,14 +161,16 @@ def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nab
                            fix="each class needs a training and a test image")
     if size < 48:
         raise DatasetError(f"--size {size} is too small to draw a bird", path=out, fix="use at least 48 (default 128)")
-    writing.check_workers_seed_out(out, workers, seed)
+    out = writing.check_workers_seed_out(out, workers, seed)
+    writing.check_pairs_fit(out, n_pairs)
     tree = tuple(int(v) for v in tree)
     if len(tree) != 4 or tree[0] < 2 or min(tree[1:]) < 2:
         raise DatasetError(f"tree {tree} cannot give every branch of the pivot-branch scheme", path=out,
                            fix="use at least 2 orders, 2 families per order, 2 genera per family, 2 species per genus")
     info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "cub_per_class": cub_per_class,
             "nabirds_per_class": nabirds_per_class, "size": size, "seed": seed, "tree": list(tree)}
-    if writing.reusable(out, info, overwrite):
+    claim = writing.claim(out, "synth-birds", info, overwrite, force)
+    if claim is None:
         return out
 
     tax = sample_taxonomy(seed, orders=tree[0], families=tree[1], genera=tree[2], species=tree[3])
@@ -178,11 +179,8 @@ def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nab
              "nabirds": _plan_nabirds(tax, nabirds_per_class, seed, size)}
     jobs = [job for plan in plans.values() for job in plan.jobs]
 
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     boxes: dict[str, tuple] = {}
-    try:
+    with writing.staging(claim) as tmp:
         with get_context("fork").Pool(workers) if workers > 1 else _Serial() as pool:
             for rel, data, bbox in tqdm(pool.imap(_render_job, jobs, chunksize=8), total=len(jobs),
                                         desc="SynthBirds", unit="img", disable=not progress):
@@ -202,12 +200,6 @@ def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nab
                   "b2w_images": len(plans["birds_to_words"].jobs), "cub_images": len(plans["cub"].jobs),
                   "nabirds_images": len(plans["nabirds"].jobs)}
         (tmp / "synth_info.json").write_text(json.dumps({**info, "counts": counts}, sort_keys=True))
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

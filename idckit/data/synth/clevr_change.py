@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -83,33 +81,16 @@ def is_kit_dataset(path: Path) -> bool:
         return False
 
 
-def check_output_dir(out: Path, overwrite: bool) -> None:
-    """Refuse, before any work, an ``--out`` that is a file or a directory the kit did not write."""
-    if out.exists() and not out.is_dir():
-        raise DatasetError("--out names a file, not a directory", path=out, fix="choose a directory path for --out")
-    if out.is_dir() and any(out.iterdir()) and not is_kit_dataset(out):
-        raise DatasetError("--out is a non-empty directory that idckit did not generate (no synth_info.json); "
-                           "--overwrite only replaces the kit's own datasets, so nothing was deleted",
-                           path=out, fix="choose a new or empty directory for --out")
-    if out.is_dir() and is_kit_dataset(out) and not overwrite:
-        raise DatasetError("output directory holds another SynthCLEVR-Change dataset", path=out,
-                           fix="choose another --out, or pass --overwrite to replace it")
-    parent = out.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK):
-        raise DatasetError("cannot write here", path=parent, fix="choose an --out in a directory you can write to")
-
-
 def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, int] = (240, 160),
              camera_jitter: float = scenes.CAMERA_JITTER, lamp_jitter: float = scenes.LAMP_JITTER,
              objects: tuple[int, int] = (scenes.MIN_OBJECTS, scenes.MAX_OBJECTS),
-             workers: int = 2, overwrite: bool = False, progress: bool = True) -> Path:
+             workers: int = 2, overwrite: bool = False, progress: bool = True, force: bool = False) -> Path:
     """Write SynthCLEVR-Change to ``out`` (atomically); reuse it if it already holds the same arguments.
 
     ``camera_jitter`` and ``lamp_jitter`` are CLEVR's jitter sizes (CLEVR-Change's 1.0 by default): smaller values
     give distractors that move the camera and lamps less, an easier set. ``objects`` = (fewest, most) objects in a
     before scene, CLEVR's (3, 10) by default; fewer objects give scenes in which the change is a larger share.
+    ``force``: write beside entries the generator did not write (kept, never deleted).
     """
     from tqdm.auto import tqdm
 
@@ -121,7 +102,8 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
     if min(size) < 32:
         raise DatasetError(f"--size {size[0]}x{size[1]} is too small to render objects", path=out,
                            fix="use at least 64x48; the default is 240x160")
-    writing.check_workers_seed_out(out, workers, seed)
+    out = writing.check_workers_seed_out(out, workers, seed)
+    writing.check_pairs_fit(out, n_pairs)
     for name, value in (("--camera-jitter", camera_jitter), ("--lamp-jitter", lamp_jitter)):
         if not (0.0 <= float(value) <= 3.0):
             raise DatasetError(f"{name} must be between 0 and 3 scene units, got {value}", path=out,
@@ -134,17 +116,10 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
             "camera_jitter": float(camera_jitter), "lamp_jitter": float(lamp_jitter)}
     if objects != (scenes.MIN_OBJECTS, scenes.MAX_OBJECTS):
         info["objects"] = list(objects)
-    info_path = out / "synth_info.json"
-    if is_kit_dataset(out):
-        old = json.loads(info_path.read_text())
-        keys = {*info, "objects"}          # "objects" absent on either side means CLEVR's 3-10
-        if {k: old.get(k) for k in keys} == {k: info.get(k) for k in keys}:
-            return out
-    check_output_dir(out, overwrite)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    for sub in ("images", "sc_images", "nsc_images", "scenes"):
-        (tmp / sub).mkdir(parents=True)
+    claim = writing.claim(out, "synth-clevr-change", info, overwrite, force,
+                          legacy={"objects": [scenes.MIN_OBJECTS, scenes.MAX_OBJECTS]})  # absent: CLEVR's 3-10
+    if claim is None:
+        return out
 
     types = _types(n_pairs, seed)
     jitter = (float(camera_jitter), float(lamp_jitter))
@@ -152,7 +127,9 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
     change_caps, no_change_caps, descriptions = {}, {}, {}
     type_mapping: dict[str, list[str]] = {t: [] for t in CHANGE_TYPES}
     folder = {"default": "images", "semantic": "sc_images", "nonsemantic": "nsc_images"}
-    try:
+    with writing.staging(claim) as tmp:
+        for sub in ("images", "sc_images", "nsc_images", "scenes"):
+            (tmp / sub).mkdir()
         with get_context("fork").Pool(workers) if workers > 1 else _Serial() as pool:
             results = pool.imap(_make_index, jobs, chunksize=4)
             for r in tqdm(results, total=n_pairs, desc="SynthCLEVR-Change", unit="pair", disable=not progress):
@@ -172,13 +149,6 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
                           ("scene_descriptions.json", descriptions),
                           ("synth_info.json", {**info, "counts": counts})):
             (tmp / name).write_text(json.dumps(obj, sort_keys=True))
-        if out.exists():
-            check_output_dir(out, overwrite)  # again: the directory may have changed while we rendered
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -522,20 +522,21 @@ def _cropped_out(o: dict, e: dict, width: int) -> bool:
 
 # -- the dataset ----------------------------------------------------------------------------------------------
 def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, overwrite: bool = False,
-             progress: bool = True) -> Path:
-    """Write SynthIER to ``out`` (atomically); reuse it if it already holds the same arguments."""
+             progress: bool = True, force: bool = False) -> Path:
+    """Write SynthIER to ``out`` (atomically); reuse it if it already holds the same arguments. ``force``: write
+    beside entries the generator did not write (kept, never deleted)."""
     from tqdm.auto import tqdm
 
-    out = Path(out)
-    writing.check_common(out, n_pairs, 12, workers, seed)
+    out = writing.check_common(Path(out), n_pairs, 12, workers, seed)
     info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "seed": seed}
-    if writing.reusable(out, info, overwrite):
+    claim = writing.claim(out, "synth-ier", info, overwrite, force)
+    if claim is None:
         return out
     splits = writing.split_ids(n_pairs, seed, SPLIT_FRACTIONS)
     split_of = {i: s for s, ids in splits.items() for i in ids}
     rows: dict[str, list[dict]] = {s: [] for s in splits}
     descriptions, edits = {}, {}
-    with writing.staging(out) as tmp:
+    with writing.staging(claim) as tmp:
         (tmp / "images").mkdir()
         jobs = [(seed, i, REQUESTS_PER_PAIR[split_of[i]]) for i in range(n_pairs)]
         for r in tqdm(writing.ordered_map(make_pair, jobs, workers), total=n_pairs, desc="SynthIER", unit="pair",

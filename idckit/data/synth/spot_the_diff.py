@@ -434,8 +434,9 @@ def make_pair(job: tuple[int, int, float]) -> dict:
 
 # -- the dataset ----------------------------------------------------------------------------------------------
 def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, overwrite: bool = False,
-             progress: bool = True, light_change: float = 1.0) -> Path:
+             progress: bool = True, light_change: float = 1.0, force: bool = False) -> Path:
     """Write SynthSpot-the-Diff to ``out`` (atomically); reuse it if it already holds the same arguments.
+    ``force``: write beside entries the generator did not write (kept, never deleted).
 
     ``light_change`` scales how much the light differs between a pair's two frames (1.0: up to 12 % in gain
     where no object changed, 4 % where one did; 0: the same light, only the sensor noise differs); the objects,
@@ -443,20 +444,21 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, 
     from PIL import Image
     from tqdm.auto import tqdm
 
-    out = Path(out)
-    writing.check_common(out, n_pairs, 12, workers, seed)
+    out = writing.check_common(Path(out), n_pairs, 12, workers, seed)
     if not (isinstance(light_change, (int, float)) and 0 <= light_change <= 2):
         raise ConfigError(f"light_change must be a number in [0, 2], got {light_change!r}",
                           fix="pass 1.0 for the default light, 0 for none between the two frames")
     info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "seed": seed, "size": [SIZE, SIZE],
             "light_change": float(light_change)}
-    if writing.reusable(out, info, overwrite, legacy={"light_change": 1.0}):   # sets from before the knob: 1.0
+    claim = writing.claim(out, "synth-spot-the-diff", info, overwrite, force,
+                          legacy={"light_change": 1.0})   # sets from before the knob: 1.0
+    if claim is None:
         return out
     splits = writing.split_ids(n_pairs, seed, SPLIT_FRACTIONS)
     split_of = {i: s for s, ids in splits.items() for i in ids}
     entries: dict[str, list[dict]] = {s: [] for s in splits}
     descriptions, changes = {}, {}
-    with writing.staging(out) as tmp:
+    with writing.staging(claim) as tmp:
         (tmp / "annotations").mkdir()
         (tmp / "resized_images").mkdir()
         jobs = [(seed, i, float(light_change)) for i in range(n_pairs)]

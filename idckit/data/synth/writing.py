@@ -1,9 +1,11 @@
 """Writing a synthetic dataset directory: reuse, refusal, an atomic swap at the end, a pool whose order is fixed.
 
-A generator builds its whole dataset in a hidden sibling directory and renames it onto ``out`` only when every
-file is written, so a killed run never leaves a half dataset that looks finished. ``synth_info.json`` is the
-marker: a directory holding the same arguments is reused, one holding other arguments is replaced only with
-``overwrite``, and a non-empty directory without the marker (possibly a real download) is never replaced.
+A generator builds its whole dataset in a per-process staging folder (idckit.fileio's write policy) and moves it
+into ``out`` only when every file is written, so a killed run never leaves a half dataset that looks finished.
+``synth_info.json`` holds the arguments: a directory holding the same ones is reused, one holding other
+arguments of the same generator is replaced only with ``overwrite``, another generator's dataset and a folder
+the kit did not write are never replaced, and entries the generator did not write (notes, ``features/``) are
+refused, or with ``force`` kept.
 """
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import io
 import json
 import numbers
 import os
-import shutil
 from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
@@ -22,20 +23,29 @@ from idckit.errors import DatasetError
 MARKER = "synth_info.json"
 
 
-def reusable(out: Path, info: dict, overwrite: bool, legacy: dict | None = None) -> bool:
-    """True if ``out`` already holds this dataset; raises if it holds something that must not be replaced.
-    ``legacy``: what a key of ``info`` meant in markers written before the generator had it."""
-    if not out.exists():
-        return False
-    if not out.is_dir():
-        raise DatasetError("output path is a file, not a directory", path=out, fix="choose another --out")
+# What each generator writes at the top of its folder (the entries it owns there) and the file that tells its
+# datasets apart from the other generators' (how a dataset written before the owner marker is recognised).
+KINDS = {
+    "synth-clevr-change": ("SynthCLEVR-Change dataset", "type_mapping.json",
+                           ("change_captions.json", "images", "no_change_captions.json", "nsc_images", "sc_images",
+                            "scene_descriptions.json", "scenes", "splits.json", MARKER, "type_mapping.json")),
+    "synth-birds": ("SynthBirds dataset", "synth_birds.json",
+                    ("CUB_200_2011", "birds_to_words", "cvpr2016_cub", "nabirds", "synth_birds.json", MARKER)),
+    "synth-spot-the-diff": ("SynthSpot-the-Diff dataset", "changes.json",
+                            ("annotations", "changes.json", "resized_images", "scene_descriptions.json", MARKER)),
+    "synth-ier": ("SynthIER dataset", "edits.json",
+                  ("edits.json", "images", "scene_descriptions.json", "test.json", "train.json", "valid.json", MARKER)),
+}
+MAX_PAIRS = 10_000_000     # 125x the real CLEVR-Change; more is a typo, and the job list alone would not fit in memory
+MIN_BYTES_PER_PAIR = 1024  # far below any generator's (the smallest writes ~15 KB a pair at 64x48)
+
+
+def _recognise(out: Path) -> dict | None:
+    """The owner record of a dataset the kit wrote before the owner marker: its synth_info.json says synthetic and
+    its layout says which generator."""
     marker = out / MARKER
     if not marker.is_file():
-        if any(out.iterdir()):
-            raise DatasetError(f"output directory is not empty and has no {MARKER}, so it is not a synthetic "
-                               "dataset written by idckit; refusing to replace it", path=out,
-                               fix="choose another --out (or empty this directory yourself)")
-        return False
+        return None
     try:
         old = json.loads(marker.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -44,27 +54,72 @@ def reusable(out: Path, info: dict, overwrite: bool, legacy: dict | None = None)
         raise DatasetError(f"{MARKER} here is not one idckit wrote (unreadable, or not marked synthetic), so this "
                            "directory may not be a synthetic dataset; refusing to replace it", path=marker,
                            fix="choose another --out (or empty this directory yourself)")
-    if {k: old.get(k, (legacy or {}).get(k)) for k in info} == info:
-        return True
-    if not overwrite:
-        raise DatasetError("output directory holds another synthetic dataset (made with other arguments)",
-                           path=out, fix="choose another --out, or pass --overwrite to replace it")
-    return False
+    for kind, (_, telltale, entries) in KINDS.items():
+        if (out / telltale).exists():
+            return {"kind": kind, "what": KINDS[kind][0], "entries": list(entries)}
+    return None
+
+
+def claim(out: Path, kind: str, info: dict, overwrite: bool, force: bool = False,
+          legacy: dict | None = None) -> "fileio.Claim | None":
+    """None if ``out`` already holds this dataset (reused as is); else the claim on ``out`` to write it into.
+
+    Refused (nothing written or deleted): another kind of dataset, another synthetic dataset of this kind without
+    ``overwrite``, and entries the generator did not write (the user's notes, a ``features/`` store) without
+    ``force``; with ``force`` those are kept, never deleted. ``legacy``: what a key of ``info`` meant in markers
+    written before the generator had it."""
+    from idckit import fileio
+
+    what, _, entries = KINDS[kind]
+    c = fileio.claim_dir(out, kind, recognise=_recognise, will_write=entries, what=what, check=False,
+                         error=DatasetError)
+    if c.previous is not None:
+        try:
+            old = json.loads((c.path / MARKER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = {}
+        legacy = legacy or {}
+        keys = {*info, *legacy}
+        if isinstance(old, dict) and all(old.get(k, legacy.get(k)) == info.get(k, legacy.get(k)) for k in keys):
+            return None
+        if not overwrite:
+            raise DatasetError(f"output directory holds another {what} (made with other arguments)",
+                               path=c.path, fix="choose another --out, or pass --overwrite to replace it")
+    c.check(force)
+    return c
+
+
+def reusable(out: Path, info: dict, overwrite: bool, legacy: dict | None = None) -> bool:
+    """Kept for callers outside the generators: True if ``out`` holds this dataset (any kind)."""
+    owner = _recognise(out) if out.is_dir() else None
+    if owner is None:
+        return False
+    return claim(out, owner["kind"], info, overwrite, legacy=legacy) is None
+
+
+def check_pairs_fit(out: Path, n_pairs: int) -> None:
+    """An impossible size is refused before the job list is built (``--pairs 10**12`` would exhaust memory)."""
+    import shutil
+
+    if n_pairs > MAX_PAIRS:
+        raise DatasetError(f"--pairs {n_pairs} is more than this generator can write (at most {MAX_PAIRS:,})",
+                           path=out, fix="pass a smaller --pairs (the real CLEVR-Change has 79,606 pairs)")
+    where = out if out.exists() else out.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    if n_pairs * MIN_BYTES_PER_PAIR > free:
+        raise DatasetError(f"--pairs {n_pairs} needs more than {n_pairs * MIN_BYTES_PER_PAIR / 2**30:.1f} GiB; "
+                           f"{free / 2**30:.1f} GiB are free there", path=where,
+                           fix="pass a smaller --pairs, or an --out on a larger disk")
 
 
 @contextmanager
-def staging(out: Path) -> Iterator[Path]:
-    """A fresh hidden directory beside ``out``; renamed onto ``out`` if the block succeeds, else removed."""
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+def staging(c) -> Iterator[Path]:
+    """A fresh per-process folder; on success its entries replace the dataset's own (synth_info.json last, so a
+    kill mid-swap leaves no folder that looks finished), else it is removed."""
+    with c.staging(last=(MARKER,)) as tmp:
         yield tmp
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_json(path: Path, obj, *, indent: int | None = None) -> None:
@@ -97,24 +152,27 @@ def ordered_map(fn: Callable, jobs: Iterable, workers: int, chunksize: int = 4) 
         yield from pool.imap(fn, jobs, chunksize=chunksize)
 
 
-def check_common(out: Path, n_pairs: int, minimum: int, workers: int, seed: int) -> None:
-    """Every generator argument checked before the first image (a bad one found later would waste the rendering)."""
+def check_common(out: Path, n_pairs: int, minimum: int, workers: int, seed: int) -> Path:
+    """Every generator argument checked before the first image (a bad one found later would waste the rendering);
+    returns ``out`` resolved."""
     if n_pairs < minimum:
         raise DatasetError(f"--pairs {n_pairs} is too small", path=out,
                            fix=f"use at least {minimum} so every split has pairs")
-    check_workers_seed_out(out, workers, seed)
+    out = check_workers_seed_out(out, workers, seed)
+    check_pairs_fit(out, n_pairs)
+    return out
 
 
-def check_workers_seed_out(out: Path, workers: int, seed: int) -> None:
-    from idckit.fileio import check_output_dir
+def check_workers_seed_out(out: Path, workers: int, seed: int) -> Path:
+    """The arguments every generator has, and ``--out`` resolved (links, loops, ``.``, read-only places)."""
+    from idckit.fileio import resolve_out
 
     if workers < 1:
         raise DatasetError(f"--workers must be >= 1, got {workers}", path=out, fix="pass --workers 1 or more")
     # numpy's seed sequences take only non-negative integers
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise DatasetError(f"--seed must be an integer >= 0, got {seed!r}", path=out, fix="pass --seed 0 or any n >= 0")
-    if not out.exists():    # a path under a file or in a read-only place: refused before any work
-        check_output_dir(out, "--out")
+    return resolve_out(out, "--out", must_write=False, error=DatasetError)
 
 
 def split_ids(n: int, seed: int, fractions: dict[str, float]) -> dict[str, list[int]]:
