@@ -30,15 +30,9 @@ CAPTION_METRICS: tuple[str, ...] = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "MET
 HEADLINE_METRICS: tuple[str, ...] = ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
 PROVENANCE_KEYS: tuple[str, ...] = ("profile", "data", "data_version", "backbone", "weights", "seeds",
                                     "selection_split", "commit", "wall_seconds")
-#: a captioning run that writes fewer distinct test captions than this (or than it has test pairs, on a smaller
-#: test set) has collapsed: its scores say which sentences it settled on, not what it saw
-COLLAPSE_DISTINCT = 10
-#: share of test pairs given the single most frequent caption at which a run counts as collapsed
-COLLAPSE_TOP_SHARE = 0.9
-#: a distractor judge below this test accuracy is at chance on the balanced change / distractor test set
-JUDGE_CHANCE_BELOW = 0.6
-#: a retrieval model below this many times chance R@1 has not learned to retrieve
-RETRIEVAL_CHANCE_FACTOR = 2.0
+#: the status rules' thresholds live with the rules (:mod:`idckit.report_status`)
+from idckit.report_status import (COLLAPSE_DISTINCT, COLLAPSE_TOP_SHARE, JUDGE_CHANCE_BELOW,  # noqa: E402,F401
+                                  RETRIEVAL_LEARNED_FACTOR, is_collapsed)
 
 
 @lru_cache(maxsize=1)
@@ -190,15 +184,6 @@ def labelled(table, caption: str, *, precision: int = 1):
 
 
 # -- what the recorded rows say about learning ----------------------------------------------------------------
-def is_collapsed(distinct: int | None, pairs: int | None = None, top_share: float | None = None) -> bool:
-    """Did a captioning run collapse? Fewer than :data:`COLLAPSE_DISTINCT` distinct test captions (fewer than its
-    test pairs on a smaller test set), or one caption for :data:`COLLAPSE_TOP_SHARE` of the pairs."""
-    if distinct is None:
-        return False
-    floor = min(COLLAPSE_DISTINCT, pairs) if pairs else COLLAPSE_DISTINCT
-    return distinct <= 1 or distinct < floor or (top_share is not None and top_share >= COLLAPSE_TOP_SHARE)
-
-
 def retrieval_chance(n_pairs: int, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
     """Retrieval metrics of a random ranking over ``n_pairs`` candidates (both directions; one true candidate per
     query): R@K = K / n (percent), median and mean rank (n + 1) / 2."""
@@ -212,52 +197,11 @@ def retrieval_chance(n_pairs: int, ks: Sequence[int] = (1, 5, 10)) -> dict[str, 
 
 
 def learning_status(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """Did the runs behind a report learn, or only run? ``{"verdict", "detail", "flag"}``.
+    """``{"verdict", "detail", "flag"}`` of a report: :func:`idckit.report_status.report_status` (its headline run
+    only), as a dict."""
+    from idckit.report_status import report_status
 
-    verdict ``"ran, no training"`` (baselines only), ``"ran, COLLAPSED"`` (a seed's captioner wrote fewer than
-    :data:`COLLAPSE_DISTINCT` distinct test captions), ``"ran, at chance"`` (a trained retriever's text->pair R@1
-    below :data:`RETRIEVAL_CHANCE_FACTOR` x chance, or a distractor judge below :data:`JUDGE_CHANCE_BELOW`) or
-    ``"learned"``; ``flag`` is True for the two "ran, ..." verdicts that mean the numbers do not show learning.
-    Read from the rows' recorded fields (:func:`idckit.experiments.reporting.trained_fields`, ``chance`` on retrieval
-    rows), never the HTML."""
-    rows = [r for r in doc.get("rows", []) if r.get("seed") != "mean"]
-    captioners = [r for r in rows if "distinct_test_captions" in r]
-    retrievers = [r for r in rows if "chance" in r and "t2p_R@1" in r.get("metrics", {})]
-    collapsed_notes = [n for n in doc.get("notes", []) if n.startswith("COLLAPSED")]
-    if not captioners and not retrievers:
-        if collapsed_notes:   # a report written before rows recorded their captions: its notes still say it
-            n = len(collapsed_notes)
-            return {"verdict": "ran, COLLAPSED", "flag": True, "detail": f"{n} run{'s' * (n != 1)} (its notes)"}
-        if any("run" in r or "seed" in r for r in rows):
-            return {"verdict": "ran, not checked", "flag": False,
-                    "detail": "written before reports recorded distinct captions; re-run to check"}
-        return {"verdict": "ran, no training", "detail": "", "flag": False}
-
-    def name(r):
-        return f"{r.get('variant') or r.get('model')}" + (f", {seed_label(r)}" if seed_label(r) else "")
-
-    collapsed = [r for r in captioners if is_collapsed(r["distinct_test_captions"], r.get("test_pairs"))]
-    if collapsed:
-        worst = min(collapsed, key=lambda r: r["distinct_test_captions"])
-        return {"verdict": "ran, COLLAPSED", "flag": True,
-                "detail": f"{len(collapsed)} of {len(captioners)} captioning runs below {COLLAPSE_DISTINCT} distinct "
-                          f"test captions; fewest {worst['distinct_test_captions']} ({name(worst)})"}
-    at_chance = [f"{name(r)}: text->pair R@1 {r['metrics']['t2p_R@1']:.1f} (chance {r['chance']['t2p_R@1']:.1f})"
-                 for r in retrievers if r["metrics"]["t2p_R@1"] < RETRIEVAL_CHANCE_FACTOR * r["chance"]["t2p_R@1"]]
-    at_chance += [f"{name(r)}: judge accuracy {r['judge_accuracy']:.2f}" for r in captioners
-                  if r.get("judge_accuracy") is not None and r["judge_accuracy"] < JUDGE_CHANCE_BELOW]
-    if at_chance:
-        return {"verdict": "ran, at chance", "flag": True, "detail": "; ".join(at_chance)}
-    parts = []
-    if captioners:
-        parts.append(f"{min(r['distinct_test_captions'] for r in captioners)}+ distinct test captions per run")
-    judges = [r["judge_accuracy"] for r in captioners if r.get("judge_accuracy") is not None]
-    if judges:
-        parts.append(f"judge accuracy {min(judges):.2f}+")
-    if retrievers:
-        parts.append(f"text->pair R@1 {min(r['metrics']['t2p_R@1'] / r['chance']['t2p_R@1'] for r in retrievers):.0f}x"
-                     " chance or more")
-    return {"verdict": "learned", "detail": ", ".join(parts), "flag": False}
+    return report_status(doc).as_dict()
 
 
 # -- the block that ends every report -------------------------------------------------------------------------

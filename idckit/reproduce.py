@@ -6,7 +6,6 @@ marked stale in ``reports/status.json`` and on the index page, and makes the com
 """
 from __future__ import annotations
 
-import html
 import json
 import shutil
 import time
@@ -89,6 +88,11 @@ def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, 
         if not report_json.is_file():
             raise RuntimeError(f"notebook {name} ran but wrote no {report_json.name}")
         to_html(executed, stage / f"{name}.html")
+        # the summary card goes first, under the title, before any prose or table
+        from idckit.report_card import with_card
+
+        page = stage / f"{name}.html"
+        fileio.write_text(page, with_card(page.read_text(encoding="utf-8"), json.loads(report_json.read_text())))
         seconds = time.time() - t0
         # Record the wall time of the whole notebook (execution + conversion) in its report.
         doc = json.loads(report_json.read_text())
@@ -158,97 +162,8 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
 
 
 # -- index page -------------------------------------------------------------------------------------------
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.1f}"
-    return "" if v is None else str(v)
-
-
-def _status_cell(doc: dict, run_status: str) -> str:
-    """Whether the notebook ran (or its last run failed) and whether its runs learned: a run that only ran (a
-    collapsed captioner, a retriever or judge at chance) is flagged here, not only inside its report."""
-    from idckit.report import learning_status
-
-    learned = learning_status(doc)
-    cls = "flag" if learned["flag"] else ("learned" if learned["verdict"] == "learned" else "ran")
-    cell = f'<span class="{cls}">{html.escape(learned["verdict"])}</span>'
-    if learned["detail"]:
-        cell += f'<br><span class="detail">{html.escape(learned["detail"])}</span>'
-    if run_status in ("stale", "failed"):
-        cell = '<span class="stale">stale: last run failed</span><br>' + cell
-    return cell
-
-
 def write_index(report_dir: str | Path) -> Path:
-    """``reports/index.html``: one row per report, the kit's headline beside the paper's, with provenance."""
-    from idckit.report import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_CHANCE_FACTOR
+    """``reports/index.html`` (:mod:`idckit.report_index`)."""
+    from idckit import report_index
 
-    report_dir = Path(report_dir)
-    status_path = report_dir / "status.json"
-    status = json.loads(status_path.read_text()) if status_path.is_file() else {}
-    rows = []
-    for jp in sorted(report_dir.glob("*.json")):
-        if jp.name == "status.json":
-            continue
-        doc = json.loads(jp.read_text())
-        if "notebook" not in doc:
-            continue
-        prov = doc.get("provenance", {})
-        head = doc.get("headline", {})
-        st = status.get(doc["notebook"], {}).get("status", "ok")
-        rows.append({
-            # <wbr>: long notebook names may break at their underscores instead of widening the table
-            "report": (f'<a href="{html.escape(doc["notebook"])}.html">'
-                       f'{html.escape(doc["notebook"]).replace("_", "_<wbr>")}</a>'),
-            "paper table": html.escape(doc.get("title") or doc.get("table", "")),
-            "headline": html.escape(head.get("label", "")),
-            "idckit": _fmt(head.get("kit")),
-            "paper": _fmt(head.get("paper")) or "–",
-            "profile": html.escape(str(prov.get("profile", ""))),
-            "data": html.escape(str(prov.get("data", ""))),
-            "backbone": html.escape(str(prov.get("backbone", ""))),
-            "seeds": html.escape(", ".join(map(str, prov.get("seeds", [])))),
-            "wall": f'{prov.get("notebook_wall_seconds", prov.get("wall_seconds", 0)) / 60:.1f} min',
-            # a cached re-render takes seconds; this is the training behind the numbers, done once
-            "training": (f'{prov["train_seconds"] / 60:.1f} min' if isinstance(prov.get("train_seconds"), (int, float))
-                         else "–"),
-            "commit": html.escape(str(prov.get("commit", ""))),
-            "status": _status_cell(doc, st),
-        })
-    cols = ["report", "paper table", "headline", "idckit", "paper", "profile", "data", "backbone", "seeds",
-            "wall", "training", "commit", "status"]
-    # one long data description repeated on every row pushed the commit and status off a laptop screen
-    shared_data = {r["data"] for r in rows}
-    data_line = ""
-    if len(shared_data) == 1 and rows:
-        cols.remove("data")
-        data_line = f'<p class="note"><b>data</b> (every row): {shared_data.pop()}</p>'
-    head_html = "".join(f"<th>{c}</th>" for c in cols)
-    body = "\n".join("<tr>" + "".join(f"<td>{r[c]}</td>" for c in cols) + "</tr>" for r in rows)
-    page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>idckit reports</title>
-<style>
- body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
- table {{ border-collapse: collapse; font-size: 0.9rem; }}
- th, td {{ border: 1px solid #ccc; padding: 0.3rem 0.6rem; text-align: left; vertical-align: top; }}
- th {{ background: #f0f0f0; }} .stale, .flag {{ color: #b00; font-weight: bold; }}
- .learned {{ color: #070; font-weight: bold; }} .detail {{ font-size: 0.8rem; color: #555; }}
- p.note {{ max-width: 60rem; }}
-</style></head><body>
-<h1>idckit: reproduced tables</h1>
-<p class="note">Each row links to a notebook report. <b>idckit</b> is the kit's own measurement; <b>paper</b> is
-the published number on the real dataset, shown beside it and never mixed in. <b>status</b> says whether the
-runs behind a report <i>learned</i> or only <i>ran</i>: a captioner that writes fewer than {COLLAPSE_DISTINCT}
-distinct test captions is COLLAPSED, a retriever under {RETRIEVAL_CHANCE_FACTOR:g}x chance text->pair R@1 or a
-distractor judge under {JUDGE_CHANCE_BELOW:.2f} accuracy is at chance. Rows whose data says
-<i>synthetic</i> ran on a synthetic set in the real dataset's format (SynthCLEVR-Change, SynthSpot-the-Diff,
-SynthIER, SynthBirds): they show the pipeline end to end, not a real-data reproduction.</p>
-{data_line}
-<table><thead><tr>{head_html}</tr></thead><tbody>
-{body}
-</tbody></table>
-</body></html>
-"""
-    path = report_dir / "index.html"
-    fileio.write_text(path, page)
-    return path
+    return report_index.write_index(report_dir)

@@ -24,6 +24,6 @@ def test_update_rewrites_only_the_block(tmp_path):
     readme.write_text(f"# title\n\n{START}\nold\n{END}\n\nmore text\n")
     assert update_readme(readme, reports) is True
     text = readme.read_text()
-    assert "| [t](reports/t.html) | CIDEr-D | 97.2 | 128.9 | synthetic: x | efficientnet_lite0 | cpu | 0, 1, 2 | abc |" in text
+    assert "| [t](reports/t.html) | CIDEr-D | 97.2 | – | 128.9 | no training | – | synthetic: x | 0, 1, 2 | abc |" in text
     assert text.startswith("# title") and text.endswith("more text\n") and "old" not in text
     assert update_readme(readme, reports) is False

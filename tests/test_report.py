@@ -120,30 +120,29 @@ def test_learning_status_tells_ran_from_learned():
     from idckit.report import learning_status
 
     base = {"rows": [{"model": "most frequent caption", "variant": "total", "split": "test", "metrics": {}}]}
-    assert learning_status(base)["verdict"] == "ran, no training"
-    one = {"rows": [_trained("full", 1), _trained("MLM", 57)]}
+    assert learning_status(base)["verdict"] == "no training"
+    one = {"headline": {"runs": "full"}, "rows": [_trained("full", 1), _trained("MLM", 57)]}
     st = learning_status(one)
-    assert st["verdict"] == "ran, COLLAPSED" and st["flag"] and st["detail"] == (
-        "1 of 2 captioning runs below 10 distinct test captions; fewest 1 (full, seed 0)")
-    assert learning_status({"rows": [_trained("full", 9)]})["verdict"] == "ran, COLLAPSED"   # fewer than 10
+    assert st["verdict"] == "collapsed" and st["flag"] and st["detail"] == (
+        "1 of 1 seed run(s) write fewer than 10 distinct test captions; fewest 1 (full, seed 0)")
+    assert learning_status({"rows": [_trained("full", 9)]})["verdict"] == "collapsed"   # fewer than 10
     assert learning_status({"rows": [_trained("full", 8, pairs=8)]})["verdict"] == "learned"  # every pair its own
     # the mean row does not hide a collapsed seed, nor stand in for one
     mean = {**_trained("full", 57, seed="mean"), "n_seeds": 2}
     assert learning_status({"rows": [_trained("full", 57), _trained("full", 3, seed=1), mean]})["flag"]
     judged = learning_status({"rows": [_trained("full", 57, judge=0.5)]})
-    assert judged["verdict"] == "ran, at chance" and "judge accuracy 0.50" in judged["detail"]
+    assert judged["verdict"] == "not learned" and "judge accuracy 0.50" in judged["detail"]
     ok = learning_status({"rows": [_trained("full", 57, judge=0.91), _trained("MLM", 80)]})
     assert ok == {"verdict": "learned", "flag": False,
-                  "detail": "57+ distinct test captions per run, judge accuracy 0.91+"}
+                  "detail": "57+ distinct test captions per seed, judge accuracy 0.91+"}
     retr = {"model": "m", "variant": "adapted (4/2)", "split": "test", "seed": 0,
             "metrics": {"t2p_R@1": 1.8}, "chance": {"t2p_R@1": 1.0}}
-    assert learning_status({"rows": [retr]})["verdict"] == "ran, at chance"
+    assert learning_status({"rows": [retr]})["verdict"] == "not learned"
     assert learning_status({"rows": [{**retr, "metrics": {"t2p_R@1": 12.0}}]})["detail"] == (
-        "text->pair R@1 12x chance or more")
-    # a report written before rows recorded their captions: its COLLAPSED notes, or an honest "not checked"
+        "text->pair R@1 12x chance or more, above the un-adapted control")
+    # a report written before rows recorded their captions: an honest "not checked"
     old = {"rows": [{"model": "m", "variant": "v", "split": "test", "seed": 0, "metrics": {}}]}
-    assert learning_status({**old, "notes": ["COLLAPSED: v wrote ..."]})["verdict"] == "ran, COLLAPSED"
-    assert learning_status(old)["verdict"] == "ran, not checked"
+    assert learning_status(old)["verdict"] == "not checked"
 
 
 def test_side_by_side_labels_seed_rows_and_the_mean_row():
@@ -175,7 +174,7 @@ def test_report_summary_shows_provenance_status_and_notes_but_no_paths(tmp_path)
     summary = report_summary(path)
     html = summary._repr_html_()
     for text in ("<h2>Provenance</h2>", "synthetic: test", "smoke", "1.5 min", "25.5 min", "val", "b</td>",
-                 "ran, COLLAPSED", "<h2>Notes</h2>", "COLLAPSED: full wrote", "a &lt; b &amp; c",
+                 "collapsed", "<h2>Notes</h2>", "COLLAPSED: full wrote", "a &lt; b &amp; c",
                  "pcl-finetune-abc", "table2_clevr_change.json, beside this report"):
         assert text in html, text
     assert str(tmp_path) not in html and "_tmp-" not in html and str(tmp_path) not in repr(summary)

@@ -58,17 +58,17 @@ def test_index_lists_every_report(tmp_path):
                            "commit": "abc", **({"train_seconds": 1530} if name == "a" else {})}}))
     page = write_index(tmp_path).read_text()
     assert page.count("<tr>") == 3 and "Table a" in page and "2.5" in page and "0, 1" in page and "2.0 min" in page
-    assert "<th>training</th>" in page and "25.5 min" in page        # the cached runs' training, not the render
-    assert "<th>data</th>" not in page and page.count("synthetic: x") == 1   # shared by every row: said once
+    assert "training 25.5 min" in page        # the cached runs' training, not the render
+    assert page.count("synthetic: x") == 3 and ">D1</span>" in page   # a key per row (text on hover), once below
 
 
-def test_index_keeps_a_data_column_when_rows_differ(tmp_path):
+def test_index_keys_each_data_description_once(tmp_path):
     for name, data in (("a", "synthetic: x"), ("b", "real: /data/clevr")):
         (tmp_path / f"{name}.json").write_text(json.dumps({
             "notebook": name, "table": "t", "headline": {"label": "C", "kit": 1.0},
             "provenance": {"profile": "cpu", "data": data, "seeds": [0], "wall_seconds": 60, "commit": "abc"}}))
     page = write_index(tmp_path).read_text()
-    assert "<th>data</th>" in page and "<td>real: /data/clevr</td>" in page and "<td>synthetic: x</td>" in page
+    assert "<li><b>D1</b>: synthetic: x; backbone </li>" in page and "<li><b>D2</b>: real: /data/clevr" in page
 
 
 def test_html_hides_code_and_stderr_but_keeps_errors_and_sets_the_title(tmp_path):
@@ -105,11 +105,18 @@ def test_index_status_tells_ran_from_learned(tmp_path):
     (tmp_path / "status.json").write_text(json.dumps({"learned": {"status": "stale"}}))
     page = write_index(tmp_path).read_text()
     cells = {name: page.split(f'href="{name}.html"')[1].split("</tr>")[0] for name in docs}
-    assert '<span class="flag">ran, COLLAPSED</span>' in cells["collapsed"]
-    assert "1 of 2 captioning runs below 10 distinct test captions; fewest 1 (MLM, seed 0)" in cells["collapsed"]
+    # the status is the headline run's (the first variant here): MLM's collapse is a side row's
+    assert '<span class="learned">learned</span>' in cells["collapsed"]
     assert '<span class="learned">learned</span>' in cells["learned"] and "57+ distinct" in cells["learned"]
     assert "stale: last run failed" in cells["learned"] and "stale" not in cells["collapsed"]
-    assert '<span class="ran">ran, no training</span>' in cells["baselines"] and "COLLAPSED" not in cells["baselines"]
+    assert '<span class="ran">no training</span>' in cells["baselines"] and "collapsed" not in cells["baselines"]
+    rows = [row("full", 57), row("full", 3, seed=1)]
+    (tmp_path / "collapsed.json").write_text(json.dumps({
+        "notebook": "collapsed", "table": "t", "headline": {"label": "C", "kit": 60.1}, "rows": rows,
+        "provenance": {"profile": "cpu", "data": "synthetic: x", "seeds": [0, 1], "wall_seconds": 60}}))
+    page = write_index(tmp_path).read_text()
+    cell = page.split('href="collapsed.html"')[1].split("</tr>")[0]
+    assert '<span class="flag">collapsed</span>' in cell and "fewest 3 (full, seed 1)" in cell
     assert "fewer than 10" in page          # the legend states the rule with the kit's own threshold
 
 

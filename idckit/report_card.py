@@ -1,0 +1,252 @@
+"""The summary card at the top of every report, and the one summary of a report that the card, the index page
+and the README's results table all print (so a number shown in two places comes from one function).
+
+The card says, before any method prose or table: the headline with its no-learning baseline and the paper's
+number side by side, the status in words (:mod:`idckit.report_status`), a one-sentence verdict, the seeds as
+mean ± sd, how often the captions name the change (CLEVR tables), and links to the index, the JSON and the docs.
+``idckit reproduce`` inserts it into each report's HTML right under the title (:func:`with_card`).
+"""
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from idckit.report_format import fmt
+from idckit.report_stats import compare
+from idckit.report_status import Status, hard_status, headline_rows, is_run, report_status
+
+CARD_START, CARD_END = "<!-- idckit-card -->", "<!-- /idckit-card -->"
+PAPERS = {"pcl": "IDC-PCL (Yao et al., AAAI 2022)", "clip4idc": "CLIP4IDC (Guo et al., AACL 2022)"}
+#: the docs page of each report family, relative to reports/
+DOCS = {"pcl": "../docs/idcpcl.md", "clip4idc": "../docs/clip4idc.md", "birds": "../docs/birds.md"}
+#: how a headline label names its metric
+_LABEL_METRICS = (("N_intra", "split_ratio"), ("ROUGE-L", "ROUGE_L"), ("R@1", "t2p_R@1"), ("CIDEr-D", "CIDEr-D"), ("BLEU-4", "Bleu_4"))
+
+
+def paper_of(doc: Mapping[str, Any]) -> str:
+    """The paper a report belongs to ("IDC-PCL (...)", "CLIP4IDC (...)") or "the kit" (the walkthrough)."""
+    return PAPERS.get(str(doc.get("table", "")).split(".")[0], "the kit")
+
+
+def docs_link(doc: Mapping[str, Any]) -> str:
+    nb = str(doc.get("notebook", ""))
+    if "birds" in nb or nb == "table5_cross_task":
+        return DOCS["birds"]
+    return DOCS.get(str(doc.get("table", "")).split(".")[0], "../README.md")
+
+
+def headline_metric(doc: Mapping[str, Any]) -> str | None:
+    head = doc.get("headline") or {}
+    if head.get("metric"):
+        return head["metric"]
+    label = head.get("label", "")
+    return next((m for word, m in _LABEL_METRICS if word in label), None)
+
+
+def baseline_of(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The no-learning baseline beside the headline: ``headline["baseline"]`` (``{"label", "kit"}``) where the
+    notebook computed it on the headline's own terms; else the best baseline row on the headline's metric (the
+    chance row for retrieval)."""
+    head = doc.get("headline") or {}
+    if isinstance(head.get("baseline"), Mapping):
+        return dict(head["baseline"])
+    metric = headline_metric(doc)
+    if metric is None or head.get("metric_kind") == "difference" or not any(is_run(r) for r in doc.get("rows", [])):
+        return None   # a report of baselines alone: its headline is a baseline
+    runs = head.get("runs")
+    dataset = runs.get("dataset") if isinstance(runs, Mapping) else None
+    candidates = [r for r in doc.get("rows", []) if not is_run(r) and metric in r.get("metrics", {})
+                  and r.get("dataset") == dataset]
+    if not candidates:
+        return None
+    best = max(candidates, key=lambda r: r["metrics"][metric])
+    label = "chance" if best.get("model") == "chance" else best.get("variant", "baseline")
+    return {"label": label, "kit": best["metrics"][metric]}
+
+
+@dataclass
+class Summary:
+    """What the card, the index and the README print for one report."""
+    notebook: str
+    paper: str
+    title: str
+    label: str
+    kit: float | None
+    sd: float | None
+    n_seeds: int
+    seeds: list
+    baseline: dict[str, Any] | None
+    paper_value: float | None
+    status: Status
+    hard: Status | None
+    verdict: str
+    describes: dict[str, Any] | None
+    data: str
+    backbone: str
+    profile: str
+    commit: str
+    wall_seconds: float | None
+    train_seconds: float | None
+    date: str
+    environment: str
+    metric: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def kit_text(self) -> str:
+        if self.kit is None:
+            return "tie" if "tie" in self.label else "–"
+        return fmt(self.kit, self.metric) + (f" ± {fmt(self.sd, self.metric)}" if self.sd is not None
+                                             and self.n_seeds > 1 else "")
+
+    def baseline_text(self) -> str:
+        return "–" if not self.baseline else f"{fmt(self.baseline['kit'], self.metric)} ({self.baseline['label']})"
+
+    def paper_text(self) -> str:
+        return fmt(self.paper_value, self.metric)
+
+    def seeds_text(self) -> str:
+        if self.n_seeds > 1:
+            return f"{self.n_seeds} seeds ({', '.join(map(str, self.seeds))}), mean ± sd"
+        return f"one seed ({', '.join(map(str, self.seeds)) or '–'})"
+
+
+def _verdict(doc: Mapping[str, Any], status: Status, kit: float | None, baseline: dict | None,
+             mean_row: Mapping[str, Any] | None, metric: str | None) -> str:
+    rows = headline_rows(doc)
+    if status.verdict == "no training":
+        return "baselines only: no model is trained in this report."
+    if status.verdict == "not checked":
+        return "not checked: " + status.detail + "."
+    against = ""
+    if baseline and kit is not None and metric:
+        row = mean_row or (rows[0] if rows else None)
+        if row is not None and metric in row.get("metrics", {}):
+            o = compare({**row, "metrics": {metric: kit}}, {"metrics": {metric: baseline["kit"]}}, metric)
+            against = {1: "above the baseline", -1: "below the baseline", 0: "equals the baseline"}[o.order]
+            against += (f" ({fmt(kit, metric)} vs {fmt(baseline['kit'], metric)}; "
+                        + (f"noise {fmt(o.noise, metric)}, {o.how})" if o.noise else f"{o.how})"))
+    if status.verdict == "collapsed":
+        fewest = min(r["distinct_test_captions"] for r in rows if r.get("distinct_test_captions") is not None)
+        words = "one sentence" if fewest <= 1 else f"{fewest} distinct sentences"
+        return f"collapsed: writes {words}" + (f"; {against}" if against else "") + "."
+    if status.verdict == "not learned":
+        return "not learned: " + status.detail.split("; ")[0] + (f"; {against}" if against else "") + "."
+    return "learned" + (f": {against}" if against else "") + "."
+
+
+def summary(doc: Mapping[str, Any]) -> Summary:
+    head = doc.get("headline") or {}
+    prov = doc.get("provenance", {})
+    status = report_status(doc)
+    means = headline_rows(doc, means=True)
+    metric = headline_metric(doc)
+    mean_row = means[0] if len(means) == 1 else None
+    sd = (mean_row.get("sd") or {}).get(metric) if mean_row and metric else None
+    seeds = list(prov.get("seeds", []))
+    baseline = baseline_of(doc)
+    kit = head.get("kit")
+    rows = headline_rows(doc)
+    describes = next((r["describes"] for r in ([mean_row] if mean_row else rows) if r and r.get("describes")), None)
+    env = prov.get("environment") or {}
+    env_text = ", ".join(f"{k} {v}" for k, v in env.items()) if isinstance(env, Mapping) else str(env)
+    return Summary(
+        notebook=str(doc.get("notebook", "")), paper=paper_of(doc), title=str(doc.get("title", "")),
+        label=str(head.get("label", "")), kit=kit, sd=sd, n_seeds=mean_row.get("n_seeds", 1) if mean_row else 1,
+        seeds=seeds, baseline=baseline, paper_value=head.get("paper"), status=status, hard=hard_status(doc),
+        verdict=_verdict(doc, status, kit, baseline, mean_row, metric), describes=describes,
+        data=str(prov.get("data", "")), backbone=str(prov.get("backbone", "")), profile=str(prov.get("profile", "")),
+        commit=str(prov.get("commit", "")), wall_seconds=prov.get("wall_seconds"),
+        train_seconds=prov.get("train_seconds"), date=str(prov.get("date", "–")), environment=env_text or "–",
+        metric=metric or "")
+
+
+def describes_text(d: Mapping[str, Any] | None) -> str:
+    if not d:
+        return ""
+    out = (f"names the right change type for {fmt(d['type_named'])} % of the changed test pairs (chance "
+           f"{fmt(d['type_chance'])} %)")
+    if d.get("attributes_named") is not None:
+        out += (f", and the changed object's attributes for {fmt(d['attributes_named'])} % (chance "
+                f"{fmt(d['attributes_chance'])} %)")
+    return out
+
+
+CARD_CSS = """<style>
+.idckit-card { border: 2px solid #2b6cb0; background: #eef4fb; border-radius: 6px; padding: 0.8rem 1.1rem;
+  margin: 0.6rem 0 1.2rem 0; font-family: system-ui, sans-serif; max-width: 62rem; }
+.idckit-card table { border-collapse: collapse; margin: 0.3rem 0; }
+.idckit-card th, .idckit-card td { padding: 0.15rem 0.9rem 0.15rem 0; text-align: left; border: none;
+  background: transparent; font-size: 0.95rem; }
+.idckit-card .big { font-size: 1.35rem; font-weight: 600; }
+.idckit-card .flag { color: #b00; font-weight: 700; } .idckit-card .learned { color: #070; font-weight: 700; }
+.idckit-card .ran { color: #555; font-weight: 700; } .idckit-card p { margin: 0.35rem 0; }
+table.idckit-table td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.idckit-table caption { caption-side: top; text-align: left; font-weight: 600; }
+.jp-RenderedText pre, .output_text pre { white-space: pre-wrap; word-break: normal; overflow-wrap: anywhere; }
+</style>"""
+
+
+def status_class(st: Status) -> str:
+    return "flag" if st.flag else ("learned" if st.verdict == "learned" else "ran")
+
+
+def card_html(doc: Mapping[str, Any]) -> str:
+    """The card of report ``doc`` (an HTML fragment between :data:`CARD_START` and :data:`CARD_END`)."""
+    s = summary(doc)
+    e = html.escape
+    status = f"<span class='{status_class(s.status)}'>{e(s.status.verdict)}</span>"
+    if s.status.detail:
+        status += f" <span>({e(s.status.detail)})</span>"
+    hard = ""
+    if s.hard is not None:
+        hard = (f"<tr><th>hard data</th><td><span class='{status_class(s.hard)}'>{e(s.hard.verdict)}</span> "
+                f"({e(s.hard.detail)})</td></tr>")
+    desc = describes_text(s.describes)
+    nb = e(s.notebook)
+    return (f"{CARD_START}{CARD_CSS}<div class='idckit-card' id='idckit-card'>"
+            f"<p><b>{e(s.paper)}</b>: {e(s.title)}</p>"
+            f"<table><tr><th>{e(s.label)}</th><th>no-learning baseline</th><th>paper (real data)</th></tr>"
+            f"<tr><td class='big'>{e(s.kit_text())}</td><td class='big'>{e(s.baseline_text())}</td>"
+            f"<td class='big'>{e(s.paper_text())}</td></tr></table>"
+            f"<table><tr><th>status</th><td>{status}</td></tr>{hard}"
+            f"<tr><th>verdict</th><td>{e(s.verdict)}</td></tr>"
+            + (f"<tr><th>describes the change?</th><td>{e(desc)}</td></tr>" if desc else "")
+            + f"<tr><th>seeds</th><td>{e(s.seeds_text())}</td></tr>"
+            f"<tr><th>data</th><td>{e(s.data)}</td></tr></table>"
+            f"<p><a href='index.html'>all reports</a> · <a href='{nb}.json'>this report's numbers ({nb}.json)</a>"
+            f" · <a href='{e(docs_link(doc))}'>docs</a> · how to read a status: "
+            f"<a href='00_walkthrough.html'>the walkthrough</a></p></div>{CARD_END}")
+
+
+def with_card(page: str, doc: Mapping[str, Any]) -> str:
+    """``page`` (a report's HTML) with the card right after its first heading (or at the top of its body),
+    replacing a card it already has."""
+    page = re.sub(re.escape(CARD_START) + r".*?" + re.escape(CARD_END), "", page, flags=re.DOTALL)
+    card = card_html(doc)
+    m = re.search(r"</h1>", page)
+    if m is None:
+        m = re.search(r"<body[^>]*>", page)
+    if m is None:
+        return card + page
+    return page[:m.end()] + card + page[m.end():]
+
+
+class Card:
+    """The card as a notebook output (for a notebook run outside ``idckit reproduce``)."""
+
+    def __init__(self, doc: Mapping[str, Any]):
+        self.doc = doc
+
+    def _repr_html_(self) -> str:
+        return card_html(self.doc)
+
+    def __repr__(self) -> str:
+        s = summary(self.doc)
+        return "\n".join([f"{s.label}: {s.kit_text()} | baseline {s.baseline_text()} | paper {s.paper_text()}",
+                          f"status: {s.status.text()}", f"verdict: {s.verdict}", f"seeds: {s.seeds_text()}"])
+
+
+__all__ = ["Summary", "summary", "card_html", "with_card", "Card", "paper_of", "baseline_of", "headline_metric",
+           "describes_text", "status_class"]
