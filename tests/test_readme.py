@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from idckit.readme import END, START, current_block, render_results, update_readme
@@ -27,3 +28,26 @@ def test_update_rewrites_only_the_block(tmp_path):
     assert "| [t](reports/t.html) | CIDEr-D | 97.2 | – | 128.9 | no training | – | synthetic: x | 0, 1, 2 | abc |" in text
     assert text.startswith("# title") and text.endswith("more text\n") and "old" not in text
     assert update_readme(readme, reports) is False
+
+
+def test_readme_is_a_newcomers_document():
+    """The two commands come first, the page stays short, and a Status row is one line, not a lab log."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, f"README.md is {len(lines)} lines: move detail to docs/ or lab/"
+    long = [i + 1 for i, line in enumerate(lines) if len(line) > 400]
+    assert not long, f"README.md lines {long} are over 400 characters"
+    first_block = lines[lines.index("```bash") + 1:lines.index("```")]
+    assert [line.split("#")[0].strip() for line in first_block] == ["make reproduce", "make test"]
+
+
+def test_relative_links_in_the_docs_resolve():
+    """Every relative link of the README, docs/ and lab/ names a file that exists (studies moved to lab/ once)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "lab").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            if not (page.parent / target.split("#")[0]).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
