@@ -1,0 +1,432 @@
+"""CLIP4IDC parity: recordings of the authors' model (sushizixin/CLIP4IDC) and converters of their state dicts.
+
+Recording (:func:`record`, needs a checkout of their repository; nothing of it is kept): their ``CLIP4IDC`` model
+(``modules/modeling.py`` with ``module_clip.py`` and ``module_decoder.py``) is built at a tiny size, in fp32, in
+eval mode on CPU: a ViT of width 128 (2 heads), 4 layers, patch 8 at 56 px (7x7 patches, so 50 tokens per image and
+their hard-coded after-image CLS index 50 is right, as for ViT-B/32 at 224 px), a 2-layer width-128 text tower over
+CLIP's full BPE vocabulary (49,408; their special tokens are BPE ids), and a 2+2-layer width-128 caption model with
+dropout 0 (so their training-mode losses are deterministic). CLIP's vocabulary makes even this model 7M parameters,
+so no weight is stored: every parameter is :func:`parameter_value` of (seed, its name in their model, its shape),
+which the tests recompute (:func:`authors_state`). What is stored: the key -> (parameter, shape) table, the inputs
+(images, their tokenizer's and data loaders' ids) and their outputs:
+
+* ``clip4idc_adapt.pt``: per intra/inter split (3+1 and 1+3 of 4 layers) the pair encoder's 100 projected tokens
+  and pair vector (``CLIP.encode_image``), the text features (``encode_text``), the similarity matrix and their
+  training loss (``CLIP4IDC.forward`` in train mode: all-gather over a 1-process gloo group, ``CrossEn`` both ways).
+* ``clip4idc_caption.pt``: the captioner (3+1 split) on three pairs: teacher-forced logits at the positions their
+  decoder mask keeps (49,408 columns are too many to store: a fixed set of columns, the log-normaliser and argmax
+  of every row, and a fixed random projection of all columns), their training loss (``CLIP4IDC.forward``) and
+  ``greedy_decode`` of ``main_task_caption.py`` (32 steps).
+
+Converters (also what ``idckit import-checkpoint --from clip4idc-adapt|clip4idc-caption`` uses):
+:func:`clip_from_authors_state` builds the open_clip CLIP of a state dict's sizes, :func:`convert_retrieval` and
+:func:`convert_captioner` rename their keys to the kit's :class:`~idckit.models.clip4idc.CLIP4IDCRetrieval` /
+:class:`~idckit.models.clip4idc.CLIP4IDCCaptioner` (fp16 tensors upcast to fp32).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import math
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import torch
+
+SEED = 0
+#: their ``CLIP`` constructor's sizes (heads = width // 64 in their code)
+CLIP_SIZES = dict(embed_dim=128, image_resolution=56, vision_layers=4, vision_width=128, vision_patch_size=8,
+                  context_length=77, vocab_size=49408, transformer_width=128, transformer_heads=2,
+                  transformer_layers=2)
+#: their ``decoder_config.json`` at the tiny size (dropout 0: deterministic training-mode losses)
+DECODER_CONFIG = {"attention_probs_dropout_prob": 0.0, "hidden_act": "gelu", "hidden_dropout_prob": 0.0,
+                  "hidden_size": 128, "initializer_range": 0.02, "intermediate_size": 256,
+                  "num_attention_heads": 4, "num_hidden_layers": 2, "type_vocab_size": 2, "vocab_size": 49408,
+                  "num_decoder_layers": 2, "max_target_embeddings": 77}
+SPLITS = (3, 1)            # intra layers of the 4: 3+1 (the paper's 3/4) and 1+3
+CAPTION_SPLIT = 3
+MAX_WORDS = 32             # their --max_words
+CAPTIONS = ["the small red metal cube has been moved",
+            "someone added a large gray rubber sphere",
+            "the blue cylinder that was behind the cyan ball changed its color to yellow"]
+#: columns of the caption logits stored as they are: pad, SOT, EOT and a few words; plus SKETCH random ones
+FIXED_COLUMNS = [0, 49406, 49407, 518, 1004, 2292, 3140, 4160]
+RANDOM_COLUMNS, SKETCH = 56, 8
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Deterministic parameters (recomputed by the tests)
+# ---------------------------------------------------------------------------------------------------------------
+
+def parameter_value(seed: int, name: str, shape: tuple[int, ...] | torch.Size) -> torch.Tensor:
+    """The value of the authors' parameter ``name`` in a recording: normal draws from a generator seeded by
+    sha256(seed, name), scaled so activations stay in range: LayerNorm gains 1 + 0.1 N, biases 0.05 N, vectors
+    N / sqrt(length), matrices and embeddings N / sqrt(numel / shape[0]); ``logit_scale`` ln 100 (the paper's)."""
+    shape = tuple(shape)
+    if name.endswith("logit_scale"):
+        return torch.full(shape, math.log(100.0))
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2 ** 63 - 1))
+    x = torch.randn(shape, generator=g, dtype=torch.float64)
+    leaf = name.rsplit(".", 1)[-1]
+    is_norm = any(t in name for t in ("ln_", "LayerNorm", "layer_norm"))
+    if is_norm and leaf == "weight":
+        x = 1 + 0.1 * x
+    elif leaf == "bias" or leaf.endswith("_bias"):
+        x = 0.05 * x
+    elif len(shape) == 1:                      # class / image-type embeddings
+        x = x * shape[0] ** -0.5
+    else:
+        x = x * (math.prod(shape) / shape[0]) ** -0.5
+    return x.float()
+
+
+def authors_state(spec: Mapping[str, tuple[str, tuple[int, ...]]], seed: int = SEED) -> dict[str, torch.Tensor]:
+    """A recording's authors' state dict from its ``spec`` (key -> (parameter name, shape)); tied keys (their
+    decoder's embeddings are CLIP's) name the same parameter and get equal tensors."""
+    values: dict[str, torch.Tensor] = {}
+    out = {}
+    for key, (param, shape) in spec.items():
+        if param not in values:
+            values[param] = parameter_value(seed, param, shape)
+        out[key] = values[param].clone()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Converters: the authors' keys -> the kit's
+# ---------------------------------------------------------------------------------------------------------------
+
+#: the pair encoder's parameters CLIP does not have, under ``clip.visual.`` in their model
+NEW_VISUAL = ("bef_embedding", "aft_embedding", "joint_positional_embedding", "ln_mid.weight", "ln_mid.bias")
+
+
+def _float32(state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """Tensors only, ``module.`` (DDP) stripped, fp16 (their CLIP matrices) upcast exactly to fp32."""
+    out = {}
+    for k, v in state.items():
+        if not isinstance(v, torch.Tensor):
+            continue
+        k = k[len("module."):] if k.startswith("module.") else k
+        out[k] = v.float() if v.is_floating_point() else v
+    return out
+
+
+def clip_sizes(state: Mapping[str, torch.Tensor]) -> dict[str, int]:
+    """The CLIP sizes of an authors' state dict (keys ``clip.*``), read as their ``CLIP4IDC.__init__`` reads them."""
+    s = {k[len("clip."):]: v for k, v in _float32(state).items() if k.startswith("clip.")}
+    need = ["visual.proj", "visual.conv1.weight", "visual.positional_embedding", "text_projection",
+            "positional_embedding", "token_embedding.weight", "ln_final.weight"]
+    missing = [f"clip.{k}" for k in need if k not in s]
+    if missing:
+        raise KeyError(f"not a CLIP4IDC state dict with a ViT CLIP: missing {missing[:3]}")
+    patch = s["visual.conv1.weight"].shape[-1]
+    grid = round((s["visual.positional_embedding"].shape[0] - 1) ** 0.5)
+    return dict(
+        embed_dim=s["text_projection"].shape[1], image_resolution=patch * grid,
+        vision_layers=len([k for k in s if k.startswith("visual.") and k.endswith(".attn.in_proj_weight")]),
+        vision_width=s["visual.conv1.weight"].shape[0], vision_patch_size=patch,
+        context_length=s["positional_embedding"].shape[0], vocab_size=s["token_embedding.weight"].shape[0],
+        transformer_width=s["ln_final.weight"].shape[0], transformer_heads=s["ln_final.weight"].shape[0] // 64,
+        transformer_layers=len({k.split(".")[2] for k in s if k.startswith("transformer.resblocks")}))
+
+
+def clip_from_authors_state(state: Mapping[str, torch.Tensor]):
+    """An open_clip CLIP with the sizes of an authors' state dict: OpenAI's ViT layout (heads = width / 64,
+    QuickGELU, as OpenAI's CLIP the authors start from), randomly initialised; load converted weights into the kit
+    model built on it."""
+    import open_clip
+
+    z = clip_sizes(state)
+    return open_clip.CLIP(
+        embed_dim=z["embed_dim"], quick_gelu=True,
+        vision_cfg=dict(layers=z["vision_layers"], width=z["vision_width"], head_width=64,
+                        patch_size=z["vision_patch_size"], image_size=z["image_resolution"]),
+        text_cfg=dict(context_length=z["context_length"], vocab_size=z["vocab_size"], width=z["transformer_width"],
+                      heads=z["transformer_heads"], layers=z["transformer_layers"]))
+
+
+def _pair_encoder_keys(s: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out = {}
+    for k, v in s.items():
+        if not k.startswith("clip.visual."):
+            continue
+        rest = k[len("clip.visual."):]
+        out["pair_encoder." + (rest if rest in NEW_VISUAL else "visual." + rest)] = v
+    return out
+
+
+def convert_retrieval(state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """An adaptation-stage state dict (their ``pytorch_model.bin.*``: ``clip.*``) -> the kit's
+    :class:`~idckit.models.clip4idc.CLIP4IDCRetrieval` keys (``pair_encoder.*`` and the text tower's ``clip.*``).
+    Keys of other modules (a caption stage's ``decoder.*``) are ignored."""
+    s = _float32(state)
+    out = _pair_encoder_keys(s)
+    out.update({k: v for k, v in s.items() if k.startswith("clip.") and not k.startswith("clip.visual.")})
+    return out
+
+
+#: the kit's caption-model module -> theirs (``decoder.`` = their ``DecoderModel``)
+_ATTENTION = {"query": "att.query", "key": "att.key", "value": "att.value", "out": "output.dense",
+              "norm": "output.LayerNorm"}
+_FFN = {"fc": "intermediate.dense", "proj": "output.dense", "norm": "output.LayerNorm"}
+
+
+def convert_captioner(state: Mapping[str, Any], max_len: int) -> dict[str, torch.Tensor]:
+    """A caption-stage state dict (their ``CLIP4IDC`` with task ``caption``: ``clip.*`` and ``decoder.*``) -> the
+    kit's :class:`~idckit.models.clip4idc.CLIP4IDCCaptioner` keys, for captions of ``max_len`` tokens. Their
+    decoder's word embedding and output matrix are CLIP's token embedding, its position embedding CLIP's text
+    position embedding (first ``max_len`` rows kept); CLIP's text tower is not part of the kit's captioner."""
+    s = _float32(state)
+    out = _pair_encoder_keys(s)
+    words = s.get("clip.token_embedding.weight", s.get("decoder.embeddings.word_embeddings.weight"))
+    positions = s.get("clip.positional_embedding", s.get("decoder.embeddings.position_embeddings.weight"))
+    if words is None or positions is None or "decoder.classifier.cls.predictions.bias" not in s:
+        raise KeyError("not a CLIP4IDC caption-stage state dict: needs clip.token_embedding.weight, "
+                       "clip.positional_embedding and decoder.* (an adaptation checkpoint has no decoder)")
+    if positions.shape[0] < max_len:
+        raise ValueError(f"the checkpoint has {positions.shape[0]} position rows, fewer than max_len={max_len}")
+    out["word_embedding.weight"] = words
+    out["position_embedding.weight"] = positions[:max_len]
+    out["embed_norm.weight"] = s["decoder.embeddings.LayerNorm.weight"]
+    out["embed_norm.bias"] = s["decoder.embeddings.LayerNorm.bias"]
+    head = "decoder.classifier.cls.predictions."
+    for kit, theirs in (("head_transform.0", "transform.dense"), ("head_transform.2", "transform.LayerNorm")):
+        for p in ("weight", "bias"):
+            out[f"{kit}.{p}"] = s[f"{head}{theirs}.{p}"]
+    out["head_bias"] = s[head + "bias"]
+    for stack, sublayers in (("encoder", {"self_attn": "slf_attn"}),
+                             ("decoder", {"self_attn": "slf_attn", "cross_attn": "enc_attn"})):
+        n = len({k.split(".")[3] for k in s if k.startswith(f"decoder.{stack}.layer.")})
+        for i in range(n):
+            theirs = f"decoder.{stack}.layer.{i}."
+            for kit_sub, their_sub in sublayers.items():
+                for a, b in _ATTENTION.items():
+                    for p in ("weight", "bias"):
+                        out[f"{stack}.{i}.{kit_sub}.{a}.{p}"] = s[f"{theirs}{their_sub}.{b}.{p}"]
+            for a, b in _FFN.items():
+                for p in ("weight", "bias"):
+                    out[f"{stack}.{i}.ffn.{a}.{p}"] = s[f"{theirs}{b}.{p}"]
+    return out
+
+
+def captioner_sizes(state: Mapping[str, Any]) -> dict[str, int]:
+    """Hidden size, FFN size and layer counts of a caption-stage state dict (heads are not in the weights)."""
+    s = _float32(state)
+    n = lambda stack: len({k.split(".")[3] for k in s if k.startswith(f"decoder.{stack}.layer.")})  # noqa: E731
+    fc = s["decoder.decoder.layer.0.intermediate.dense.weight"]
+    return dict(hidden=fc.shape[1], ffn=fc.shape[0], enc_layers=n("encoder"), dec_layers=n("decoder"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recording (imports the authors' modules from a checkout)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _stub_module(name: str, **attrs) -> types.ModuleType:
+    m = types.ModuleType(name)
+    m.__dict__.update(attrs)
+    return m
+
+
+@contextlib.contextmanager
+def _authors_code(checkout: Path) -> Iterator[None]:
+    """Their checkout on sys.path; stubs for what only their file download (boto3) and image loading (cv2)
+    import; ``np.long`` (removed in NumPy 1.24, used by their data loaders); their import-time NCCL
+    ``init_process_group`` answered by the 1-process gloo group made here. Everything is undone on exit."""
+    import numpy as np
+    import torch.distributed as dist
+
+    saved_modules = dict(sys.modules)
+    saved_path = list(sys.path)
+    had_long = hasattr(np, "long")
+    stubs = {"boto3": _stub_module("boto3"), "botocore": _stub_module("botocore"),
+             "botocore.exceptions": _stub_module("botocore.exceptions", ClientError=Exception)}
+    try:
+        import cv2  # noqa: F401
+    except ImportError:
+        stubs["cv2"] = _stub_module("cv2")
+    for name, module in stubs.items():
+        sys.modules.setdefault(name, module)
+    if not had_long:
+        np.long = np.int64
+    real_init = dist.init_process_group
+    tmp = tempfile.TemporaryDirectory()
+    dist.init_process_group("gloo", init_method=f"file://{tmp.name}/pg", rank=0, world_size=1)
+    dist.init_process_group = lambda *a, **k: None
+    sys.path.insert(0, str(checkout))
+    try:
+        yield
+    finally:
+        dist.init_process_group = real_init
+        dist.destroy_process_group()
+        tmp.cleanup()
+        sys.path[:] = saved_path
+        for name in list(sys.modules):
+            if name not in saved_modules:
+                del sys.modules[name]
+        if not had_long:
+            del np.long
+
+
+def _commit(checkout: Path) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _set_parameters(model: torch.nn.Module, seed: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Every parameter := parameter_value(seed, its first name); returns the spec of the state dict
+    (key -> (parameter name, shape)), tied keys naming the one parameter they share."""
+    owner = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(parameter_value(seed, name, p.shape))
+            owner[p.data_ptr()] = name
+    spec = {}
+    for key, t in model.state_dict().items():
+        if t.data_ptr() not in owner:
+            raise RuntimeError(f"{key} is not a parameter; the recording cannot recompute it")
+        spec[key] = (owner[t.data_ptr()], tuple(t.shape))
+    return spec
+
+
+def _summarise_logits(logits: torch.Tensor, keep: torch.Tensor, columns: torch.Tensor,
+                      sketch: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Rows [N, V] of caption logits kept by ``keep`` -> what a recording stores of them."""
+    rows = logits[keep].double()
+    return {"columns": rows[:, columns].float(), "logsumexp": rows.logsumexp(-1).float(),
+            "argmax": rows.argmax(-1), "sketch": (rows @ sketch).float()}
+
+
+def logit_probes(seed: int = SEED, vocab: int = 49408) -> tuple[torch.Tensor, torch.Tensor]:
+    """(columns stored as they are, the [vocab, SKETCH] random projection, scaled by 1/sqrt(vocab)) of caption
+    logits, recomputed by the tests."""
+    g = torch.Generator().manual_seed(seed + 1)
+    extra = torch.randperm(vocab, generator=g)[:RANDOM_COLUMNS]
+    columns = torch.tensor(sorted(set(FIXED_COLUMNS) | set(extra.tolist())))
+    sketch = torch.randn(vocab, SKETCH, generator=g, dtype=torch.float64) / vocab ** 0.5
+    return columns, sketch
+
+
+def summarise_logits(logits: torch.Tensor, keep: torch.Tensor, seed: int = SEED) -> dict[str, torch.Tensor]:
+    columns, sketch = logit_probes(seed, logits.shape[-1])
+    return _summarise_logits(logits, keep, columns, sketch)
+
+
+def record(checkout: str | Path, out: str | Path, seed: int = SEED) -> list[Path]:
+    """Record the authors' CLIP4IDC at the tiny size (module docstring) into ``out``/clip4idc_{adapt,caption}.pt."""
+    checkout, out = Path(checkout).resolve(), Path(out)
+    if not (checkout / "modules" / "modeling.py").is_file():
+        raise FileNotFoundError(f"{checkout} is not a checkout of sushizixin/CLIP4IDC (no modules/modeling.py); "
+                                "clone it and pass its folder as --clip4idc")
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    with _authors_code(checkout), tempfile.TemporaryDirectory() as tmp:
+        return _record(checkout, out, seed, Path(tmp))
+
+
+def _record(checkout: Path, out: Path, seed: int, tmp: Path) -> list[Path]:
+    import json
+
+    from modules.module_clip import CLIP
+    from modules.modeling import CLIP4IDC
+    from modules.tokenization_clip import SimpleTokenizer
+    from dataloaders.dataloader_clevr_caption import CLEVR_DataLoader as CaptionLoader
+    from dataloaders.dataloader_clevr_retrieval import CLEVR_DataLoader as RetrievalLoader
+    import main_task_caption
+
+    clip_file = tmp / "tiny_clip.pt"     # their CLIP.get_config reads the base CLIP from a file
+    torch.save(CLIP(**CLIP_SIZES).state_dict(), clip_file)
+    decoder_dir = tmp / "decoder-tiny"
+    decoder_dir.mkdir()
+    (decoder_dir / "decoder_config.json").write_text(json.dumps(DECODER_CONFIG))
+
+    tokenizer = SimpleTokenizer()
+    special = {"CLS_TOKEN": "<|startoftext|>", "SEP_TOKEN": "<|endoftext|>", "MASK_TOKEN": "[MASK]",
+               "UNK_TOKEN": "[UNK]", "PAD_TOKEN": "[PAD]"}
+    loader = types.SimpleNamespace(max_words=MAX_WORDS, tokenizer=tokenizer, SPECIAL_TOKEN=special)
+    # their data loaders' own text preparation, called on a stand-in for the loader object
+    text = [RetrievalLoader._get_text(loader, 0, c) for c in CAPTIONS]
+    caption = [CaptionLoader._get_text(loader, 0, c) for c in CAPTIONS]
+    as_long = lambda arrays: torch.from_numpy(__import__("numpy").concatenate(arrays)).long()  # noqa: E731
+    text_ids, text_mask, text_segment = (as_long([t[i] for t in text]) for i in range(3))
+    dummy_ids, dummy_mask, dummy_segment, in_ids, dec_mask, out_ids = (as_long([c[i] for c in caption])
+                                                                       for i in range(6))
+    batch = len(CAPTIONS)
+    g = torch.Generator().manual_seed(seed)
+    size = CLIP_SIZES["image_resolution"]
+    before = torch.randn(batch, 1, 3, size, size, generator=g)
+    after = before + 0.5 * torch.randn(batch, 1, 3, size, size, generator=g)   # a pair differs, not wholly
+    image_mask = torch.ones(batch, 2, dtype=torch.long)
+
+    def build(task_type: str, intra: int):
+        cfg = argparse.Namespace(task_type=task_type, intra_num_hidden_layers=intra, pretrained_clip_name=str(clip_file),
+                                 local_rank=0, world_size=1, rank=0, linear_patch="2d", max_words=MAX_WORDS)
+        model = CLIP4IDC.from_pretrained("cross-base", str(decoder_dir), task_config=cfg)
+        model.float()           # their convert_weights leaves CLIP's matrices in fp16; the recording is fp32
+        spec = _set_parameters(model, seed)
+        return model.eval(), spec, cfg
+
+    meta = {"commit": _commit(checkout), "seed": seed, "clip_sizes": CLIP_SIZES, "decoder_config": DECODER_CONFIG,
+            "captions": CAPTIONS, "max_words": MAX_WORDS}
+    written = []
+
+    # -- adaptation stage: pair encoder at two splits, text features, similarities, loss ---------------------------
+    adapt: dict[str, Any] = {"meta": meta, "inputs": {"before": before[:, 0], "after": after[:, 0],
+                                                      "text_ids": text_ids, "text_mask": text_mask}, "splits": {}}
+    for intra in SPLITS:
+        model, spec, _ = build("retrieval", intra)
+        with torch.no_grad():
+            text_feat, visual, _, tokens = model.get_sequence_visual_output(
+                text_ids, text_segment, text_mask, torch.cat([before, after], 1), image_mask)
+            sim, _ = model.get_similarity_logits(text_feat, visual, text_mask, image_mask, shaped=True)
+            model.train()
+            loss = model(text_ids, text_segment, text_mask, before, after, image_mask)
+            model.eval()
+        adapt["spec"] = spec
+        adapt["splits"][intra] = {"tokens": tokens, "pair": visual, "text": text_feat, "logits": sim, "loss": loss}
+    # their precision: convert_weights leaves CLIP's matrices in fp16 (recorded at the 3+1 split, the one outside fp32)
+    model, _, _ = build("retrieval", SPLITS[0])
+    from modules.module_clip import convert_weights
+    convert_weights(model.clip)
+    half = sorted(k for k, v in model.state_dict().items() if v.dtype == torch.float16)
+    with torch.no_grad():
+        text_feat, visual, _, tokens = model.get_sequence_visual_output(
+            text_ids, text_segment, text_mask, torch.cat([before, after], 1), image_mask)
+    adapt["fp16"] = {"split": SPLITS[0], "keys": half, "tokens": tokens.float(), "pair": visual.float(),
+                     "text": text_feat.float()}
+    path = out / "clip4idc_adapt.pt"
+    torch.save(adapt, path)
+    written.append(path)
+
+    # -- caption stage: teacher-forced logits, loss, greedy decoding ---------------------------------------------
+    model, spec, cfg = build("caption", CAPTION_SPLIT)
+    with torch.no_grad():
+        _, _, _, visual_tokens = model.get_sequence_visual_output(
+            dummy_ids, dummy_segment, dummy_mask, torch.cat([before, after], 1), image_mask)
+        ones = torch.ones(visual_tokens.shape[:2], dtype=torch.long)
+        logits = model.decoder_caption(visual_tokens, ones, in_ids, dec_mask, shaped=True, get_logits=True)
+        model.train()
+        loss = model(dummy_ids, dummy_segment, dummy_mask, before, after, image_mask,
+                     input_caption_ids=in_ids, decoder_mask=dec_mask, output_caption_ids=out_ids)
+        model.eval()
+        greedy = torch.tensor(main_task_caption.greedy_decode(cfg, model, tokenizer, dummy_ids, dummy_segment,
+                                                              dummy_mask, torch.cat([before, after], 1), image_mask))
+    keep = dec_mask.bool()
+    caption_rec = {"meta": meta, "spec": spec, "split": CAPTION_SPLIT,
+                   "inputs": {"before": before[:, 0], "after": after[:, 0], "input_caption_ids": in_ids,
+                              "decoder_mask": dec_mask, "output_caption_ids": out_ids},
+                   "outputs": {"pair_tokens": visual_tokens, "logits": summarise_logits(logits, keep, seed),
+                               "logits_at_padding": summarise_logits(logits, ~keep, seed),
+                               "loss": loss, "greedy": greedy}}
+    path = out / "clip4idc_caption.pt"
+    torch.save(caption_rec, path)
+    written.append(path)
+    return written
