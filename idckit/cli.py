@@ -101,7 +101,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         resolve(args.device)
     outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
                          report_dir=args.report_dir, runs_dir=args.runs_dir,
-                         extra_parameters={"device": args.device} if args.device else None)
+                         extra_parameters={"device": args.device} if args.device else None, force=args.force)
     failed = [o.notebook for o in outcomes if not o.ok]
     if updates_readme(args.profile, args.report_dir) and len(failed) < len(outcomes):
         from idckit.readme import update_readme
@@ -235,10 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="score RCC-format results against a dataset (BLEU, METEOR, ROUGE-L, CIDEr-D)")
     e.add_argument("results", type=Path,
-                   help="a results directory with sc_results.json + nsc_results.json, or one JSON list")
-    e.add_argument("--data", type=Path, required=True,
     gb.add_argument("--force", action="store_true",
                     help="write beside files in --out that the generator did not write (they are kept, never deleted)")
+                   help="a results directory with sc_results.json + nsc_results.json, or one JSON list")
+    e.add_argument("--data", type=Path, required=True,
                    help="dataset root: CLEVR-Change, Spot-the-Diff or Image-Editing-Request layout (detected)")
     e.add_argument("--split", default="test", choices=["train", "val", "test"])
     e.add_argument("--json", type=Path, default=None, help="write {subset: {metric: value}} here")
@@ -250,10 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("features", help="extract grid features (7x7 at 224 px) of every image into float16 memmaps (resumable)")
     f.add_argument("data_root", type=Path, help="a CLEVR-Change root")
     f.add_argument("--backbone", default="efficientnet_lite0",
-                   help="efficientnet_lite0 (offline default), efficientnet_lite0_b5, resnet101, "
-                        "or clip:<open_clip model>")
         gx.add_argument("--force", action="store_true",
                         help="write beside files in --out that the generator did not write (they are kept, never deleted)")
+                   help="efficientnet_lite0 (offline default), efficientnet_lite0_b5, resnet101, "
+                        "or clip:<open_clip model>")
     f.add_argument("--weights", default=None, help="a local state-dict file ('random' for tests only)")
     f.add_argument("--batch-size", type=int, default=16)
     f.add_argument("--image-size", type=int, default=224,
@@ -292,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--data-root", default=None,
                     help="a CLEVR-Change root with scene_descriptions.json (default: the profile's synthetic data)")
     pc.add_argument("--runs-dir", type=Path, default=None, help="run cache (default runs/)")
+    r.add_argument("--force", action="store_true",
+                   help="write into a --report-dir that also holds files the kit did not write (they are kept)")
     pc.add_argument("--out", type=Path, default=None, help="also copy the checkpoint here")
     _device_option(pc, "default: the config's device")
     pc.set_defaults(func=cmd_pretrain_clip)

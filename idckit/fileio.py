@@ -122,7 +122,7 @@ def check_output_dir(path: str | Path, flag: str) -> Path:
 # foreign entries, never delete or replace them. Datasets and stores written before the marker existed are
 # recognised by a ``recognise`` function of their command (their own files say what they are).
 OWNER_FILE = ".idckit-output.json"
-_STAGING, _TRASH = ".idckit-staging-", ".idckit-trash-"
+_STAGING, _TRASH, LOCK = ".idckit-staging-", ".idckit-trash-", ".idckit-lock-"
 
 
 def _error(message: str, path, fix: str, cls: type | None = None):
@@ -177,7 +177,7 @@ def read_owner(directory: Path) -> dict | None:
 
 
 def _is_bookkeeping(name: str) -> bool:
-    return name == OWNER_FILE or name.startswith((_STAGING, _TRASH))
+    return name == OWNER_FILE or name.startswith((_STAGING, _TRASH, LOCK))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -355,3 +355,37 @@ def refuse_input_as_output(out: str | Path, flag: str, inputs: Sequence[str | Pa
         if src_r.is_dir() and src_r in out_r.parents:
             raise _error(f"{flag} lies inside {src_r}, which this command reads; outputs never go into its inputs",
                          out, fix)
+
+
+@contextmanager
+def lock(directory: Path, name: str, *, what: str, fix: str) -> Iterator[None]:
+    """An exclusive lock on ``name`` in ``directory`` for the block; a second process is refused at once, naming
+    the first. The kernel drops the lock when its holder exits, however it exits, so a killed run blocks nothing."""
+    import fcntl
+
+    path = directory / f"{LOCK}{name}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+            raise _error(f"{what} is in use by process {holder}; nothing was written", directory, fix) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def wait_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock held for a short read-modify-write (a second process waits for it)."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

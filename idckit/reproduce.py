@@ -1,15 +1,20 @@
 """``idckit reproduce``: run notebooks with papermill, convert them to HTML reports, write ``reports/index.html``.
 
-Each notebook runs into a private staging directory; only when it finished AND converted does its HTML and
-JSON replace the previous ones in ``reports/``. A failing notebook leaves the previous good report in place,
-marked stale in ``reports/status.json`` and on the index page, and makes the command exit non-zero naming it.
+Each notebook runs into a staging directory of its own process; only when it finished AND converted does its
+HTML and JSON replace the previous ones in ``reports/``. A failing notebook leaves the previous good report in
+place, marked stale in ``reports/status.json`` and on the index page, and makes the command exit non-zero naming
+it. The report folder follows idckit.fileio's write policy: it is absent, empty or the kit's own (its status.json,
+index page and reports say so); anything else is refused before the first notebook, or with ``force`` kept. A
+second ``reproduce`` of a notebook already running into the same folder is refused at once (a lock per notebook).
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import traceback
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,7 +22,7 @@ from typing import Sequence
 
 from idckit import fileio, paths
 from idckit.errors import ConfigError
-from idckit.experiments.config import check_profile
+from idckit.experiments.config import PROFILES, check_profile
 
 KERNEL = "idckit"
 
@@ -69,12 +74,56 @@ def updates_readme(profile: str, report_dir: str | Path | None) -> bool:
     return profile == paths.DEFAULT_PROFILE and report_dir is None
 
 
+INDEX_TITLE = "<title>idckit reports</title>"
+
+
+def _kit_report(path: Path) -> bool:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("notebook") == path.stem
+
+
+def _recognise_reports(d: Path) -> dict | None:
+    """Which entries of ``d`` are the kit's reports (None: nothing says the folder is the kit's): its status.json,
+    index page, ``NAME.json`` reports of notebook NAME with their ``NAME.html``, and other profiles' report
+    folders inside it."""
+    owned = []
+    status = d / "status.json"
+    try:
+        doc = json.loads(status.read_text(encoding="utf-8")) if status.is_file() else None
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and all(isinstance(v, dict) and "status" in v for v in doc.values()):
+        owned.append("status.json")
+    try:
+        if INDEX_TITLE in (d / "index.html").read_text(encoding="utf-8", errors="replace")[:2000]:
+            owned.append("index.html")
+    except OSError:
+        pass
+    for jp in d.glob("*.json"):
+        if jp.name != "status.json" and _kit_report(jp):
+            owned += [jp.name] + ([f"{jp.stem}.html"] if (d / f"{jp.stem}.html").is_file() else [])
+    owned += [p.name for p in d.iterdir() if p.is_dir() and p.name.startswith("_tmp-")]   # older runs' staging
+    owned += [p.name for p in d.iterdir() if p.is_dir() and p.name in PROFILES and _recognise_reports(p)]
+    return {"kind": "reports", "what": "idckit report folder", "entries": owned} if owned else None
+
+
+def claim_report_dir(report_dir: str | Path, notebooks: Sequence[Path], force: bool = False) -> Path:
+    """The report folder resolved and checked before the first notebook (see the module's docstring)."""
+    will = ["index.html", "status.json"] + [f"{nb.stem}{s}" for nb in notebooks for s in (".json", ".html")]
+    return fileio.claim_dir(report_dir, "reports", flag="--report-dir", force=force, recognise=_recognise_reports,
+                            will_write=will, what="idckit report folder").path
+
+
 def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, runs_dir: Path,
             extra_parameters: dict | None = None, log_output: bool = False) -> Outcome:
     import papermill as pm
 
     name = nb.stem
-    stage = report_dir / f"_tmp-{name}"
+    # this process's own staging folder: a second run never shares it, and one left by a killed run is never read
+    stage = report_dir / f"{fileio._STAGING}{os.getpid()}" / name
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     t0 = time.time()
@@ -107,7 +156,7 @@ def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, 
             msg += "\n" + traceback.format_exc(limit=3)
         return Outcome(name, False, time.time() - t0, msg[-4000:])
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        shutil.rmtree(stage.parent, ignore_errors=True)
 
 
 def _read_status(path: Path) -> dict:
@@ -126,11 +175,13 @@ def _read_status(path: Path) -> dict:
 
 def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
               report_dir: str | Path | None = None, runs_dir: str | Path | None = None,
-              extra_parameters: dict | None = None, notebooks_dir: Path | None = None) -> list[Outcome]:
+              extra_parameters: dict | None = None, notebooks_dir: Path | None = None,
+              force: bool = False) -> list[Outcome]:
+    """``force``: write into a report folder that also holds files the kit did not write (they are kept)."""
     check_profile(profile)
-    report_dir = fileio.check_output_dir(report_dir or paths.reports_dir(profile), "--report-dir")
-    runs_dir = fileio.check_output_dir(runs_dir or paths.runs_dir(), "--runs-dir")
     notebooks = discover(names, notebooks_dir)
+    report_dir = claim_report_dir(report_dir or paths.reports_dir(profile), notebooks, force)
+    runs_dir = fileio.check_output_dir(runs_dir or paths.runs_dir(), "--runs-dir")
     if data_root:  # a wrong root fails here, in one line, not inside every notebook
         from idckit.data.clevr_change import ClevrChange
 
@@ -138,6 +189,20 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
     report_dir.mkdir(parents=True, exist_ok=True)
     status_path = report_dir / "status.json"
     _read_status(status_path)       # an unreadable status file fails here, before the first notebook
+    fileio.remove_stale_staging(report_dir, fileio._STAGING)
+    with ExitStack() as held:
+        for nb in notebooks:        # all of them before the first runs: a refusal costs nothing
+            held.enter_context(fileio.lock(
+                report_dir, nb.stem, what=f"{nb.stem} in this report folder",
+                fix="wait for that `idckit reproduce` to finish (its report replaces this one), or pass another "
+                    "--report-dir"))
+        return _run_all(notebooks, profile=profile, data_root=data_root, report_dir=report_dir, runs_dir=runs_dir,
+                        extra_parameters=extra_parameters)
+
+
+def _run_all(notebooks: Sequence[Path], *, profile: str, data_root: str | None, report_dir: Path, runs_dir: Path,
+             extra_parameters: dict | None) -> list[Outcome]:
+    status_path = report_dir / "status.json"
     outcomes = []
     for nb in notebooks:
         print(f"[idckit reproduce] {nb.stem} (profile={profile}) ...", flush=True)
@@ -145,20 +210,25 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
                       extra_parameters=extra_parameters)
         outcomes.append(out)
         when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        # read again: another `idckit reproduce` on the same reports may have recorded its notebooks meanwhile
-        status = _read_status(status_path)
-        if out.ok:
-            status[out.notebook] = {"status": "ok", "when": when, "profile": profile,
-                                    "seconds": round(out.seconds, 1)}
-            print(f"[idckit reproduce] {nb.stem}: ok in {out.seconds:.0f} s", flush=True)
-        else:
-            prev = status.get(out.notebook, {})
-            status[out.notebook] = {**prev, "status": "stale" if prev.get("status") else "failed",
-                                    "failed_when": when, "error": out.error.splitlines()[0][:300]}
-            print(f"[idckit reproduce] {nb.stem}: FAILED after {out.seconds:.0f} s\n{out.error}", flush=True)
-        fileio.write_json(status_path, status, indent=1, sort_keys=True)
-    write_index(report_dir)
+        # read again under a lock: another `idckit reproduce` on the same reports may record its notebooks meanwhile
+        with fileio.wait_lock(report_dir / f"{fileio.LOCK}status"):
+            _record(status_path, out, profile, when)
+        print(f"[idckit reproduce] {nb.stem}: " + (f"ok in {out.seconds:.0f} s" if out.ok else
+                                                  f"FAILED after {out.seconds:.0f} s\n{out.error}"), flush=True)
+    with fileio.wait_lock(report_dir / f"{fileio.LOCK}status"):
+        write_index(report_dir)
     return outcomes
+
+
+def _record(status_path: Path, out: Outcome, profile: str, when: str) -> None:
+    status = _read_status(status_path)
+    if out.ok:
+        status[out.notebook] = {"status": "ok", "when": when, "profile": profile, "seconds": round(out.seconds, 1)}
+    else:
+        prev = status.get(out.notebook, {})
+        status[out.notebook] = {**prev, "status": "stale" if prev.get("status") else "failed",
+                                "failed_when": when, "error": out.error.splitlines()[0][:300]}
+    fileio.write_json(status_path, status, indent=1, sort_keys=True)
 
 
 # -- index page -------------------------------------------------------------------------------------------

@@ -225,3 +225,93 @@ def test_a_dataset_killed_mid_swap_is_not_trusted(kit_dataset, tmp_path, capsys)
     (ds / ".idckit-output.json").unlink()
     assert cli.main([*GEN, "--out", str(ds)]) == 2
     assert "did not write" in capsys.readouterr().err
+
+
+# -- reproduce: the report folder -----------------------------------------------------------------------------
+def _fake_notebooks(tmp_path, *names):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir(exist_ok=True)
+    for n in names:
+        (nbs / f"{n}.ipynb").write_text("{}")
+    return nbs
+
+
+def _fake_run(ok: bool):
+    def run_one(nb, *, report_dir, **kw):
+        if ok:
+            (report_dir / f"{nb.stem}.json").write_text(json.dumps({"notebook": nb.stem, "provenance": {}}))
+            (report_dir / f"{nb.stem}.html").write_text("<html></html>")
+        return Outcome(nb.stem, ok, 1.0, "" if ok else "RuntimeError: boom")
+    return run_one
+
+
+@pytest.mark.parametrize("ok", [True, False])
+@pytest.mark.parametrize("foreign", ["index.html", "status.json"])
+def test_reproduce_refuses_a_foreign_report_folder_even_when_every_notebook_fails(tmp_path, monkeypatch, capsys,
+                                                                                   foreign, ok):
+    from idckit import cli, reproduce as rp
+
+    monkeypatch.setattr(rp, "run_one", _fake_run(ok))
+    nbs = _fake_notebooks(tmp_path, "t")
+    monkeypatch.setattr(paths, "notebooks_dir", lambda: nbs)
+    mine = tmp_path / "site"
+    mine.mkdir()
+    (mine / foreign).write_text('{"visitors": 12}' if foreign == "status.json" else "<html>my homepage</html>")
+    before = _tree(mine)
+    for extra in ([], ["--force"]):     # --force writes beside foreign files, never over them
+        assert cli.main(["reproduce", "t", "--report-dir", str(mine), "--runs-dir", str(tmp_path / "runs"),
+                         *extra]) == 2
+        err = capsys.readouterr().err
+        assert foreign in err and str(mine) in err and "fix:" in err
+        assert _tree(mine) == before
+
+
+def test_reproduce_force_writes_beside_the_users_files_in_a_kit_report_folder(tmp_path, monkeypatch, capsys):
+    from idckit import reproduce as rp
+
+    monkeypatch.setattr(rp, "run_one", _fake_run(True))
+    nbs = _fake_notebooks(tmp_path, "t")
+    reports = tmp_path / "reports"
+    rp.reproduce(["t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    (reports / "NOTES.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="NOTES.txt"):
+        rp.reproduce(["t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    rp.reproduce(["t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs,
+                 force=True)
+    assert (reports / "NOTES.txt").read_text() == "mine" and (reports / "t.json").is_file()
+    assert "idckit reports" in (reports / "index.html").read_text()
+
+
+def test_a_second_reproduce_of_a_running_notebook_is_refused_and_the_first_report_stays_fresh(tmp_path,
+                                                                                             monkeypatch):
+    from idckit import reproduce as rp
+
+    monkeypatch.setattr(rp, "run_one", _fake_run(True))
+    nbs = _fake_notebooks(tmp_path, "t", "u")
+    reports = tmp_path / "reports"
+    rp.reproduce(["t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    status = (reports / "status.json").read_bytes()
+    monkeypatch.setattr(rp, "run_one", _fake_run(False))
+    with fileio.lock(reports, "t", what="t", fix="wait"):     # the first run, still running t
+        with pytest.raises(ConfigError, match=f"t in this report folder is in use by process {os.getpid()}") as e:
+            rp.reproduce(["u", "t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs",
+                         notebooks_dir=nbs)
+        assert "wait for" in e.value.fix
+    assert (reports / "status.json").read_bytes() == status     # not marked stale, u not run either
+    assert json.loads(status)["t"]["status"] == "ok"
+
+
+def test_each_reproduce_stages_in_its_own_folder_and_a_dead_ones_is_removed_unread(tmp_path, monkeypatch):
+    from idckit import reproduce as rp
+
+    seen = []
+    monkeypatch.setattr(rp, "run_one", lambda nb, *, report_dir, **kw: seen.append(
+        sorted(p.name for p in report_dir.iterdir())) or Outcome(nb.stem, True, 1.0))
+    nbs = _fake_notebooks(tmp_path, "t")
+    reports = tmp_path / "reports"
+    dead = reports / ".idckit-staging-999999999" / "t"     # a killed run's (no such pid)
+    dead.mkdir(parents=True)
+    (dead / "t.json").write_text(json.dumps({"notebook": "t"}))
+    rp.reproduce(["t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    assert not (reports / ".idckit-staging-999999999").exists() and not (reports / "t.json").exists()
+    assert ".idckit-staging-999999999" not in seen[0]
