@@ -201,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--workers", type=int, default=2, help="rendering processes (output does not depend on it)")
     gc.add_argument("--overwrite", action="store_true",
                     help="replace an existing dataset at --out (only one the kit generated: its synth_info.json)")
+    gc.add_argument("--force", action="store_true",
+                    help="write beside files in --out that the generator did not write (they are kept, never deleted)")
     gc.set_defaults(func=cmd_generate)
     gb = gsub.add_parser("birds", help="SynthBirds: Birds-to-Words, CUB-200-2011 (+ captions) and NABirds layouts")
     gb.add_argument("--out", type=Path, required=True, help="output directory (created)")
@@ -212,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     gb.add_argument("--workers", type=int, default=2, help="rendering processes (output does not depend on it)")
     gb.add_argument("--overwrite", action="store_true",
                     help="replace SynthBirds made with other arguments (never a directory the kit did not write)")
+    gb.add_argument("--force", action="store_true",
+                    help="write beside files in --out that the generator did not write (they are kept, never deleted)")
     gb.set_defaults(func=cmd_generate_birds)
     for name, helptext, default, func in (
             ("spot-the-diff", "SynthSpot-the-Diff (street and parking-lot cameras) in the Spot-the-Diff layout", 1000,
@@ -224,9 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
         gx.add_argument("--seed", type=int, default=0)
         gx.add_argument("--workers", type=int, default=2, help="drawing processes (output does not depend on it)")
         gx.add_argument("--overwrite", action="store_true",
-    gc.add_argument("--force", action="store_true",
-                    help="write beside files in --out that the generator did not write (they are kept, never deleted)")
                         help="replace another synthetic dataset at --out (never a folder without synth_info.json)")
+        gx.add_argument("--force", action="store_true",
+                        help="write beside files in --out that the generator did not write (they are kept, never deleted)")
         if name == "spot-the-diff":
             gx.add_argument("--light-change", type=float, default=1.0,
                             help="how much the light differs between the two frames (1.0: up to 12 %% in gain where "
@@ -235,8 +239,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="score RCC-format results against a dataset (BLEU, METEOR, ROUGE-L, CIDEr-D)")
     e.add_argument("results", type=Path,
-    gb.add_argument("--force", action="store_true",
-                    help="write beside files in --out that the generator did not write (they are kept, never deleted)")
                    help="a results directory with sc_results.json + nsc_results.json, or one JSON list")
     e.add_argument("--data", type=Path, required=True,
                    help="dataset root: CLEVR-Change, Spot-the-Diff or Image-Editing-Request layout (detected)")
@@ -250,8 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("features", help="extract grid features (7x7 at 224 px) of every image into float16 memmaps (resumable)")
     f.add_argument("data_root", type=Path, help="a CLEVR-Change root")
     f.add_argument("--backbone", default="efficientnet_lite0",
-        gx.add_argument("--force", action="store_true",
-                        help="write beside files in --out that the generator did not write (they are kept, never deleted)")
                    help="efficientnet_lite0 (offline default), efficientnet_lite0_b5, resnet101, "
                         "or clip:<open_clip model>")
     f.add_argument("--weights", default=None, help="a local state-dict file ('random' for tests only)")
@@ -269,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
     r.add_argument("--report-dir", type=Path, default=None)
     r.add_argument("--runs-dir", type=Path, default=None)
+    r.add_argument("--force", action="store_true",
+                   help="write into a --report-dir that also holds files the kit did not write (they are kept)")
     _device_option(r, "passed to every notebook as its device parameter (default: each config's device)")
     r.set_defaults(func=cmd_reproduce)
 
@@ -292,8 +294,6 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--data-root", default=None,
                     help="a CLEVR-Change root with scene_descriptions.json (default: the profile's synthetic data)")
     pc.add_argument("--runs-dir", type=Path, default=None, help="run cache (default runs/)")
-    r.add_argument("--force", action="store_true",
-                   help="write into a --report-dir that also holds files the kit did not write (they are kept)")
     pc.add_argument("--out", type=Path, default=None, help="also copy the checkpoint here")
     _device_option(pc, "default: the config's device")
     pc.set_defaults(func=cmd_pretrain_clip)
