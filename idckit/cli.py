@@ -175,6 +175,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_main(profile=args.profile, data_root=args.data_root, runs_dir=args.runs_dir)
 
 
+def cmd_verify_data(args: argparse.Namespace) -> int:
+    from idckit.verify_data import main as verify_main
+
+    return verify_main(args.root, args.dataset, sample=args.sample, counts=args.counts, fast=args.fast,
+                       json_out=args.json, limit=args.limit)
+
+
 def _device_option(parser: argparse.ArgumentParser, default_help: str = "default: auto") -> None:
     parser.add_argument("--device", default=None,
                         help=f"auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps; {default_help}")
@@ -320,6 +327,20 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--data-root", default=None, help="a real dataset root to check")
     dr.add_argument("--runs-dir", type=Path, default=None)
     dr.set_defaults(func=cmd_doctor)
+
+    vd = sub.add_parser("verify-data", help="is a dataset copy complete and readable: files, splits, caption "
+                                            "schema, every image decoded; exit 1 on any problem")
+    vd.add_argument("root", type=Path, help="the dataset's root (the folder its loader takes; see docs/real_data.md)")
+    vd.add_argument("--dataset", required=True, choices=["clevr-change", "spot-the-diff", "ier", "birds"])
+    vd.add_argument("--sample", type=int, default=None, help="decode N images drawn at random (seed 0), not all")
+    vd.add_argument("--fast", action="store_true", help="decode no image (what `idckit doctor` runs)")
+    vd.add_argument("--counts", default="auto", choices=["auto", "release", "declared", "none"],
+                    help="compare with the full release's published counts (release), with a synthetic set's "
+                         "synth_info.json (declared), or check structure only (none); auto: declared when "
+                         "synth_info.json is there, else release")
+    vd.add_argument("--json", type=Path, default=None, help="also write the findings here")
+    vd.add_argument("--limit", type=int, default=20, help="findings printed per kind (default 20)")
+    vd.set_defaults(func=cmd_verify_data)
 
     rd = sub.add_parser("readme", help="regenerate the README's results table from reports/*.json")
     rd.add_argument("--report-dir", type=Path, default=None)
