@@ -78,46 +78,91 @@ def change_type_counts(counts: Mapping[str, Mapping[str, int]]):
     df = pd.DataFrame([{"split": s, "type": t, "pairs": n} for s, c in counts.items() for t, n in c.items()])
     fig, ax = plt.subplots(figsize=(8, 3.2))
     sns.barplot(data=df, x="type", y="pairs", hue="split", ax=ax)
-    ax.set_title("pairs per change type")
+    ax.set_title("pairs per change type and split")
+    _legend_outside(ax)
     fig.tight_layout()
     return fig
 
 
-def per_type_bars(df, *, value: str = "CIDEr-D", x: str = "type", hue: str = "model", title: str | None = None):
-    """Grouped bars of one metric per change type (tables 3 / CLIP4IDC table 2 style)."""
+def _legend_outside(ax, title: str | None = None) -> None:
+    """The legend to the right of the axes, never over the data."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False,
+                  title=title)
+
+
+def per_type_bars(df, *, title: str, value: str = "CIDEr-D", x: str = "type", hue: str = "model"):
+    """Grouped bars of one metric per change type (tables 3 / CLIP4IDC table 2 style); ``title`` names the table
+    and the dataset (every figure of a report has its own)."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    fig, ax = plt.subplots(figsize=(9, 3.6))
+    fig, ax = plt.subplots(figsize=(10, 3.6))
     sns.barplot(data=df, x=x, y=value, hue=hue, ax=ax)
-    ax.set_title(title or f"{value} by change type")
-    ax.legend(fontsize=8, loc="best")
+    ax.set_title(title)
+    _legend_outside(ax)
     fig.tight_layout()
     return fig
 
 
 def val_curve(results: Sequence[Mapping[str, Any]], *, title: str):
-    """Val CIDEr-D (x100) against minutes of training, one line per seed; returns (figure, the curve's table)."""
+    """Val CIDEr-D (x100) against training steps, one line per seed (steps, not minutes: seeds and machines stay
+    comparable); returns (figure, the curve's table)."""
     import matplotlib.pyplot as plt
-    import pandas as pd
-    import seaborn as sns
 
-    curve = pd.DataFrame([{**h, "seed": r["seed"]} for r in results for h in r["history"]])
-    curve["CIDEr-D"] *= 100
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    sns.lineplot(data=curve, x="minutes", y="CIDEr-D", hue="seed", marker="o", ax=ax)
+    from idckit.report_format import Table
+
+    recs = [{"seed": r["seed"], **h, "CIDEr-D": 100 * h["CIDEr-D"]} for r in results for h in r["history"]]
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    for seed in sorted({r["seed"] for r in recs}, key=str):
+        pts = [r for r in recs if r["seed"] == seed]
+        ax.plot([r["step"] for r in pts], [r["CIDEr-D"] for r in pts], marker="o", label=f"seed {seed}")
+    ax.set_xlabel("fine-tuning step")
+    ax.set_ylabel("val CIDEr-D (x100)")
     ax.set_title(title)
+    _legend_outside(ax)
     fig.tight_layout()
-    return fig, curve
+    cols = ["seed", "step", "minutes", "CIDEr-D"] + (["judge_accuracy"] if any("judge_accuracy" in r for r in recs)
+                                                     else [])
+    return fig, Table(recs, cols, caption="Val CIDEr-D (x100) at each evaluated step")
+
+
+def seed_dots(results: Sequence[Mapping[str, Any]], labels: Sequence[str], baselines: Sequence[Mapping[str, Any]],
+              paper: Mapping[str, Mapping[str, float]], *, metrics: Sequence[str] = ("ROUGE_L", "CIDEr-D"),
+              title: str):
+    """One panel per metric: each seed's test score as a dot per variant (``labels``), the baselines as grey lines,
+    and the paper's number in the variant's tick label (its own scale: never a second axis on the kit's)."""
+    import matplotlib.pyplot as plt
+
+    from idckit.report_format import fmt, name
+
+    fig, axes = plt.subplots(1, len(metrics), figsize=(12, 3.8), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for i, label in enumerate(labels):
+            ys = [100 * r["test"]["total"][metric] for r in results if r["label"] == label]
+            ax.scatter([i] * len(ys), ys, color="steelblue", label="a seed's run" if i == 0 else None)
+        for b, style in zip(baselines, ("--", ":", "-.")):
+            ax.axhline(100 * b["test"]["total"][metric], color="grey", linestyle=style, label=b["label"])
+        ticks = [f"{lb}\n(paper {fmt(paper.get(lb, {}).get(metric))})" for lb in labels]
+        ax.set_xticks(range(len(labels)), ticks, fontsize=8)
+        ax.set_ylabel(f"{name(metric)} (x100), this run's data")
+        ax.set_title(f"{name(metric)}")
+    _legend_outside(axes[0][-1])
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
 
 
 def side_by_side_bars(kit: Mapping[str, float], paper: Mapping[str, float], order: Sequence[str], *,
-                      value: str = "CIDEr-D", kit_label: str = "idckit (synthetic)",
+                      title: str | None = None, value: str = "CIDEr-D", kit_label: str = "idckit (synthetic)",
                       paper_label: str = "paper (real CLEVR-Change)"):
-    """Two panels of horizontal bars, the paper's rows and the kit's (each on its own axis: the scales differ)."""
+    """Two panels of horizontal bars, the paper's rows and the kit's (each on its own axis: the scales differ);
+    ``title`` names the table and the dataset."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(order) + 1.4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(order) + 1.6), sharey=True)
+    if title:
+        fig.suptitle(title)
     for ax, source, values in ((axes[0], paper_label, paper), (axes[1], kit_label, kit)):
         ax.barh(range(len(order)), [values.get(o, float("nan")) for o in order], color="steelblue")
         ax.set_title(source)
@@ -129,8 +174,10 @@ def side_by_side_bars(kit: Mapping[str, float], paper: Mapping[str, float], orde
 
 
 def retrieval_bars(rows: Sequence[Mapping[str, Any]], keys: Sequence[str] = ("t2p_R@1", "t2p_R@5", "p2t_R@1",
-                                                                           "p2t_R@5")):
-    """Grouped bars of retrieval R@K (%) per encoder row, the chance row (``model == "chance"``) among them."""
+                                                                           "p2t_R@5"), *,
+                   title: str = "test retrieval (%)"):
+    """Grouped bars of retrieval R@K (%) per encoder row, the chance row (``model == "chance"``) among them;
+    ``title`` names the dataset."""
     import matplotlib.pyplot as plt
     import pandas as pd
     import seaborn as sns
@@ -139,6 +186,7 @@ def retrieval_bars(rows: Sequence[Mapping[str, Any]], keys: Sequence[str] = ("t2
                           "metric": k, "R@K": r["metrics"][k]} for r in rows for k in keys if k in r["metrics"]])
     fig, ax = plt.subplots(figsize=(9, 3.6))
     sns.barplot(data=bars, x="metric", y="R@K", hue="encoder", ax=ax, errorbar=None)
-    ax.set_title("test retrieval (%)")
+    ax.set_title(title)
+    _legend_outside(ax)
     fig.tight_layout()
     return fig

@@ -86,6 +86,27 @@ def git_commit() -> str:
     return commit_of(Path(__file__).resolve().parents[1])
 
 
+def utc_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def environment() -> dict[str, Any]:
+    """What the numbers ran on: Python, torch, the device torch resolves by default and its CPU threads."""
+    import platform
+
+    try:
+        import torch
+
+        from idckit.device import resolve
+
+        return {"python": platform.python_version(), "torch": torch.__version__, "device": str(resolve("auto")),
+                "threads": torch.get_num_threads()}
+    except Exception as e:  # noqa: BLE001 - provenance must not fail a finished notebook
+        return {"python": platform.python_version(), "torch": f"unavailable ({type(e).__name__})"}
+
+
 @dataclass
 class Provenance:
     profile: str
@@ -97,6 +118,8 @@ class Provenance:
     selection_split: str = "val"
     commit: str = field(default_factory=git_commit)
     wall_seconds: float = 0.0
+    date: str = field(default_factory=utc_now)
+    environment: dict[str, Any] = field(default_factory=environment)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -228,6 +251,9 @@ class ReportSummary:
             ("seeds", ", ".join(map(str, prov.get("seeds", []))) or "–"),
             ("selection split", str(prov.get("selection_split", ""))),
             ("commit", str(prov.get("commit", ""))),
+            ("date", str(prov.get("date", "–"))),
+            ("environment", ", ".join(f"{k} {v}" for k, v in prov["environment"].items())
+             if isinstance(prov.get("environment"), Mapping) else "–"),
             ("wall time", f"{_minutes(prov.get('wall_seconds'))} (this notebook, up to writing its report)"),
             ("training time", f"{_minutes(prov.get('train_seconds'))} (the runs behind the numbers: trained once, "
                               "then read from the run cache)" if trained else "none (nothing is trained here)"),
@@ -239,8 +265,9 @@ class ReportSummary:
         import html
 
         prov = self.doc.get("provenance", {})
+        # notebook_wall_seconds (execution + conversion, added after this block rendered) is not a second clock
         shown = {"profile", "data", "backbone", "weights", "seeds", "selection_split", "commit", "wall_seconds",
-                 "train_seconds"}
+                 "train_seconds", "date", "environment", "notebook_wall_seconds"}
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
                        f"{html.escape(v)}</td></tr>" for k, v in self.lines())
         more = "".join(f"<li><code>{html.escape(k)}</code>: {html.escape(v if isinstance(v, str) else json.dumps(v))}"

@@ -1,0 +1,214 @@
+"""What every CLEVR-Change table measures its model against, computed by the package, not the notebook:
+
+- :func:`clevr_baselines`: the most frequent caption, the pixel nearest neighbour and the judge oracle
+  (:mod:`idckit.baselines`) scored per subset (total, semantic, each change type, distractor) on the test split,
+  with how often each names the change (:mod:`idckit.eval.describes`); cached in the runs dir by the data's
+  identity, so every table of one dataset shares one computation;
+- :func:`add_describes`: the same change-description score on the kit's trained captioning rows;
+- :func:`add_bootstrap`: a 95 % bootstrap half-width over test pairs of a one-seed row's CIDEr-D (the noise an
+  ordering of that row is read against, :mod:`idckit.report_stats`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from idckit.experiments.reporting import BASELINE_MODEL, TYPES
+from idckit.experiments.reporting import rows as report_rows
+from idckit.report import to_paper_scale
+
+#: bump when a baseline's definition changes (its cached predictions are then recomputed)
+BASELINES_VERSION = "2"
+
+
+def _describes(data, split: str, captions: Mapping[str, str]) -> dict[str, float] | None:
+    from idckit.eval import describes
+
+    ds = data.dataset()
+    pairs = [p for p in ds.pairs(split) if p.pair_id in captions]
+    records = describes.change_records(pairs, data.root)
+    if not records:
+        return None
+    return describes.score(captions, records, ds.references(split))
+
+
+def clevr_baselines(data, runs_dir: str | Path, split: str = "test", *, meteor: bool = True) -> list[dict[str, Any]]:
+    """The three no-learning baselines on ``split`` of CLEVR-Change ``data`` (a
+    :class:`~idckit.experiments.data.DataChoice`): ``[{"label", "test": {subset: metrics}, "predictions",
+    "distinct_test_captions", "test_pairs", "describes"}]`` (``test`` on pycocoevalcap's scale, as a run's)."""
+    from idckit.baselines import JudgeOracle, MostFrequentCaption, NearestDifference
+    from idckit.eval.captions import evaluate_pairs
+    from idckit.experiments.runs import open_run
+
+    run = open_run(runs_dir, "baselines", {"data": data.identity, "split": split, "meteor": meteor,
+                                           "baselines": BASELINES_VERSION})
+    if run.is_complete():
+        return run.metrics()["baselines"]
+    ds = data.dataset()
+    train, test = ds.pairs("train"), ds.pairs(split)
+    refs, types = ds.references(split), ds.types(split)
+    out = []
+    for baseline in (MostFrequentCaption(), NearestDifference(), JudgeOracle()):
+        preds = baseline.fit(train).predict(test)
+        out.append({"label": baseline.name, "test": evaluate_pairs(refs, preds, types, meteor=meteor),
+                    "predictions": preds, "distinct_test_captions": len(set(preds.values())),
+                    "test_pairs": len(preds), "describes": _describes(data, split, preds)})
+    run.complete({"baselines": out}, data=data.description)
+    return out
+
+
+def baseline_rows(baselines: Sequence[Mapping[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
+    """Report rows (x100) of :func:`clevr_baselines` on ``subset``, each with its CIDEr-D per subset
+    (``cider_d``) and its change-description score (``describes``)."""
+    return [{"model": BASELINE_MODEL, "variant": b["label"], "split": "test", "subset": subset,
+             "metrics": to_paper_scale(b["test"][subset]), "distinct_test_captions": b["distinct_test_captions"],
+             "test_pairs": b["test_pairs"],
+             "cider_d": {s: 100.0 * b["test"][s]["CIDEr-D"] for s in ("total", "semantic", "distractor")
+                         if s in b["test"]},
+             **({"describes": b["describes"]} if b.get("describes") else {})} for b in baselines]
+
+
+def baseline_type_rows(baselines: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Report rows of CIDEr-D (x100) per change type and distractor (the per-type tables' columns)."""
+    return [{"model": BASELINE_MODEL, "variant": b["label"], "split": "test",
+             "metrics": {t: 100.0 * b["test"][t]["CIDEr-D"] for t in TYPES if t in b["test"]},
+             "distinct_test_captions": b["distinct_test_captions"], "test_pairs": b["test_pairs"]}
+            for b in baselines]
+
+
+#: baselines that see the test pair's true label: shown in every table, never the headline's "no-learning" mark
+ORACLES = ("judge oracle",)
+
+
+def best_baseline(rows: Sequence[Mapping[str, Any]], metric: str = "CIDEr-D") -> dict[str, Any]:
+    """``{"label", "kit"}`` of the best baseline row on ``metric`` that uses no test label (not an oracle):
+    what a headline is put beside."""
+    fair = [r for r in rows if r.get("model") == BASELINE_MODEL and r["variant"] not in ORACLES
+            and metric in r["metrics"]]
+    best = max(fair, key=lambda r: r["metrics"][metric])
+    return {"label": best["variant"], "kit": round(best["metrics"][metric], 2)}
+
+
+def dataset_title(data) -> str:
+    """A dataset's short name for titles: "SynthCLEVR-Change" or "CLEVR-Change (real)"."""
+    desc = str(getattr(data, "description", data))
+    head = desc.split(" (")[0]
+    return head.split(": ", 1)[1] if head.startswith("synthetic: ") else f"{head.split(': ')[0]} data"
+
+
+def headline(rows: Sequence[Mapping[str, Any]], variant: str, label: str, paper: float | None, *,
+             metric: str = "CIDEr-D", baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A report's headline: ``variant``'s ``metric`` (its mean row where several seeds ran), the paper's number,
+    the run it comes from (the status reads that run alone) and the no-learning baseline beside it."""
+    mine = [r for r in rows if r["variant"] == variant and r.get("model") != BASELINE_MODEL]
+    row = next((r for r in mine if r.get("seed") == "mean"), mine[0])
+    out = {"label": label, "kit": round(row["metrics"][metric], 2), "paper": paper, "metric": metric,
+           "runs": {"variants": [variant]}}
+    if baseline is None:
+        base = [r for r in rows if r.get("model") == BASELINE_MODEL and metric in r["metrics"]]
+        baseline = best_baseline(base, metric) if base else None
+    if baseline:
+        out["baseline"] = dict(baseline)
+    return out
+
+
+def clevr_rows(setup, results: Sequence[Mapping[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
+    """:func:`idckit.experiments.reporting.rows` of runs on ``setup``'s CLEVR-Change data, each with how often it
+    names the change (``describes``) and, for a one-seed variant, its bootstrap interval (``ci``)."""
+    rows = report_rows(results, subset)
+    add_describes(rows, results, setup.data)
+    add_bootstrap(rows, results, setup.data.dataset().references("test"))
+    return rows
+
+
+def describe_table(rows: Sequence[Mapping[str, Any]], *, caption: str):
+    """Per captioning row: CIDEr-D on all, changed and distractor pairs, judge accuracy, distinct captions, and
+    how often the captions name the change type and the changed object, beside their chance rates."""
+    from idckit.report_format import Table, run_label
+
+    recs = []
+    for r in rows:
+        if "cider_d" not in r and "describes" not in r:
+            continue
+        d = r.get("describes") or {}
+        recs.append({"model": r.get("model"), "variant": r["variant"], "run": run_label(r),
+                     "total": r.get("cider_d", {}).get("total"), "semantic": r.get("cider_d", {}).get("semantic"),
+                     "distractor": r.get("cider_d", {}).get("distractor"), "judge_accuracy": r.get("judge_accuracy"),
+                     "distinct": r.get("distinct_test_captions"), **{k: d.get(k) for k in (
+                         "type_named", "type_chance", "attributes_named", "attributes_chance")}})
+    return Table(recs, ["model", "variant", "run", "total", "semantic", "distractor", "judge_accuracy", "distinct",
+                        "type_named", "type_chance", "attributes_named", "attributes_chance"], caption=caption)
+
+
+def standing_notes(rows: Sequence[Mapping[str, Any]], variant: str, metric: str = "CIDEr-D") -> list[str]:
+    """Where ``variant`` (its mean row where several seeds ran) stands against every other model's row and every
+    baseline row of ``rows`` on ``metric`` (hard-data rows are left to their own table), read against its noise."""
+    from idckit.report_stats import standing
+    from idckit.report_status import is_hard
+
+    def pick(rs):
+        return next((r for r in rs if r.get("seed") == "mean"), rs[0]) if rs else None
+
+    me = pick([r for r in rows if r["variant"] == variant and r.get("model") != BASELINE_MODEL and not is_hard(r)])
+    others: dict[tuple, list] = {}
+    for r in rows:
+        if r is me or r["variant"] == variant or is_hard(r) or r.get("model") == "chance" or r.get("dataset"):
+            continue
+        others.setdefault((r.get("model"), r["variant"]), []).append(r)
+    refs = [pick(rs) for rs in others.values()]
+    return standing(me, refs, metric, model_name=variant)
+
+
+def add_describes(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any]], data,
+                  split: str = "test") -> list[dict[str, Any]]:
+    """Each trained row of ``rows`` whose run (``row["run"]``) wrote test captions gets ``describes``; a mean row
+    gets the mean of its seeds'."""
+    from idckit.experiments.runs import test_captions
+
+    by_run = {r["run"]: r for r in results}
+    for row in rows:
+        res = by_run.get(row.get("run"))
+        if res is None or res.get("data", data.description) != data.description:
+            continue
+        caps = test_captions(res["run_dir"])
+        if caps:
+            d = _describes(data, split, caps)
+            if d:
+                row["describes"] = d
+    for row in rows:
+        if row.get("seed") == "mean":
+            seeds = [r["describes"] for r in rows if r.get("seed") != "mean" and r.get("describes")
+                     and r["variant"] == row["variant"] and r.get("model") == row.get("model")]
+            if seeds:
+                row["describes"] = {k: sum(s[k] for s in seeds) / len(seeds) for k in seeds[0]}
+    return rows
+
+
+def add_bootstrap(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any]], references: Mapping[str, Any],
+                  subset_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """A one-seed trained row (no seed spread) gets ``ci`` = ``{"CIDEr-D": 95 % bootstrap half-width over its
+    test pairs}`` (x100), from per-pair CIDEr-D of its run's test captions."""
+    from idckit.experiments.runs import test_captions
+    from idckit.report_stats import bootstrap_halfwidth, per_pair_cider
+
+    by_run = {r["run"]: r for r in results}
+    seeds: dict[tuple, int] = {}
+    for row in rows:
+        if row.get("seed") not in (None, "mean"):
+            seeds[(row.get("model"), row["variant"])] = seeds.get((row.get("model"), row["variant"]), 0) + 1
+    for row in rows:
+        res = by_run.get(row.get("run"))
+        if res is None or seeds.get((row.get("model"), row["variant"]), 0) > 1:
+            continue
+        caps = test_captions(res["run_dir"])
+        if subset_ids is not None:
+            caps = {k: v for k, v in caps.items() if k in set(subset_ids)}
+        caps = {k: v for k, v in caps.items() if k in references}
+        if len(caps) > 1:
+            row["ci"] = {"CIDEr-D": bootstrap_halfwidth(list(per_pair_cider(references, caps).values()))}
+    return rows
+
+
+__all__ = ["BASELINES_VERSION", "ORACLES", "clevr_baselines", "baseline_rows", "baseline_type_rows",
+           "best_baseline", "dataset_title", "headline", "clevr_rows", "describe_table", "standing_notes",
+           "add_describes", "add_bootstrap"]
