@@ -251,7 +251,8 @@ def test_visual_width_is_projected_and_embeddings_are_tied_to_clip():
     with pytest.raises(ValueError, match="tie_clip_embeddings"):
         CLIP4IDCCaptioner(tiny_clip(), model_config("clip4idc-paper", hidden=32, heads=2, ffn=64, max_len=12))
     untied = CLIP4IDCCaptioner(tiny_clip(), model_config("clip4idc-paper", hidden=32, heads=2, ffn=64,
-                                                         max_len=12, tie_clip_embeddings=False))
+                                                         max_len=12, tie_clip_embeddings=False,
+                                                         freeze_clip_embeddings=False))
     assert untied.word_embedding.weight.shape == (49408, 32)
 
 

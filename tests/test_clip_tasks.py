@@ -23,7 +23,7 @@ MODEL = "idckit-standin-ViT-T-16"
 SMALL = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
          "freeze_visual": False,
          "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise", "tie_clip_embeddings": True,
-         "segment_embedding": None, "difference_tokens": False}
+         "freeze_clip_embeddings": False, "segment_embedding": None, "difference_tokens": False}
 # the tasks' settings (a profile's in the kit; here the paper's, with the embeddings and intra blocks trainable)
 ADAPT = {"batch_size": 128, "clip_lr_scale": 1e-3, "weight_decay": 0.2, "swap_prob": 0.5, "freeze_intra": False,
          "freeze_embeddings": False, "eval_batch_size": 128, "ks": (1, 5, 10)}

@@ -36,10 +36,12 @@ are silent or disagree:
   position rows. The captioner keeps no text tower, so a copy and a shared tensor are the same thing here.
   Needs hidden == CLIP's text width; otherwise set ``tie_clip_embeddings=False`` (fresh N(0, 0.02) embeddings,
   untied from CLIP, input and output still tied to each other).
-* Not frozen: the public code freezes these embeddings on CLEVR only as a side effect of its freeze logic (and on
-  Spot puts them in the 1e-7 group by name de-duplication); the paper says the caption model is trained, so they
-  train with the caption model at its learning rate. ``freeze_visual=True`` freezes the whole pair encoder, the
-  setting of the paper's table 7 captioning columns.
+* ``freeze_clip_embeddings`` (on at ``paper``): the public code's freeze logic leaves CLIP's token and text position
+  embeddings fixed on CLEVR (on Spot it puts the token embedding in the 1e-7 group by name de-duplication), so its
+  decoder's word and position embeddings, and with them the output matrix, never move; only the LM head's
+  transform and bias learn words. The paper says only that the caption model is trained; the cpu and smoke
+  profiles turn the switch off and train the embeddings with the caption model at its learning rate.
+  ``freeze_visual=True`` freezes the whole pair encoder, the setting of the paper's table 7 captioning columns.
 * CLIP-FT: without e1/e2 and a joint position embedding nothing tells the caption encoder which image a token came
   from, so the model would be exactly symmetric under swapping before and after (it could not tell "added" from
   "dropped"; tested). The kit's CLIP-FT therefore adds a 2-row segment embedding (1,024 parameters at width 512,
@@ -69,11 +71,21 @@ different model:
   of a 6.3M-row table every step. Decoding still returns logits over CLIP's BPE ids (-inf off the list), so
   decoded token ids are CLIP's.
 
+Parity (``tests/test_parity_clip4idc.py``, docs/parity.md): on the public code's weights converted by
+:mod:`idckit.parity.clip4idc`, the pair encoder at two splits, the text features, the adaptation loss, the captioner's
+teacher-forced logits and loss and its greedy tokens equal the public code's (fp32, to 1e-5; tokens exactly). Only
+the logits at padded input positions differ: the public decoder also masks padded keys, which the causal mask
+already hides from every real token, and nothing reads those rows.
+
 Deviations from the public code, on purpose:
 * fp32 throughout. The public code converts CLIP's linear/conv/attention weights to fp16 and trains them with a
   BertAdam at lr 1e-7 with no loss scaling; in fp16 Adam's second moment underflows for small gradients and
   larger updates round away, so "CLIP fine-tuned at 1e-7" would mean something else per gradient scale. Mixed
-  precision belongs to autocast.
+  precision belongs to autocast. Their fp16 weights load exactly (upcast); on the tiny recording, the public
+  code's fp16 pass and the kit's fp32 pass on the same weights differ by up to 4.1e-3 (tokens up to 4.6 in size).
+* Caption length: ``max_len`` = 32 counts SOT and EOT, so a training caption keeps at most 30 BPE words and
+  greedy decoding runs at most 31 steps; the public code keeps 31 words (SOT + 31 in, 31 + EOT out) and always
+  decodes 32 steps. Only captions over 30 BPE words, or a decoding with no EOT in 31 steps, see the difference.
 * Text features for captions shorter than CLIP's context (32 of 77 tokens, as in the public code) are computed on
   the first L positions only. Because CLIP's text attention is causal, this equals open_clip's ``encode_text`` on
   the same tokens padded to the full context (tested) at less than half the cost.
@@ -308,6 +320,7 @@ class CaptionerConfig:
     n_intra: int | None                    # None: 3/4 of the ViT depth (9 of 12); ignored for clip-ft
     cross_attention: str                   # "layerwise" (decoder i <- encoder i, public code) or "last"
     tie_clip_embeddings: bool              # word/position embeddings start from CLIP's text tower
+    freeze_clip_embeddings: bool           # ... and stay fixed, as the public code's freeze leaves them (paper)
     segment_embedding: bool | None         # before/after segment embedding in the caption encoder; None: clip-ft only
     difference_tokens: bool                # not the paper's: also feed after - before per position (module doc)
 
@@ -448,6 +461,13 @@ class CLIP4IDCCaptioner(nn.Module):
                 table = clip.token_embedding.weight
                 self.word_embedding.weight.copy_(table if self.vocab_ids is None else table[self.vocab_ids])
                 self.position_embedding.weight.copy_(clip.positional_embedding[:cfg.max_len])
+        if cfg.freeze_clip_embeddings:
+            if not cfg.tie_clip_embeddings:
+                raise ValueError("freeze_clip_embeddings keeps CLIP's token and position embeddings fixed; it needs "
+                                 "tie_clip_embeddings=True")
+            # the output matrix is the word embedding, so only the LM head's transform and bias learn words
+            self.word_embedding.weight.requires_grad_(False)
+            self.position_embedding.weight.requires_grad_(False)
         if cfg.freeze_visual:
             self.pair_encoder.requires_grad_(False)
 

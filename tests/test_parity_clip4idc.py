@@ -1,0 +1,259 @@
+"""Parity with the authors' CLIP4IDC: their recorded outputs (tests/parity/clip4idc_*.pt, made by
+``python -m idckit.parity record --clip4idc CHECKOUT``) against the kit's modules on their converted weights.
+
+fp32 outputs must agree to 1e-5, decoded tokens exactly. The recordings store no weights: each parameter is
+``parameter_value(seed, name, shape)``, recomputed here from the recorded key table."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from idckit.experiments.config import load_config, model_config
+from idckit.losses import clip_logits, mlm_loss, symmetric_infonce
+from idckit.models.clip4idc import CLIP4IDCCaptioner, CLIP4IDCRetrieval, tokenize_captions
+from idckit.models.decoding import greedy_decode
+from idckit.parity import clip4idc as parity
+
+RECORDINGS = Path(__file__).parent / "parity"
+ATOL = 1e-5
+
+
+@functools.lru_cache(maxsize=None)
+def recording(name: str) -> dict:
+    path = RECORDINGS / f"clip4idc_{name}.pt"
+    if not path.is_file():
+        pytest.fail(f"missing parity recording {path}: re-record with `python -m idckit.parity record --clip4idc "
+                    "CHECKOUT --out tests/parity/` (a checkout of sushizixin/CLIP4IDC) and commit it")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+@functools.lru_cache(maxsize=None)
+def their_state(name: str) -> dict[str, torch.Tensor]:
+    rec = recording(name)
+    return parity.authors_state(rec["spec"], rec["meta"]["seed"])
+
+
+def close(ours: torch.Tensor, theirs: torch.Tensor, atol: float = ATOL) -> None:
+    assert ours.shape == theirs.shape
+    err = float((ours.float() - theirs.float()).abs().max())
+    assert err <= atol, f"max |kit - authors| = {err:.2e} > {atol:.0e}"
+
+
+def retrieval(n_intra: int, state: dict[str, torch.Tensor] | None = None) -> CLIP4IDCRetrieval:
+    state = their_state("adapt") if state is None else state
+    model = CLIP4IDCRetrieval(parity.clip_from_authors_state(state), n_intra=n_intra).eval()
+    model.load_state_dict(parity.convert_retrieval(state), strict=True)
+    return model
+
+
+def caption_config(**changes):
+    """The paper profile's captioner at the recording's sizes: only sizes (and the split) are overridden."""
+    rec = recording("caption")
+    sizes = parity.captioner_sizes(their_state("caption"))
+    heads = rec["meta"]["decoder_config"]["num_attention_heads"]
+    return model_config("clip4idc-paper", **sizes, heads=heads, n_intra=rec["split"], **changes)
+
+
+def captioner(cfg=None, strict: bool = True) -> CLIP4IDCCaptioner:
+    cfg = caption_config() if cfg is None else cfg
+    state = their_state("caption")
+    model = CLIP4IDCCaptioner(parity.clip_from_authors_state(state), cfg).eval()
+    model.load_state_dict(parity.convert_captioner(state, cfg.max_len), strict=strict)
+    return model
+
+
+def teacher_forced(model: CLIP4IDCCaptioner) -> torch.Tensor:
+    i = recording("caption")["inputs"]
+    with torch.no_grad():
+        return model(i["before"], i["after"], i["input_caption_ids"])
+
+
+def check_logits(summary: dict, theirs: dict) -> None:
+    for key in ("columns", "logsumexp", "sketch"):
+        close(summary[key], theirs[key])
+    assert torch.equal(summary["argmax"], theirs["argmax"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_recordings_are_small_and_name_their_source():
+    files = sorted(RECORDINGS.glob("clip4idc_*.pt"))
+    assert [f.name for f in files] == ["clip4idc_adapt.pt", "clip4idc_caption.pt"]
+    assert sum(f.stat().st_size for f in files) < 2_000_000
+    for name in ("adapt", "caption"):
+        meta = recording(name)["meta"]
+        assert re.fullmatch(r"[0-9a-f]{40}", meta["commit"]), meta["commit"]
+        assert meta["clip_sizes"]["vocab_size"] == 49408
+
+
+def test_parameter_values_are_a_function_of_seed_name_and_shape():
+    a = parity.parameter_value(0, "clip.visual.proj", (8, 4))
+    assert torch.equal(a, parity.parameter_value(0, "clip.visual.proj", (8, 4)))
+    assert not torch.equal(a, parity.parameter_value(1, "clip.visual.proj", (8, 4)))
+    assert not torch.equal(a, parity.parameter_value(0, "clip.text_projection", (8, 4)))
+    gain = parity.parameter_value(0, "clip.visual.ln_pre.weight", (512,))
+    assert abs(float(gain.mean()) - 1) < 0.02
+    state = their_state("caption")           # tied keys share one parameter's value
+    assert torch.equal(state["decoder.embeddings.word_embeddings.weight"], state["clip.token_embedding.weight"])
+    assert torch.equal(state["decoder.classifier.cls.predictions.decoder.weight"],
+                       state["clip.token_embedding.weight"])
+
+
+@pytest.mark.parametrize("n_intra", [3, 1])
+def test_pair_encoder_text_and_adaptation_loss_match(n_intra):
+    rec = recording("adapt")
+    theirs, inputs = rec["splits"][n_intra], rec["inputs"]
+    model = retrieval(n_intra)
+    with torch.no_grad():
+        tokens, pair = model.pair_encoder(inputs["before"], inputs["after"])
+        text = model.encode_text(inputs["text_ids"])
+        logits = clip_logits(text, pair, model.logit_scale)
+    close(tokens, theirs["tokens"])
+    close(pair, theirs["pair"][:, 0])
+    close(text, theirs["text"][:, 0])
+    close(logits, theirs["logits"])
+    close(symmetric_infonce(logits), theirs["loss"])
+
+
+def test_the_two_splits_differ():
+    """The recordings tell a 3+1 from a 1+3 encoder (so the split test above could fail)."""
+    rec = recording("adapt")["splits"]
+    assert float((rec[3]["pair"] - rec[1]["pair"]).abs().max()) > 0.1
+
+
+def test_their_fp16_checkpoint_converts_and_differs_by_precision_only():
+    """Their code keeps CLIP's matrices in fp16; a checkpoint of them upcasts exactly, and the kit's fp32 pass on
+    the same (fp16-rounded) weights stays within fp16 rounding of theirs: precision, not a different function."""
+    rec = recording("adapt")
+    half = rec["fp16"]
+    state = dict(their_state("adapt"))
+    for key in half["keys"]:
+        state[key] = state[key].half()
+    converted = parity.convert_retrieval(state)
+    assert all(v.dtype == torch.float32 for v in converted.values())
+    model = retrieval(half["split"], state)
+    with torch.no_grad():
+        tokens, pair = model.pair_encoder(rec["inputs"]["before"], rec["inputs"]["after"])
+        text = model.encode_text(rec["inputs"]["text_ids"])
+    close(tokens, half["tokens"], atol=1e-2)
+    close(pair, half["pair"][:, 0], atol=1e-2)
+    close(text, half["text"][:, 0], atol=1e-2)
+
+
+def test_tokenization_matches_their_data_loaders():
+    rec_a, rec_c = recording("adapt"), recording("caption")
+    ids = tokenize_captions(rec_a["meta"]["captions"], rec_a["meta"]["max_words"])
+    assert torch.equal(ids, rec_a["inputs"]["text_ids"])                     # retrieval: SOT words EOT 0...
+    keep = rec_c["inputs"]["decoder_mask"].bool()
+    assert torch.equal(ids[:, :-1][keep[:, :-1]], rec_c["inputs"]["input_caption_ids"][:, :-1][keep[:, :-1]])
+    assert torch.equal(ids[:, 1:], rec_c["inputs"]["output_caption_ids"][:, :-1])
+
+
+def test_captioner_teacher_forcing_and_loss_match():
+    rec = recording("caption")
+    model = captioner()
+    i, o = rec["inputs"], rec["outputs"]
+    with torch.no_grad():
+        close(model.pair_encoder(i["before"], i["after"])[0], o["pair_tokens"])
+    logits = teacher_forced(model)
+    check_logits(parity.summarise_logits(logits, i["decoder_mask"].bool()), o["logits"])
+    target = i["output_caption_ids"].masked_fill(i["output_caption_ids"] == 0, -100)
+    close(mlm_loss(logits, target), o["loss"])
+
+
+def test_logits_at_padding_differ_and_nothing_reads_them():
+    """Their decoder also masks padded keys, so only the rows of padded inputs (which no loss or decoding reads;
+    the kit's causal mask already hides padding from every real token) come out different."""
+    rec = recording("caption")
+    mask = rec["inputs"]["decoder_mask"].bool()
+    assert (~mask).any() and not (rec["inputs"]["output_caption_ids"][~mask] != 0).any()
+    ours = parity.summarise_logits(teacher_forced(captioner()), ~mask)
+    assert float((ours["columns"] - rec["outputs"]["logits_at_padding"]["columns"]).abs().max()) > 1e-2
+
+
+def test_greedy_decoding_matches_token_for_token():
+    rec = recording("caption")
+    i, theirs = rec["inputs"], rec["outputs"]["greedy"]
+    ours = greedy_decode(captioner(), (i["before"], i["after"]), theirs.shape[1])
+    assert ours.shape == theirs.shape
+    assert torch.equal(ours, theirs)
+
+
+# --- the paper profile and the switches -------------------------------------------------------------------------
+
+def test_paper_profile_is_the_authors_function():
+    """clip4idc-paper through the model factory, only its sizes set to the recording's: the captioner computes
+    their logits and tokens; the adaptation profile freezes what their freeze logic freezes."""
+    cfg = caption_config()
+    paper = model_config("clip4idc-paper")
+    assert dataclasses.replace(cfg, hidden=paper.hidden, heads=paper.heads, ffn=paper.ffn,
+                               enc_layers=paper.enc_layers, dec_layers=paper.dec_layers, n_intra=paper.n_intra) \
+        == paper
+    assert paper.freeze_clip_embeddings and paper.tie_clip_embeddings and paper.cross_attention == "layerwise"
+    assert not paper.use_segment_embedding and not paper.difference_tokens
+    model = captioner(cfg)
+    rec = recording("caption")
+    check_logits(parity.summarise_logits(teacher_forced(model), rec["inputs"]["decoder_mask"].bool()),
+                 rec["outputs"]["logits"])
+    i = rec["inputs"]
+    assert torch.equal(greedy_decode(model, (i["before"], i["after"]), 32), rec["outputs"]["greedy"])
+    assert load_config("clip4idc_adapt", "paper")["freeze_embeddings"] is True
+
+
+@pytest.mark.parametrize("profile", ["cpu", "smoke"])
+def test_small_profiles_keep_training_the_embeddings(profile):
+    assert model_config(f"clip4idc-{profile}").freeze_clip_embeddings is False
+
+
+def test_freeze_clip_embeddings_fixes_exactly_the_tied_tables():
+    on, off = captioner(caption_config(freeze_clip_embeddings=True)), \
+        captioner(caption_config(freeze_clip_embeddings=False))
+    tied = {"word_embedding.weight", "position_embedding.weight"}
+    assert {n for n, p in on.named_parameters() if not p.requires_grad} == tied
+    assert all(p.requires_grad for p in off.parameters())
+    assert torch.equal(teacher_forced(on), teacher_forced(off))           # the same function; training differs
+    names = {id(p): n for n, p in on.named_parameters()}
+    caption = {names[id(p)] for p in on.param_groups(1e-7, 1e-4)[1]["params"]}
+    assert caption == {n for n, _ in off.named_parameters() if not n.startswith("pair_encoder.")} - tied
+    i = recording("caption")["inputs"]
+    on.train()
+    on(i["before"], i["after"], i["input_caption_ids"]).logsumexp(-1).mean().backward()
+    assert on.word_embedding.weight.grad is None and on.position_embedding.weight.grad is None
+    assert on.head_bias.grad is not None and on.pair_encoder.ln_mid.weight.grad is not None
+    with pytest.raises(ValueError, match="tie_clip_embeddings"):
+        CLIP4IDCCaptioner(parity.clip_from_authors_state(their_state("caption")),
+                          caption_config(tie_clip_embeddings=False))
+
+
+@pytest.mark.parametrize("change", [{"cross_attention": "last"}, {"segment_embedding": True},
+                                    {"difference_tokens": True}])
+def test_the_kits_other_captioner_switches_leave_the_authors_function(change):
+    """Each option the public code does not have changes the recorded logits (so a profile that turned one on
+    could not pass for the paper's)."""
+    torch.manual_seed(0)
+    model = captioner(caption_config(**change), strict=False)
+    rec = recording("caption")
+    ours = parity.summarise_logits(teacher_forced(model), rec["inputs"]["decoder_mask"].bool())
+    assert float((ours["columns"] - rec["outputs"]["logits"]["columns"]).abs().max()) > 100 * ATOL
+
+
+# --- converters -------------------------------------------------------------------------------------------------
+
+def test_converters_reject_the_wrong_stage_and_foreign_dicts():
+    adapt = their_state("adapt")
+    with pytest.raises(KeyError, match="caption-stage"):
+        parity.convert_captioner(adapt, 32)
+    with pytest.raises(KeyError, match="missing"):
+        parity.clip_sizes({"decoder.embeddings.LayerNorm.weight": torch.ones(4)})
+    with pytest.raises(ValueError, match="position rows"):
+        parity.convert_captioner(their_state("caption"), 100)
+
+
+def test_converters_accept_ddp_prefixed_keys():
+    state = {"module." + k: v for k, v in their_state("adapt").items()}
+    assert parity.convert_retrieval(state).keys() == parity.convert_retrieval(their_state("adapt")).keys()
