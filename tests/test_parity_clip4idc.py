@@ -257,3 +257,58 @@ def test_converters_reject_the_wrong_stage_and_foreign_dicts():
 def test_converters_accept_ddp_prefixed_keys():
     state = {"module." + k: v for k, v in their_state("adapt").items()}
     assert parity.convert_retrieval(state).keys() == parity.convert_retrieval(their_state("adapt")).keys()
+
+
+# --- their checkpoint files -------------------------------------------------------------------------------------
+
+def _write(path: Path, state: dict[str, torch.Tensor]) -> Path:
+    torch.save(state, path)                   # as their save_model writes it: model.state_dict(), no wrapper
+    return path
+
+
+def test_a_caption_checkpoint_file_imports_to_their_function(tmp_path):
+    rec = recording("caption")
+    ckpt = _write(tmp_path / "pytorch_model.bin.19", their_state("caption"))
+    heads = rec["meta"]["decoder_config"]["num_attention_heads"]
+    model = parity.captioner_from_checkpoint(parity.read_checkpoint(ckpt), n_intra=rec["split"], heads=heads)
+    assert model.cfg.freeze_clip_embeddings                                  # the paper profile's switches
+    check_logits(parity.summarise_logits(teacher_forced(model), rec["inputs"]["decoder_mask"].bool()),
+                 rec["outputs"]["logits"])
+    i = rec["inputs"]
+    assert torch.equal(greedy_decode(model, (i["before"], i["after"]), 32), rec["outputs"]["greedy"])
+
+
+def test_an_fp16_adaptation_checkpoint_imports(tmp_path):
+    rec = recording("adapt")
+    half = rec["fp16"]
+    state = dict(their_state("adapt"))
+    for key in half["keys"]:
+        state[key] = state[key].half()
+    ckpt = _write(tmp_path / "pytorch_model.bin.clevr", {"state_dict": state})   # a wrapper is unwrapped too
+    loaded = parity.read_checkpoint(ckpt)
+    assert all(v.dtype == torch.float32 for v in loaded.values())
+    assert parity.default_n_intra(loaded) == 3                                  # 3/4 of 4 layers, as 9 of 12
+    model = parity.retrieval_from_checkpoint(loaded, n_intra=half["split"])
+    with torch.no_grad():
+        pair = model.encode_pair(rec["inputs"]["before"], rec["inputs"]["after"])
+    close(pair, half["pair"][:, 0], atol=1e-2)
+
+
+def test_checkpoint_errors_say_what_is_wrong(tmp_path):
+    from idckit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="does not exist"):
+        parity.read_checkpoint(tmp_path / "missing.bin")
+    whole = _write(tmp_path / "whole.bin", their_state("adapt")).read_bytes()
+    (tmp_path / "cut.bin").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ConfigError, match="not a readable PyTorch state dict"):
+        parity.read_checkpoint(tmp_path / "cut.bin")
+    torch.save({"epoch": 3}, tmp_path / "foreign.bin")
+    with pytest.raises(ConfigError, match="no state dict"):
+        parity.read_checkpoint(tmp_path / "foreign.bin")
+    adapt = parity.read_checkpoint(tmp_path / "whole.bin")
+    with pytest.raises(ConfigError, match="--from clip4idc-adapt"):
+        parity.captioner_from_checkpoint(adapt)
+    wrong = dict(adapt, **{"clip.visual.ln_mid.weight": torch.ones(3)})
+    with pytest.raises(ConfigError, match="ln_mid"):
+        parity.retrieval_from_checkpoint(wrong)

@@ -223,6 +223,83 @@ def captioner_sizes(state: Mapping[str, Any]) -> dict[str, int]:
     return dict(hidden=fc.shape[1], ffn=fc.shape[0], enc_layers=n("encoder"), dec_layers=n("decoder"))
 
 
+def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """Their checkpoint file (``torch.save(model.state_dict())``, fp16 CLIP matrices) loaded safely
+    (``weights_only``: tensors and containers only, no code runs) as a plain dict; a ``{"state_dict": ...}``
+    wrapper is unwrapped. Clear errors for a missing, truncated or foreign file."""
+    from idckit.errors import ConfigError
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("the checkpoint does not exist", path=path,
+                          fix="pass the file their training wrote (pytorch_model.bin.<epoch>)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncated zips, pickles with code and foreign files alike
+        raise ConfigError(f"not a readable PyTorch state dict ({type(e).__name__}: {str(e)[:160]})", path=path,
+                          fix="the file is truncated or not a checkpoint; download it again") from e
+    if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
+        state = state["state_dict"]
+    if not isinstance(state, Mapping) or not any(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError("the file holds no state dict of tensors", path=path,
+                          fix="pass a CLIP4IDC checkpoint (their pytorch_model.bin.<epoch>)")
+    return _float32(state)
+
+
+def default_n_intra(state: Mapping[str, torch.Tensor]) -> int:
+    """Intra layers for a checkpoint (the split is not in the weights): their ``--intra_num_hidden_layers`` default,
+    9 of 12, i.e. the kit's 3/4 of the depth."""
+    from idckit.models.clip4idc import default_n_intra as three_quarters
+
+    return three_quarters(clip_sizes(state)["vision_layers"])
+
+
+def retrieval_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | None = None):
+    """The kit's :class:`~idckit.models.clip4idc.CLIP4IDCRetrieval` holding an adaptation checkpoint's weights."""
+    from idckit.models.clip4idc import CLIP4IDCRetrieval
+
+    with _as_config_error("clip4idc-adapt"):
+        n_intra = default_n_intra(state) if n_intra is None else n_intra
+        model = CLIP4IDCRetrieval(clip_from_authors_state(state), n_intra=n_intra)
+        model.load_state_dict(convert_retrieval(state), strict=True)
+    return model.eval()
+
+
+def captioner_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | None = None, *,
+                              profile: str = "paper", heads: int | None = None, max_len: int | None = None):
+    """The kit's :class:`~idckit.models.clip4idc.CLIP4IDCCaptioner` (config ``clip4idc-<profile>`` with the
+    checkpoint's sizes) holding a caption checkpoint's weights. Heads are not in the weights: the profile's (8 at
+    paper, their ``decoder_config.json``) unless given."""
+    from idckit.experiments.config import model_config
+    from idckit.models.clip4idc import CLIP4IDCCaptioner
+
+    with _as_config_error("clip4idc-caption"):
+        if "decoder.classifier.cls.predictions.bias" not in state:
+            raise KeyError("no decoder.* weights: an adaptation-stage checkpoint, not a caption-stage one")
+        fields = dict(captioner_sizes(state), n_intra=default_n_intra(state) if n_intra is None else n_intra)
+        if heads is not None:
+            fields["heads"] = heads
+        if max_len is not None:
+            fields["max_len"] = max_len
+        cfg = model_config(f"clip4idc-{profile}", **fields)
+        model = CLIP4IDCCaptioner(clip_from_authors_state(state), cfg)
+        model.load_state_dict(convert_captioner(state, cfg.max_len), strict=True)
+    return model.eval()
+
+
+@contextlib.contextmanager
+def _as_config_error(kind: str) -> Iterator[None]:
+    """A checkpoint of the wrong stage, a foreign one or one whose tensors disagree in size -> the kit's error."""
+    from idckit.errors import ConfigError
+
+    try:
+        yield
+    except (KeyError, RuntimeError, ValueError) as e:
+        other = "clip4idc-adapt" if kind == "clip4idc-caption" else "clip4idc-caption"
+        raise ConfigError(f"not a {kind} checkpoint of the public CLIP4IDC code: {str(e).strip(chr(39))[:300]}",
+                          fix=f"check the file; a checkpoint of the other stage imports with --from {other}") from e
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Recording (imports the authors' modules from a checkout)
 # ---------------------------------------------------------------------------------------------------------------
