@@ -225,12 +225,13 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
         except Exception as e:  # noqa: BLE001 - truncated or foreign files all mean "not this run's weights"
             raise ConfigError(f"the run's best.pt is not a PyTorch checkpoint ({type(e).__name__})",
                               path=run / "best.pt", fix=damaged) from e
-        # runs trained before the model section named n_classes and visual_activation lack them; the JSON's base
-        # values are what those runs were built with
+        # runs trained before the model section named n_classes and the switches (idckit.models.pcl.SWITCHES) lack
+        # them; the default profile's values (the kit's choices) are what those runs were built with
         from idckit.experiments.config import load_config
+        from idckit.models.pcl import SWITCHES
 
         base = load_config("pcl", paths.DEFAULT_PROFILE)["model"]
-        model = {**{k: base[k] for k in ("n_classes", "visual_activation")}, **cfg["model"]}
+        model = {**{k: base[k] for k in ("n_classes", *SWITCHES)}, **cfg["model"]}
         pcl = PCL(PCLConfig(vocab_size=len(vocab), feat_dim=grid.shape[2], n_regions=grid.shape[1],
                             max_text_len=cfg["max_len"], **model), vocab)
         try:

@@ -36,26 +36,39 @@ def _reduce(losses: torch.Tensor, reduction: str) -> torch.Tensor:
     return losses.mean() if reduction == "mean" else losses.sum()
 
 
+def mvcl_logits(pred: torch.Tensor, target: torch.Tensor, negatives: torch.Tensor, tau: float,
+                in_batch_targets: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """MVCL's scores and the column of each row's positive: (logits, labels).
+
+    ``in_batch_targets=False`` (the paper's eq. 8): logits [M, 1 + N] = [cos(p_i, t_i) | cos(p_i, n)] / tau, label 0.
+    ``in_batch_targets=True`` (the public code's ``mfm_nce``): logits [M, M + N] = [cos(p_i, t_j) | cos(p_i, n)] / tau,
+    label i: every other masked region's original feature is a negative too (the public code passes the
+    regression head's outputs at the unmasked positions as ``negatives``)."""
+    if pred.shape != target.shape or pred.dim() != 2 or negatives.dim() != 2 or negatives.shape[1] != pred.shape[1]:
+        raise ValueError(f"expected pred, target [M, F] and negatives [N, F], got {tuple(pred.shape)}, "
+                         f"{tuple(target.shape)}, {tuple(negatives.shape)}")
+    p, t = F.normalize(pred.float(), dim=-1), F.normalize(target.float(), dim=-1)
+    neg = p @ F.normalize(negatives.float(), dim=-1).T                           # [M, N]
+    if in_batch_targets:
+        return torch.cat([p @ t.T, neg], dim=1) / tau, torch.arange(len(p), device=p.device)
+    pos = (p * t).sum(-1, keepdim=True)                                          # [M, 1]
+    return torch.cat([pos, neg], dim=1) / tau, torch.zeros(len(p), dtype=torch.long, device=p.device)
+
+
 def mvcl_nce(pred: torch.Tensor, target: torch.Tensor, negatives: torch.Tensor, tau: float,
-             reduction: str = "mean") -> torch.Tensor:
+             reduction: str = "mean", in_batch_targets: bool = False) -> torch.Tensor:
     """IDC-PCL's masked visual contrastive loss (paper eq. 8), mean (or sum) over the M masked regions:
 
         L = 1/M sum_i -log( exp(cos(p_i, t_i)/tau) / (exp(cos(p_i, t_i)/tau) + sum_n exp(cos(p_i, n)/tau)) )
 
     ``pred`` [M, F]: the regressed feature of each masked region; ``target`` [M, F]: its original feature before
-    masking; ``negatives`` [N, F]: the paper's negatives, the unmasked image features in the batch. (The public
-    code instead uses the other masked regions' original features plus the regression head's outputs at all
-    unmasked positions; pass those as ``negatives`` to get its variant.) tau = 1 in the paper and the code.
+    masking; ``negatives`` [N, F]: the paper's negatives, the unmasked image features in the batch. The public
+    code's variant (``in_batch_targets=True``, negatives = the regression head's outputs at all unmasked
+    positions) also counts every other masked region's original feature as a negative (:func:`mvcl_logits`).
+    tau = 1 in the paper and the code.
     """
-    if pred.shape != target.shape or pred.dim() != 2 or negatives.dim() != 2 or negatives.shape[1] != pred.shape[1]:
-        raise ValueError(f"expected pred, target [M, F] and negatives [N, F], got {tuple(pred.shape)}, "
-                         f"{tuple(target.shape)}, {tuple(negatives.shape)}")
-    p = F.normalize(pred.float(), dim=-1)
-    pos = (p * F.normalize(target.float(), dim=-1)).sum(-1, keepdim=True)       # [M, 1]
-    neg = p @ F.normalize(negatives.float(), dim=-1).T                           # [M, N]
-    logits = torch.cat([pos, neg], dim=1) / tau
-    return _reduce(F.cross_entropy(logits, torch.zeros(len(p), dtype=torch.long, device=p.device),
-                                   reduction="none"), reduction)
+    logits, labels = mvcl_logits(pred, target, negatives, tau, in_batch_targets)
+    return _reduce(F.cross_entropy(logits, labels, reduction="none"), reduction)
 
 
 def fda_nce(pos: torch.Tensor, neg: torch.Tensor, tau: float, reduction: str = "mean") -> torch.Tensor:

@@ -24,7 +24,9 @@ from idckit.train.loop import fit
 
 MODEL = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 1, "single_layers": 1, "pair_layers": 1,
          "dropout": 0.0, "difference_encoder": True, "distractor_head": True, "n_classes": 0,
-         "visual_activation": "none"}
+         "visual_activation": "none", "norm": "torch", "input_norm": False, "final_norm": True,
+         "scale_words": False, "mvcl_head": "untied", "special_tokens": "distinct", "pos_table": "vaswani",
+         "attend_padding": False, "init": "kit"}
 PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl": 1.0, "tau_fda": 1.0}
 WORDS = ["the", "red", "blue", "cube", "sphere", "moved", "changed", "color", "no", "change", "was", "added"]
 
@@ -132,7 +134,7 @@ def caption(out: Path):
     captioner = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
                  "freeze_visual": True,
                  "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise",
-                 "tie_clip_embeddings": True, "segment_embedding": None,
+                 "tie_clip_embeddings": True, "freeze_clip_embeddings": False, "segment_embedding": None,
                  "difference_tokens": False}
     task = Task(tiny_pair_data(), "idckit-standin-ViT-T-16", None, captioner, batch_size=4, captions_per_pair=1,
                 visual_lr_scale=0.0, trim_vocab=False, eval_batch_size=6)

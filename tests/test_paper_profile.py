@@ -175,7 +175,8 @@ def test_every_paper_size_model_trains_two_steps(tmp_path):
                        eos_prob=p["eos_prob"], region_prob=p["region_prob"], tau_mvcl=p["tau_mvcl"],
                        tau_fda=p["tau_fda"])
     res = fit(pre, two, tmp_path / "pre", progress=False, device="cpu")
-    assert res.steps == 2 and round(sum(p.numel() for p in res.model.parameters()) / 1e6, 2) == 18.21
+    # the public pre-training model's size (the MVCL output layer tied to the projection, no final LayerNorm)
+    assert res.steps == 2 and round(sum(p.numel() for p in res.model.parameters()) / 1e6, 2) == 17.17
     f = pcl["finetune"]
     ft = Finetune(data, pcl["model"], batch_size=2, mask_prob=f["mask_prob"], eos_prob=f["eos_prob"],
                   distractor_weight=f["distractor_weight"], eval_batch_size=2, group_by_pair=f["group_by_pair"],

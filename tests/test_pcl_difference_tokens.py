@@ -14,7 +14,9 @@ from lab.scripts import pcl_difference_tokens as diagnostic
 def _config(**kw):
     base = dict(vocab_size=len(SPECIALS) + 20, feat_dim=16, n_regions=4, max_text_len=8, d_model=32, n_heads=2,
                 d_ff=64, n_layers=2, single_layers=1, pair_layers=1, dropout=0.0, difference_encoder=True,
-                distractor_head=True, n_classes=0, visual_activation="none")
+                distractor_head=True, n_classes=0, visual_activation="none", norm="torch", input_norm=False,
+                final_norm=True, scale_words=False, mvcl_head="untied", special_tokens="distinct", pos_table="vaswani",
+                attend_padding=False, init="kit")
     return model.PCLConfig(**{**base, **kw})
 
 

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from idckit.errors import ConfigError
-from idckit.experiments.config import model_config
+from idckit.experiments.config import load_config, model_config
 from idckit.models.decoding import beam_search, greedy_decode, naive_greedy_decode
-from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
+from idckit.models.pcl import PCL, SWITCHES, PCLConfig, mask_regions, mask_tokens
 from idckit.text.vocab import Vocab
 
 VOCAB = Vocab.build(["the red cube changed to blue", "the small sphere has been added",
@@ -27,9 +27,14 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+#: the kit's switches (the cpu profile's); the public code's (the paper profile's) are tests/test_parity_pcl.py's
+KIT_SWITCHES = {k: load_config("pcl", "cpu")["model"][k] for k in SWITCHES}
+
+
 def pcl_config(**fields) -> PCLConfig:
-    """``pcl-paper`` (the paper's sizes) on an EfficientNet-Lite0 7x7 grid unless ``fields`` say otherwise."""
-    return model_config("pcl-paper", **{"feat_dim": 1280, "n_regions": 49, **fields})
+    """``pcl-paper`` (the paper's sizes) with the kit's switches on an EfficientNet-Lite0 7x7 grid unless
+    ``fields`` say otherwise."""
+    return model_config("pcl-paper", **{"feat_dim": 1280, "n_regions": 49, **KIT_SWITCHES, **fields})
 
 
 def tiny(seed=0, **kw) -> PCL:

@@ -72,6 +72,9 @@ from idckit.errors import ConfigError
 # token types
 T_IMG1, T_REG1, T_IMG2, T_REG2, T_CLS, T_TEXT = range(6)
 SPECIAL_KEYS = ("pad", "bos", "eos", "mask", "img1", "img2", "cls")
+#: the PCLConfig fields that choose between the public code's function and the kit's (see the module docstring)
+SWITCHES = ("visual_activation", "norm", "input_norm", "final_norm", "scale_words", "mvcl_head", "special_tokens",
+            "pos_table", "attend_padding", "init")
 
 
 @dataclass
@@ -96,12 +99,28 @@ class PCLConfig:
     n_classes: int                  # > 0: the FGVC stage's heads (classifier on single-image [IMG], pair matcher);
                                     # 0 in the profiles, the birds' FGVC stage sets it from its data
     visual_activation: str          # "none" (the paper's linear projection) or "sigmoid" (the public code)
+    # the switches below: the public code's choice first (the ``paper`` profile), the kit's second; the module
+    # docstring says what each changes and why the kit's choice exists
+    norm: str                       # "public" (a * (x - mean) / (unbiased std + eps) + b) or "torch" (nn.LayerNorm)
+    input_norm: bool                # a norm at the input of each stack (single, pair, cross-modal): the public code
+    final_norm: bool                # a norm after the cross-modal stack, read by every head: the kit
+    scale_words: bool               # text word vectors times sqrt(d_model) before type and position: the public code
+    mvcl_head: str                  # "tied" (output layer = the visual projection transposed) or "untied"
+    special_tokens: str             # "shared_cls" (one [CLS] word for IMG1, IMG2, CLS) or "distinct"
+    pos_table: str                  # "public" (exponents 4k/d and 2(2k+1)/d) or "vaswani" (2k/d)
+    attend_padding: bool            # True: [PAD] is a key like any other (the public code)
+    init: str                       # "public" (PyTorch's defaults) or "kit" (N(0, 0.02), unit word vectors)
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if self.visual_activation not in ("sigmoid", "none"):
             raise ConfigError(f"visual_activation must be 'sigmoid' or 'none', got {self.visual_activation!r}")
+        for name, allowed in (("norm", ("public", "torch")), ("mvcl_head", ("tied", "untied")),
+                              ("special_tokens", ("shared_cls", "distinct")), ("pos_table", ("public", "vaswani")),
+                              ("init", ("public", "kit"))):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.n_layers < 1:
             raise ConfigError(f"the cross-modal transformer needs at least one layer, got n_layers={self.n_layers}")
 
@@ -114,6 +133,35 @@ def sinusoid_table(n: int, d: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(pos * freq)
     table[:, 1::2] = torch.cos(pos * freq)
     return table
+
+
+def public_sinusoid_table(n: int, d: int) -> torch.Tensor:
+    """The public code's table: PE[pos, 2k] = sin(pos / 10000^(4k/d)), PE[pos, 2k+1] = cos(pos / 10000^(2(2k+1)/d))
+    (computed in float64 as theirs, then float32)."""
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    i = torch.arange(0, d, 2, dtype=torch.float64)
+    table = torch.zeros(n, d, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos / 10000.0 ** (2 * i / d))
+    table[:, 1::2] = torch.cos(pos / 10000.0 ** (2 * (i + 1) / d))
+    return table.float()
+
+
+class StdLayerNorm(nn.Module):
+    """The public code's LayerNorm: weight * (x - mean) / (std + eps) + bias with the unbiased std (n - 1), eps
+    added to the std, not to the variance."""
+
+    def __init__(self, d: int, eps: float):
+        super().__init__()
+        self.weight, self.bias, self.eps = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d)), eps
+
+    def forward(self, x):
+        return self.weight * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps) + self.bias
+
+
+def layer_norm(cfg: PCLConfig, public_eps: float) -> nn.Module:
+    """The norm of ``cfg.norm``; ``public_eps`` is the public code's eps at that place (1e-6 in the transformer,
+    1e-12 for the embeddings and the MVCL head); ``torch`` keeps nn.LayerNorm's 1e-5."""
+    return StdLayerNorm(cfg.d_model, public_eps) if cfg.norm == "public" else nn.LayerNorm(cfg.d_model)
 
 
 # -- transformer ----------------------------------------------------------------------------------------------
@@ -153,7 +201,7 @@ class Block(nn.Module):
 
     def __init__(self, cfg: PCLConfig):
         super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.ln1, self.ln2 = layer_norm(cfg, 1e-6), layer_norm(cfg, 1e-6)
         self.attn = Attention(cfg)
         self.ffn = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Dropout(cfg.dropout),
                                  nn.Linear(cfg.d_ff, cfg.d_model))
@@ -203,32 +251,42 @@ class PCL(nn.Module):
         self.cfg = cfg
         self.pad_id, self.bos_id, self.eos_id, self.mask_id = ids["pad"], ids["bos"], ids["eos"], ids["mask"]
         self.img1_id, self.img2_id, self.cls_id = ids["img1"], ids["img2"], ids["cls"]
+        if cfg.special_tokens == "shared_cls":
+            self.img1_id = self.img2_id = self.cls_id
         d = cfg.d_model
         self.word = nn.Embedding(cfg.vocab_size, d)
         self.token_type = nn.Embedding(6, d)
-        self.register_buffer("pe", sinusoid_table(max(cfg.n_regions, cfg.max_text_len + 1, 256), d),
-                             persistent=False)
+        table = public_sinusoid_table if cfg.pos_table == "public" else sinusoid_table
+        self.register_buffer("pe", table(max(cfg.n_regions, cfg.max_text_len + 1, 256), d), persistent=False)
         self.project = nn.Linear(cfg.feat_dim, d)
-        self.emb_ln = nn.LayerNorm(d)
+        self.emb_ln = layer_norm(cfg, 1e-12)
         self.emb_drop = nn.Dropout(cfg.dropout)
+        stack_input = (lambda: layer_norm(cfg, 1e-6)) if cfg.input_norm else nn.Identity
         if cfg.difference_encoder:
+            self.single_in, self.pair_in = stack_input(), stack_input()
             self.single = nn.ModuleList(Block(cfg) for _ in range(cfg.single_layers))
             self.pair = nn.ModuleList(Block(cfg) for _ in range(cfg.pair_layers))
+        self.cross_in = stack_input()
         self.cross = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.ln_f = nn.LayerNorm(d)
+        self.ln_f = layer_norm(cfg, 1e-6) if cfg.final_norm else nn.Identity()
         self.mlm_head = nn.Linear(d, cfg.vocab_size)
-        self.mvcl_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d), nn.Linear(d, cfg.feat_dim))
+        if cfg.mvcl_head == "tied":     # the output layer is the visual projection's weight, transposed
+            self.mvcl_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), layer_norm(cfg, 1e-12))
+            self.mvcl_bias = nn.Parameter(torch.zeros(cfg.feat_dim))
+        else:
+            self.mvcl_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), layer_norm(cfg, 1e-12),
+                                           nn.Linear(d, cfg.feat_dim))
         if cfg.distractor_head:
             self.judge = nn.Linear(2 * d, 2)
         if cfg.n_classes:
             self.classifier = nn.Linear(d, cfg.n_classes)
             self.matcher = nn.Linear(2 * d, 2)
-        self.apply(self._init)
-
-        # Word vectors start at unit scale, like the positional table they are added to: at the usual 0.02 the
-        # sinusoids (norm ~sqrt(d/2)) would drown the word identity under the embedding LayerNorm, and a short
-        # run learns captions by position only ("the the the ...").
-        nn.init.normal_(self.word.weight, std=1.0)
+        if cfg.init == "kit":
+            self.apply(self._init)
+            # Word vectors start at unit scale, like the positional table they are added to: at the usual 0.02
+            # the sinusoids (norm ~sqrt(d/2)) would drown the word identity under the embedding LayerNorm, and a
+            # short run learns captions by position only ("the the the ...").
+            nn.init.normal_(self.word.weight, std=1.0)
 
     @staticmethod
     def _init(m):
@@ -253,7 +311,8 @@ class PCL(nn.Module):
     def _text(self, ids: torch.Tensor, positions: torch.Tensor | int = 0) -> torch.Tensor:
         """Text embeddings; ``positions`` is the first position (consecutive) or one position per token."""
         pos = self.pe[positions:positions + ids.shape[1]] if isinstance(positions, int) else self.pe[positions]
-        return self.emb_drop(self.emb_ln(self.word(ids) + self.token_type.weight[T_TEXT] + pos))
+        words = self.word(ids) * math.sqrt(self.cfg.d_model) if self.cfg.scale_words else self.word(ids)
+        return self.emb_drop(self.emb_ln(words + self.token_type.weight[T_TEXT] + pos))
 
     # -- the image difference encoder ----------------------------------------------------------------------
     def encode_visual(self, f1: torch.Tensor, f2: torch.Tensor, region_mask: torch.Tensor | None = None):
@@ -277,20 +336,26 @@ class PCL(nn.Module):
         x2 = torch.cat([self._special(self.img2_id, T_IMG2, b), self._regions(f2, T_REG2)], 1)
         if not self.cfg.difference_encoder:
             return None, torch.cat([x1, x2], 1)
-        x = torch.cat([x1, x2], 0)              # the single-image encoder sees each image alone (shared weights)
+        x = self.single_in(torch.cat([x1, x2], 0))  # the single-image encoder sees each image alone (shared weights)
         for blk in self.single:
             x = blk(x)
         single = torch.stack([x[:b, 0], x[b:, 0]], 1)
-        x = torch.cat([x[:b], x[b:]], 1)       # the pair encoder sees both
+        x = self.pair_in(torch.cat([x[:b], x[b:]], 1))     # the pair encoder sees both
         for blk in self.pair:
             x = blk(x)
         return single, x
 
     # -- masks (bool, True = may attend) -------------------------------------------------------------------
-    def _pretrain_mask(self, n_front: int, text_ids: torch.Tensor) -> torch.Tensor:
-        """[B, 1, 1, n_front + L]: everything attends to everything but [PAD]."""
+    def _text_keys(self, text_ids: torch.Tensor) -> torch.Tensor:
+        """[B, L] bool: the text positions that may be attended to (all of them with ``attend_padding``)."""
+        return torch.ones_like(text_ids, dtype=torch.bool) if self.cfg.attend_padding else text_ids != self.pad_id
+
+    def _pretrain_mask(self, n_front: int, text_ids: torch.Tensor) -> torch.Tensor | None:
+        """[B, 1, 1, n_front + L]: everything attends to everything but [PAD] (None: to everything)."""
+        if self.cfg.attend_padding:
+            return None
         front = torch.ones(text_ids.shape[0], n_front, dtype=torch.bool, device=text_ids.device)
-        return torch.cat([front, text_ids != self.pad_id], 1)[:, None, None, :]
+        return torch.cat([front, self._text_keys(text_ids)], 1)[:, None, None, :]
 
     def _finetune_mask(self, n_visual: int, text_ids: torch.Tensor) -> torch.Tensor:
         """[B, 1, nv + L, nv + L]: visual rows see visual keys; text rows see visual keys and non-[PAD] text up to
@@ -300,11 +365,12 @@ class PCL(nn.Module):
         allowed = torch.zeros(n, n, dtype=torch.bool, device=dev)
         allowed[:, :n_visual] = True
         allowed[n_visual:, n_visual:] = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
-        keys = torch.cat([torch.ones(b, n_visual, dtype=torch.bool, device=dev), text_ids != self.pad_id], 1)
+        keys = torch.cat([torch.ones(b, n_visual, dtype=torch.bool, device=dev), self._text_keys(text_ids)], 1)
         return (allowed[None] & keys[:, None, :])[:, None]
 
     # -- forward -------------------------------------------------------------------------------------------
-    def _cross(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _cross(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.cross_in(x)
         for blk in self.cross:
             x = blk(x, mask)
         return self.ln_f(x)
@@ -343,12 +409,13 @@ class PCL(nn.Module):
         """
         p, k, length = text_ids.shape
         flat = text_ids.reshape(p * k, length)
-        xv = self.encode_visual(f1, f2)
+        xv = self.cross_in(self.encode_visual(f1, f2))
         nv = xv.shape[1]
         xt = self._text(flat)
         mask = self._finetune_mask(nv, flat)[:, :, nv:]                # [P*k, 1, L, nv + L]: the text rows
         if queries:
             xt, mask = self._with_queries(xt, flat, mask, nv)
+        xt = self.cross_in(xt)
         last = len(self.cross) - 1
         for i, blk in enumerate(self.cross):
             qv, kv, vv = blk.attn.heads(blk.ln1(xv))
@@ -375,7 +442,7 @@ class PCL(nn.Module):
                        torch.arange(1, length, device=dev))
         before = torch.ones(length - 1, length, dtype=torch.bool, device=dev).tril()     # query i: positions < i
         query_rows = torch.cat([torch.ones(b, length - 1, n_visual, dtype=torch.bool, device=dev),
-                                before[None] & (ids != self.pad_id)[:, None, :],
+                                before[None] & self._text_keys(ids)[:, None, :],
                                 torch.eye(length - 1, dtype=torch.bool, device=dev).expand(b, -1, -1)], 2)
         clean_rows = torch.cat([mask[:, 0], torch.zeros(b, length, length - 1, dtype=torch.bool, device=dev)], 2)
         return torch.cat([xt, q], 1), torch.cat([clean_rows, query_rows], 1)[:, None]
@@ -387,6 +454,8 @@ class PCL(nn.Module):
 
     def mvcl_regress(self, hidden: torch.Tensor) -> torch.Tensor:
         """[.., feat_dim]: visual hidden states regressed to the raw feature space (MVCL's prediction)."""
+        if self.cfg.mvcl_head == "tied":
+            return F.linear(self.mvcl_head(hidden), self.project.weight.t(), self.mvcl_bias)
         return self.mvcl_head(hidden)
 
     def fda_similarity(self, out: PCLOutput) -> torch.Tensor:
@@ -418,7 +487,7 @@ class PCL(nn.Module):
     # computed once, those of each committed word once, and every step runs just two tokens, the newest committed
     # word and a [MASK] after it. The [MASK]'s keys/values are discarded (its slot is overwritten next step).
     def start_decoding(self, visual: tuple[torch.Tensor, torch.Tensor]) -> DecodingState:
-        x = self.encode_visual(*visual)
+        x = self.cross_in(self.encode_visual(*visual))
         b, nv, _ = x.shape
         capacity = nv + self.cfg.max_text_len + 1
         keys, values = [], []
@@ -441,7 +510,7 @@ class PCL(nn.Module):
         if n + 2 > state.keys[0].shape[2]:     # longer than max_text_len: grow the buffers
             grow = lambda t: torch.cat([t, torch.empty_like(t)], 2)
             state.keys, state.values = [grow(t) for t in state.keys], [grow(t) for t in state.values]
-        x = self._text(torch.stack([tokens, torch.full_like(tokens, self.mask_id)], 1), state.pos)
+        x = self.cross_in(self._text(torch.stack([tokens, torch.full_like(tokens, self.mask_id)], 1), state.pos))
         mask = torch.ones(1, 1, 2, n + 2, dtype=torch.bool, device=tokens.device)
         mask[..., 0, -1] = False               # the committed word does not see the [MASK] after it
         last = len(self.cross) - 1
@@ -490,7 +559,7 @@ class PCL(nn.Module):
         rows = torch.arange(nv + length, n, device=dev)
         allowed[:, rows, :nv] = True
         upto = torch.arange(length, device=dev)[None, :] < positions[length:, None]
-        allowed[:, rows, nv:nv + length] = upto[None] & (tokens != self.pad_id)[:, None, :]
+        allowed[:, rows, nv:nv + length] = upto[None] & self._text_keys(tokens)[:, None, :]
         allowed[:, rows, rows] = True
         out = self._cross(x, allowed[:, None])
         return self.mlm_head(out[:, nv + length:])
