@@ -46,7 +46,7 @@ def test_spot_the_diff_adapts_and_captions(base, spot_root):
     captioner = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.1,
                  "freeze_visual": False,
                  "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise",
-                 "tie_clip_embeddings": True, "segment_embedding": None,
+                 "tie_clip_embeddings": True, "freeze_clip_embeddings": False, "segment_embedding": None,
                  "difference_tokens": False}
     task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=4, captions_per_pair=1,
                        visual_lr_scale=1e-3,

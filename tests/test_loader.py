@@ -55,7 +55,7 @@ def make_task(kind: str):
     captioner = {"hidden": 32, "heads": 2, "ffn": 64, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
                  "freeze_visual": False,
                  "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise",
-                 "tie_clip_embeddings": True, "segment_embedding": None,
+                 "tie_clip_embeddings": True, "freeze_clip_embeddings": False, "segment_embedding": None,
                  "difference_tokens": False}
     return CaptionTask(worker.tiny_pair_data(scenes=8), "idckit-standin-ViT-T-16", None, captioner, batch_size=2,
                        captions_per_pair=1,
