@@ -78,7 +78,8 @@ def cmd_features(args: argparse.Namespace) -> int:
     from idckit.data.features import extract_features
 
     store = extract_features(args.data_root, args.backbone, weights=args.weights, batch_size=args.batch_size,
-                             out_dir=args.out, device=args.device, image_size=args.image_size)
+                             out_dir=args.out, device=args.device, image_size=args.image_size,
+                             other_data="refuse" if args.out else "rebuild", force=args.force)
     print(f"{store.directory}: {store.array.shape[0]} images x {store.n_regions} regions x {store.dim} "
           f"(float16), weights: {store.meta['weights']}")
     return 0
@@ -267,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="square side the images are resized to (224: a 7x7 grid; 160: 5x5; 320: 10x10)")
     f.add_argument("--out", type=Path, default=None,
                    help="default: DATA_ROOT/features/BACKBONE (BACKBONE-SIZEpx at other sizes)")
+    f.add_argument("--force", action="store_true",
+                   help="extract into an --out holding another dataset's store (or files the kit did not write, "
+                        "which are kept)")
     _device_option(f)
     f.set_defaults(func=cmd_features)
 

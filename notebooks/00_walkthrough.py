@@ -19,14 +19,14 @@
 # Given two similar images, say in words what changed. This notebook shows the data the kit reproduces the
 # papers on and scores two honest baselines with the same evaluator every model uses.
 #
-# **Data.** Unless `data_root` points at the real CLEVR-Change, this runs on *SynthCLEVR-Change*: synthetic
+# **Data.** Unless `clevr_root` points at the real CLEVR-Change, this runs on *SynthCLEVR-Change*: synthetic
 # scenes rendered by the kit's own ray caster and written in the exact on-disk format of CLEVR-Change (same
 # folders, file names, JSON schemas, change types and caption grammar). Numbers on it are **synthetic-data
 # numbers**: they show that the pipeline works and how methods rank, not what the papers measured.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
+clevr_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # unused here (no training); kept so every notebook takes the same parameters
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]
@@ -40,7 +40,7 @@ from idckit.plots import change_type_counts, show_pairs
 from idckit.report import labelled, report_summary, write_report
 
 report_dir = report_dir or paths.reports_dir(profile)
-result = walkthrough.run(profile, data_root, device=device)
+result = walkthrough.run(profile, clevr_root, device=device)
 print(result.data.description)
 
 # %% [markdown]

@@ -21,7 +21,7 @@
 # greedily (KV cache, at most 32 tokens) and scored on test with pycocoevalcap. IDC-PCL (the kit's other model) is
 # shown beside it.
 #
-# Unless `data_root` points at the real CLEVR-Change this runs on **SynthCLEVR-Change**, and at the `smoke` and
+# Unless `clevr_root` points at the real CLEVR-Change this runs on **SynthCLEVR-Change**, and at the `smoke` and
 # `cpu` profiles the CLIP is the **idckit stand-in CLIP (synthetic pre-training)**: a small open_clip ViT trained
 # here on the train images' scene descriptions, not OpenAI's ViT-B/32 (pass `clip_model="ViT-B-32"`,
 # `pretrained="openai"` where a hub is reachable). At `cpu` the pair encoder is frozen during captioning (the
@@ -39,7 +39,7 @@
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
+clevr_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo (runs are cached by config hash and shared between tables)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0, 1, 2]      # captioning seeds (one adaptation run, seed 0)
@@ -61,7 +61,7 @@ from idckit.report import paper_table, paper_value, report_summary, side_by_side
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+setup = clip4idc.setup(profile, clevr_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device)
 results = clip4idc.runs(setup, ["clip4idc"], seeds)
 # the same recipe whose captioner also reads after - before of the pair tokens (docs/clip4idc.md); not a paper row
@@ -77,7 +77,7 @@ pcl_results = []
 if with_pcl:
     from idckit.experiments import pcl
 
-    pcl_setup = pcl.setup(profile, data_root, runs_dir=runs_dir, device=device)
+    pcl_setup = pcl.setup(profile, clevr_root, runs_dir=runs_dir, device=device)
     pcl_results = pcl.runs(pcl_setup, ["full"], seeds[:1])
     rows += reporting.rows(pcl_results)
 paper = paper_table("clip4idc.table1")
@@ -135,6 +135,6 @@ path = write_report(
     clip4idc.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "CLIP4IDC CIDEr-D, test total (mean over seeds)", "kit": round(mean["metrics"]["CIDEr-D"], 2),
               "paper": paper_value("clip4idc.table1", "CIDEr-D", model="CLIP4IDC")},
-    notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
+    notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.", summary, *collapse_notes])
 report_summary(path)

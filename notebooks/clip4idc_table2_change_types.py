@@ -18,12 +18,12 @@
 #
 # The same runs as Table 1 (cached, shared: nothing is trained here when Table 1 ran first), scored per change type
 # and on the distractors. Each subset is its own corpus, so CIDEr-D's IDF is recomputed per subset (RCC's protocol;
-# the public CLIP4IDC code never wired this in: GitHub issue sushizixin/CLIP4IDC#5). Unless `data_root` is real this is SynthCLEVR-Change,
+# the public CLIP4IDC code never wired this in: GitHub issue sushizixin/CLIP4IDC#5). Unless `clevr_root` is real this is SynthCLEVR-Change,
 # and at `smoke`/`cpu` the CLIP is the **idckit stand-in CLIP (synthetic pre-training)**, not OpenAI's.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
+clevr_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo (shared with Table 1)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0, 1, 2]      # the same seeds as Table 1, so its runs are reused
@@ -43,7 +43,7 @@ from idckit.report import paper_table, report_summary, side_by_side, write_repor
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+setup = clip4idc.setup(profile, clevr_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device)
 results = clip4idc.runs(setup, ["clip4idc"], seeds)
 print(setup.data.description, "|", results[0]["clip"])
@@ -84,7 +84,7 @@ path = write_report(
     clip4idc.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "CLIP4IDC move CIDEr-D, test", "kit": round(kit_row["metrics"].get("move", 0.0), 2),
               "paper": paper_row["metrics"]["move"]},
-    notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
+    notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.",
            f"Hardest subset for the kit ({'mean over seeds' if kit_row['seed'] == 'mean' else 'seed 0'}): {hardest}."])
 report_summary(path)

@@ -25,13 +25,13 @@
 # one of those sentences per pair. About 30 % of the references say there is no difference, so a text-only
 # baseline is shown: the most frequent training sentence written for every test pair.
 #
-# Unless `data_root` points at the real release's `data/` folder this runs on **SynthSpot-the-Diff** (a fixed
+# Unless `spot_root` points at the real release's `data/` folder this runs on **SynthSpot-the-Diff** (a fixed
 # street camera, 1-3 object changes or only light and noise), and at the `smoke` and `cpu` profiles the CLIP is the
 # **idckit stand-in CLIP (synthetic pre-training)**, pre-trained here on the set's single-image descriptions.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real Spot-the-Diff data/ folder
+spot_root = None       # None: the synthetic default of the profile; else a real Spot-the-Diff data/ folder
 runs_dir = None        # None: runs/ in the repo (runs are cached by config hash; shared with Tables 5 and 6)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]            # captioning seeds (one adaptation run, seed 0)
@@ -51,7 +51,7 @@ from idckit.report import paper_table, paper_value, report_summary, side_by_side
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+setup = clip4idc.setup(profile, spot_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device, dataset="spot-the-diff")
 results = clip4idc.runs(setup, ["clip-ft", "clip4idc"], seeds)
 print(setup.data.description, "|", results[0]["clip"])
@@ -115,7 +115,7 @@ path = write_report(
     headline={"label": "CLIP4IDC CIDEr-D, test (single-sentence protocol)",
               "kit": round(kit["CLIP4IDC"], 2),
               "paper": paper_value("clip4idc.table3", "CIDEr-D", model="CLIP4IDC")},
-    notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
+    notes=["Synthetic-data numbers (unless spot_root is real) are not comparable with the paper's real-data numbers.",
            "Single-sentence protocol: one generated sentence per pair, every annotator's sentences as references.",
            f"CLIP: {results[0]['clip']}.", f"Text-only baseline sentence: {baseline['sentence']!r}.", *notes,
            *collapse_notes])

@@ -23,13 +23,13 @@
 # pair. A text-only baseline is shown: the most frequent training request written for every test pair.
 #
 # The CLIP4IDC public code has no IER loader or script; the kit follows the paper's description with the
-# settings it uses on the other sets. Unless `data_root` points at the real set this runs on **SynthIER**
+# settings it uses on the other sets. Unless `ier_root` points at the real set this runs on **SynthIER**
 # (procedural photos edited with PIL / numpy), and at the `smoke` and `cpu` profiles the CLIP is the **idckit
 # stand-in CLIP (synthetic pre-training)**, pre-trained here on the set's single-image descriptions.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real Image-Editing-Request root
+ier_root = None       # None: the synthetic default of the profile; else a real Image-Editing-Request root
 runs_dir = None        # None: runs/ in the repo (runs are cached by config hash; shared with Table 6)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]            # captioning seeds (one adaptation run, seed 0)
@@ -49,7 +49,7 @@ from idckit.report import paper_table, paper_value, report_summary, side_by_side
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+setup = clip4idc.setup(profile, ier_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device, dataset="editing-request")
 results = clip4idc.runs(setup, ["clip-ft", "clip4idc"], seeds)
 print(setup.data.description, "|", results[0]["clip"])
@@ -114,7 +114,7 @@ path = write_report(
     clip4idc.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "CLIP4IDC CIDEr-D, test", "kit": round(kit["CLIP4IDC"], 2),
               "paper": paper_value("clip4idc.table4", "CIDEr-D", model="CLIP4IDC")},
-    notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
+    notes=["Synthetic-data numbers (unless ier_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.", f"Text-only baseline request: {baseline['sentence']!r}.", *notes,
            *collapse_notes])
 report_summary(path)

@@ -19,7 +19,7 @@
 # Three captioners on the same CLIP: **CLIP-FT** (each image through the whole plain ViT, the two token sequences
 # concatenated; no intra/inter split, no adaptation), **CLIP4IDC without adaptation** (the split pair encoder, its
 # new e1/e2/p/ln_mid untrained) and **CLIP4IDC** (the split encoder after retrieval adaptation; shared with Tables 1,
-# 2 and 7). Unless `data_root` is real this is SynthCLEVR-Change, and at `smoke`/`cpu` the CLIP is the **idckit
+# 2 and 7). Unless `clevr_root` is real this is SynthCLEVR-Change, and at `smoke`/`cpu` the CLIP is the **idckit
 # stand-in CLIP (synthetic pre-training)**. At `cpu` every pair encoder is frozen during captioning (the paper trains
 # it at lr 1e-7), so the rows compare the encoders' representations.
 #
@@ -32,7 +32,7 @@
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
+clevr_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo (the CLIP4IDC row is shared with Tables 1 and 2)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]
@@ -53,7 +53,7 @@ from idckit.report import paper_table, report_summary, side_by_side, write_repor
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+setup = clip4idc.setup(profile, clevr_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device)
 results = clip4idc.runs(setup, ["clip-ft", "no-adapt", "clip4idc"], seeds)
 print(setup.data.description, "|", results[0]["clip"])
@@ -124,7 +124,7 @@ path = write_report(
     clip4idc.provenance(setup, results + spot_results, seeds, time.time() - t0),
     headline={"label": "CLIP4IDC minus CLIP-FT, CIDEr-D", "kit": round(kit["CLIP4IDC"] - kit["CLIP-FT"], 2),
               "paper": round(paper_cider["CLIP4IDC"] - paper_cider["CLIP-FT"], 2)},
-    notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
+    notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.", *notes,
            f"Spot-the-Diff column: {spot.data.description}; CLIP: {spot_results[0]['clip']}.", *spot_notes,
            *collapse_notes])

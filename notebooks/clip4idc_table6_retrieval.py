@@ -21,7 +21,7 @@
 # pair for each change caption; pair->text ranks caption groups). The checkpoint is chosen on **val** text->pair R@1
 # (the public code chose it on test). Two references show what adaptation adds: the same split encoder before
 # adaptation (its e1/e2/p/ln_mid fresh) and plain CLIP (the mean of the two images' embeddings).
-# Unless `data_root` is real this is SynthCLEVR-Change, and at `smoke`/`cpu` the CLIP is the **idckit stand-in CLIP
+# Unless `clevr_root` is real this is SynthCLEVR-Change, and at `smoke`/`cpu` the CLIP is the **idckit stand-in CLIP
 # (synthetic pre-training)**.
 #
 # The Spot-the-Diff and Image-Editing-Request rows use the adaptation runs of Tables 3 and 4 (SynthSpot-the-Diff and
@@ -30,7 +30,7 @@
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
+clevr_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo (shared with the captioning tables)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]            # adaptation seeds (the captioning tables use seed 0)
@@ -54,7 +54,7 @@ from idckit.report import paper_table, paper_value, report_summary, side_by_side
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+setup = clip4idc.setup(profile, clevr_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device)
 adapted = clip4idc.runs(setup, ["adapt"], seeds)
 print(setup.data.description, "|", adapted[0]["clip"])
@@ -121,7 +121,7 @@ path = write_report(
     clip4idc.provenance(setup, adapted + other_adapted, seeds, time.time() - t0, selection="val (text->pair R@1)"),
     headline={"label": "CLIP4IDC text->pair R@1, test", "kit": round(adapted[0]["test"]["t2p_R@1"], 2),
               "paper": paper_value("clip4idc.table6", "t2p_R@1", model="CLIP4IDC", dataset="clevr_change")},
-    notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
+    notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {adapted[0]['clip']}.", verdict,
            f"Chance text->pair R@1 on these {clip4idc.test_pairs_retrieved(setup)} test pairs: "
            f"{rows[-1]['metrics']['t2p_R@1']:.1f} %.",

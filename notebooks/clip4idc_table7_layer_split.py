@@ -28,12 +28,12 @@
 # 3/3, 4/2, 5/1 and 6/0, at the paper's 6/6, 8/4, 10/2 and 12/0 (the odd splits fall between two of its layers; its
 # default is 4/2, the floor of 4.5). With OpenAI's ViT-B/32 (`clip_model="ViT-B-32"`, `pretrained="openai"`) the
 # seven splits are the paper's own.
-# Unless `data_root` is real this is SynthCLEVR-Change; at `smoke`/`cpu` the CLIP is the **idckit stand-in CLIP
+# Unless `clevr_root` is real this is SynthCLEVR-Change; at `smoke`/`cpu` the CLIP is the **idckit stand-in CLIP
 # (synthetic pre-training)**.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
+clevr_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]            # one run per split, as the paper (the first seed is used)
@@ -55,7 +55,7 @@ from idckit.report import paper_table, paper_value, report_summary, side_by_side
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, data_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
+setup = clip4idc.setup(profile, clevr_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device)
 seed = seeds[0]
 splits = clip4idc.layer_splits(setup)
@@ -119,7 +119,7 @@ path = write_report(
                         selection="val (text->pair R@1 for adaptation, CIDEr-D for captioning)"),
     headline={"label": "best split by test CIDEr-D, as N_intra / depth" + (" (undetermined: all tie)" if tied else ""),
               "kit": None if tied else round(best["n_intra"] / setup.depth, 3), "paper": round(paper_best["n_intra"] / (paper_best["n_intra"] + paper_best["n_inter"]), 3)},
-    notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
+    notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {adapted[0]['clip']}.",
            f"The kit's ViT has {setup.depth} layers, the paper's ViT-B/32 12: the kit's split k/{setup.depth}-k sits "
            f"at the paper's 12k/{setup.depth} (splits: " + ", ".join(

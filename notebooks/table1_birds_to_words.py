@@ -23,14 +23,14 @@
 # two baselines that compose nothing: the most frequent training paragraph, and the paragraph of the training pair
 # nearest in the features of both images.
 #
-# Unless `data_root` points at the real datasets this runs on **SynthBirds** (procedural birds whose species
+# Unless `birds_root` points at the real datasets this runs on **SynthBirds** (procedural birds whose species
 # differ in named attributes, paragraphs from a grammar) with **ImageNet EfficientNet-Lite0** grid features in
 # place of ResNet-101, and at the `cpu` profile a small model trained for minutes. The paper's numbers are shown
 # beside the kit's, never mixed with them.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the SynthBirds default of the profile; else a root with birds_to_words/, CUB_200_2011/, nabirds/
+birds_root = None       # None: the SynthBirds default of the profile; else a root with birds_to_words/, CUB_200_2011/, nabirds/
 runs_dir = None        # None: runs/ in the repo (runs are cached by config hash and shared with table 5)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]
@@ -50,7 +50,7 @@ from idckit.report import paper_table, paper_value, report_summary, side_by_side
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = birds.setup(profile, data_root, runs_dir=runs_dir, device=device)
+setup = birds.setup(profile, birds_root, runs_dir=runs_dir, device=device)
 results = birds.runs(setup, ["b2w", "both"], seeds)
 base = birds.baselines(setup)
 print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.meta["weights"])
@@ -118,7 +118,7 @@ path = write_report(
     birds.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "IDC-PCL ROUGE-L, test", "kit": round(kit_rouge["IDC-PCL"], 2),
               "paper": paper_value("pcl.table1", "ROUGE_L", model="IDC-PCL")},
-    notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
+    notes=["Synthetic-data numbers (unless birds_root is real) are not comparable with the paper's real-data numbers.",
            "Scored without PTB tokenisation, as the text is pre-tokenised.",
            f"Checkpoint: {birds.selection(setup)}; the paper selects on val ROUGE-L (docs/birds.md says why the "
            "cpu profile does not)."]

@@ -20,13 +20,13 @@
 # FDA on hard negatives the kit builds itself, then fine-tuned to caption with the uni-directional mask and the
 # distractor-judging head), selected on val CIDEr-D, scored on test with pycocoevalcap (PTB tokenisation).
 #
-# Unless `data_root` points at the real CLEVR-Change this runs on **SynthCLEVR-Change** with **ImageNet
+# Unless `clevr_root` points at the real CLEVR-Change this runs on **SynthCLEVR-Change** with **ImageNet
 # EfficientNet-Lite0** grid features in place of ResNet-101, and at the `cpu` profile a smaller model trained for
 # minutes instead of days. The paper's numbers are shown beside the kit's, never mixed with them.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
+clevr_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo (runs are cached by config hash and shared between tables)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]
@@ -46,12 +46,12 @@ from idckit.report import paper_table, paper_value, report_summary, side_by_side
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
+setup = pcl.setup(profile, clevr_root, runs_dir=runs_dir, backbone=backbone, device=device)
 results = pcl.runs(setup, ["full"], seeds)
 # the same model on the faithful CLEVR-Change jitter, which the cpu budget does not learn (synthetic data only)
 hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)
 # DUDA, the field's explicit-difference baseline, on the same data and grid features
-duda_setup = duda.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
+duda_setup = duda.setup(profile, clevr_root, runs_dir=runs_dir, backbone=backbone, device=device)
 duda_results = duda.runs(duda_setup, ["duda"], seeds)
 _, duda_hard = duda.hard_runs(duda_setup, ["duda"], seeds)
 print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.meta["weights"])
@@ -103,6 +103,6 @@ path = write_report(
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "IDC-PCL CIDEr-D, test total", "kit": round(mean["metrics"]["CIDEr-D"], 2),
               "paper": paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL")},
-    notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
+    notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
            f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."] + hard_notes + baseline_notes + collapse_notes)
 report_summary(path)

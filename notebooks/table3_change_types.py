@@ -17,11 +17,11 @@
 # # IDC-PCL, Table 3: CIDEr-D by change type on CLEVR-Change
 #
 # The same run as Table 2 (trained once, read from the run cache), broken down RCC's way: each change type and
-# the distractors scored as their own corpus. Synthetic-data numbers unless `data_root` is the real dataset.
+# the distractors scored as their own corpus. Synthetic-data numbers unless `clevr_root` is the real dataset.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
+clevr_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo (shared with table 2 and table 4)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]
@@ -44,11 +44,11 @@ from idckit.report import paper_table, report_summary, write_report
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
+setup = pcl.setup(profile, clevr_root, runs_dir=runs_dir, backbone=backbone, device=device)
 results = pcl.runs(setup, ["full"], seeds)
 hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)   # the faithful jitter (synthetic data only)
 # DUDA, the field's explicit-difference baseline, on the same data and features (cached: table 2 trained it)
-duda_setup = duda.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
+duda_setup = duda.setup(profile, clevr_root, runs_dir=runs_dir, backbone=backbone, device=device)
 duda_results = duda.runs(duda_setup, ["duda"], seeds)
 _, duda_hard = duda.hard_runs(duda_setup, ["duda"], seeds)
 

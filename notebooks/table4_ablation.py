@@ -18,12 +18,12 @@
 #
 # Six rows: no pre-training; MLM; MLM + MVCL; the full model (MLM + MVCL + FDA); the full model without the
 # image difference encoder; the full model without distractor judging. Runs are shared: the full row is Table
-# 2's run, and the last row reuses the full row's pre-training. Synthetic-data numbers unless `data_root` is
+# 2's run, and the last row reuses the full row's pre-training. Synthetic-data numbers unless `clevr_root` is
 # the real dataset; the paper's rows stand beside them.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
+clevr_root = None       # None: the synthetic default of the profile; else a real CLEVR-Change root
 runs_dir = None        # None: runs/ in the repo (shared with tables 2 and 3)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0]
@@ -45,7 +45,7 @@ from idckit.report import paper_table, paper_value, report_summary, side_by_side
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, device=device)
+setup = pcl.setup(profile, clevr_root, runs_dir=runs_dir, backbone=backbone, device=device)
 results = pcl.runs(setup, recipes.variants("pcl"), seeds)   # every pcl/* recipe: `idckit list pcl/*`
 
 # %% [markdown]

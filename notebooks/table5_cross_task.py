@@ -26,13 +26,13 @@
 #   and an in-batch class contrast on the single-image encoder, same-class matching on the pair encoder);
 # - **+ both**.
 #
-# Unless `data_root` points at the real datasets this runs on **SynthBirds** with **ImageNet EfficientNet-Lite0**
+# Unless `birds_root` points at the real datasets this runs on **SynthBirds** with **ImageNet EfficientNet-Lite0**
 # grid features, and at the `cpu` profile small models trained for minutes. Differences between rows are only
 # worth reading against the spread over seeds, which the table gives.
 
 # %% tags=["parameters"]
 profile = "cpu"        # smoke | cpu | paper
-data_root = None       # None: the SynthBirds default of the profile; else a root with birds_to_words/, CUB_200_2011/, nabirds/
+birds_root = None       # None: the SynthBirds default of the profile; else a root with birds_to_words/, CUB_200_2011/, nabirds/
 runs_dir = None        # None: runs/ in the repo (runs are cached by config hash and shared with table 1)
 report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smoke and paper)
 seeds = [0, 1, 2]
@@ -52,7 +52,7 @@ from idckit.report import paper_table, paper_value, report_summary, side_by_side
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = birds.setup(profile, data_root, runs_dir=runs_dir, device=device)
+setup = birds.setup(profile, birds_root, runs_dir=runs_dir, device=device)
 results = birds.runs(setup, recipes.variants("pcl-birds"), seeds)   # `idckit list pcl-birds/*`
 base = birds.baselines(setup)   # what the rows must beat: the most frequent paragraph, the nearest pair's paragraph
 print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.meta["weights"])
@@ -88,7 +88,7 @@ for ax, metric in zip(axes, ("ROUGE_L", "CIDEr-D")):
     for b, style in zip(base, ("--", ":")):
         ax.axhline(100 * b["test"]["total"][metric], color="grey", linestyle=style, label=b["label"])
     ax.set_xticks(range(len(labels)), labels, rotation=20)
-    ax.set_ylabel(f"kit {metric} (synthetic unless data_root)")
+    ax.set_ylabel(f"kit {metric} (synthetic unless birds_root)")
     twin = ax.twinx()
     twin.scatter(range(len(labels)), [paper_idc[lb][metric] for lb in labels], marker="x", color="darkorange")
     twin.set_ylabel(f"paper {metric} (real data)")
@@ -130,7 +130,7 @@ path = write_report(
     birds.provenance(setup, results, seeds, time.time() - t0),
     headline={"label": "B2W + CUB + NABirds ROUGE-L, test", "kit": round(kit_rouge["B2W + CUB + NABirds"], 2),
               "paper": paper_value("pcl.table5", "ROUGE_L", model="IDC-PCL", variant="B2W + CUB + NABirds")},
-    notes=["Synthetic-data numbers (unless data_root is real) are not comparable with the paper's real-data numbers.",
+    notes=["Synthetic-data numbers (unless birds_root is real) are not comparable with the paper's real-data numbers.",
            "Scored without PTB tokenisation, as the text is pre-tokenised.",
            f"Checkpoint: {birds.selection(setup)}; the paper selects on val ROUGE-L (docs/birds.md says why the "
            "cpu profile does not)."]

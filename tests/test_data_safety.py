@@ -228,6 +228,9 @@ def test_a_dataset_killed_mid_swap_is_not_trusted(kit_dataset, tmp_path, capsys)
 
 
 # -- reproduce: the report folder -----------------------------------------------------------------------------
+NB, NB2 = "00_walkthrough", "table2_clevr_change"     # names the table manifest knows
+
+
 def _fake_notebooks(tmp_path, *names):
     nbs = tmp_path / "nbs"
     nbs.mkdir(exist_ok=True)
@@ -252,14 +255,14 @@ def test_reproduce_refuses_a_foreign_report_folder_even_when_every_notebook_fail
     from idckit import cli, reproduce as rp
 
     monkeypatch.setattr(rp, "run_one", _fake_run(ok))
-    nbs = _fake_notebooks(tmp_path, "t")
+    nbs = _fake_notebooks(tmp_path, NB)
     monkeypatch.setattr(paths, "notebooks_dir", lambda: nbs)
     mine = tmp_path / "site"
     mine.mkdir()
     (mine / foreign).write_text('{"visitors": 12}' if foreign == "status.json" else "<html>my homepage</html>")
     before = _tree(mine)
     for extra in ([], ["--force"]):     # --force writes beside foreign files, never over them
-        assert cli.main(["reproduce", "t", "--report-dir", str(mine), "--runs-dir", str(tmp_path / "runs"),
+        assert cli.main(["reproduce", NB, "--report-dir", str(mine), "--runs-dir", str(tmp_path / "runs"),
                          *extra]) == 2
         err = capsys.readouterr().err
         assert foreign in err and str(mine) in err and "fix:" in err
@@ -270,15 +273,15 @@ def test_reproduce_force_writes_beside_the_users_files_in_a_kit_report_folder(tm
     from idckit import reproduce as rp
 
     monkeypatch.setattr(rp, "run_one", _fake_run(True))
-    nbs = _fake_notebooks(tmp_path, "t")
+    nbs = _fake_notebooks(tmp_path, NB)
     reports = tmp_path / "reports"
-    rp.reproduce(["t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    rp.reproduce([NB], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
     (reports / "NOTES.txt").write_text("mine")
     with pytest.raises(ConfigError, match="NOTES.txt"):
-        rp.reproduce(["t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
-    rp.reproduce(["t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs,
+        rp.reproduce([NB], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    rp.reproduce([NB], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs,
                  force=True)
-    assert (reports / "NOTES.txt").read_text() == "mine" and (reports / "t.json").is_file()
+    assert (reports / "NOTES.txt").read_text() == "mine" and (reports / f"{NB}.json").is_file()
     assert "idckit reports" in (reports / "index.html").read_text()
 
 
@@ -287,18 +290,18 @@ def test_a_second_reproduce_of_a_running_notebook_is_refused_and_the_first_repor
     from idckit import reproduce as rp
 
     monkeypatch.setattr(rp, "run_one", _fake_run(True))
-    nbs = _fake_notebooks(tmp_path, "t", "u")
+    nbs = _fake_notebooks(tmp_path, NB, NB2)
     reports = tmp_path / "reports"
-    rp.reproduce(["t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    rp.reproduce([NB], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
     status = (reports / "status.json").read_bytes()
     monkeypatch.setattr(rp, "run_one", _fake_run(False))
-    with fileio.lock(reports, "t", what="t", fix="wait"):     # the first run, still running t
-        with pytest.raises(ConfigError, match=f"t in this report folder is in use by process {os.getpid()}") as e:
-            rp.reproduce(["u", "t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs",
+    with fileio.lock(reports, NB, what=NB, fix="wait"):     # the first run, still running t
+        with pytest.raises(ConfigError, match=f"{NB} in this report folder is in use by process {os.getpid()}") as e:
+            rp.reproduce([NB2, NB], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs",
                          notebooks_dir=nbs)
         assert "wait for" in e.value.fix
     assert (reports / "status.json").read_bytes() == status     # not marked stale, u not run either
-    assert json.loads(status)["t"]["status"] == "ok"
+    assert json.loads(status)[NB]["status"] == "ok"
 
 
 def test_each_reproduce_stages_in_its_own_folder_and_a_dead_ones_is_removed_unread(tmp_path, monkeypatch):
@@ -307,11 +310,144 @@ def test_each_reproduce_stages_in_its_own_folder_and_a_dead_ones_is_removed_unre
     seen = []
     monkeypatch.setattr(rp, "run_one", lambda nb, *, report_dir, **kw: seen.append(
         sorted(p.name for p in report_dir.iterdir())) or Outcome(nb.stem, True, 1.0))
-    nbs = _fake_notebooks(tmp_path, "t")
+    nbs = _fake_notebooks(tmp_path, NB)
     reports = tmp_path / "reports"
-    dead = reports / ".idckit-staging-999999999" / "t"     # a killed run's (no such pid)
+    dead = reports / ".idckit-staging-999999999" / NB     # a killed run's (no such pid)
     dead.mkdir(parents=True)
-    (dead / "t.json").write_text(json.dumps({"notebook": "t"}))
-    rp.reproduce(["t"], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
-    assert not (reports / ".idckit-staging-999999999").exists() and not (reports / "t.json").exists()
+    (dead / f"{NB}.json").write_text(json.dumps({"notebook": NB}))
+    rp.reproduce([NB], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
+    assert not (reports / ".idckit-staging-999999999").exists() and not (reports / f"{NB}.json").exists()
     assert ".idckit-staging-999999999" not in seen[0]
+
+
+# -- features: a store knows its data -------------------------------------------------------------------------
+TWO = ["images/CLEVR_default_000000.png", "sc_images/CLEVR_semantic_000000.png"]
+
+
+def _other_clevr(tmp_path):
+    """Another dataset with the same image names and sizes on disk but other pixels."""
+    from PIL import Image
+
+    from conftest import write_clevr_change
+
+    root = write_clevr_change(tmp_path / "other")
+    for rel in TWO:
+        Image.new("RGB", (8, 6), (250, 10, 10)).save(root / rel)
+    return root
+
+
+def test_features_of_another_dataset_in_out_are_refused_not_returned(tiny_clevr, tmp_path, capsys):
+    from idckit import cli
+    from idckit.data.features import clevr_change_images, data_identity
+
+    other = _other_clevr(tmp_path)
+    store = tmp_path / "store"
+    assert cli.main(["features", str(tiny_clevr), "--weights", "random", "--out", str(store)]) == 0
+    capsys.readouterr()
+    before = _tree(store)
+    assert cli.main(["features", str(other), "--weights", "random", "--out", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "other data" in err and str(store) in err and "--force" in err
+    assert _tree(store) == before
+    # --force extracts the other images into it; the store then says whose they are
+    assert cli.main(["features", str(other), "--weights", "random", "--out", str(store), "--force"]) == 0
+    meta = json.loads((store / "meta.json").read_text())
+    assert meta["data"] == data_identity(other, clevr_change_images(other)) != \
+        data_identity(tiny_clevr, clevr_change_images(tiny_clevr))
+
+
+def test_a_default_store_of_regenerated_data_is_extracted_again(tiny_clevr):
+    import numpy as np
+    from PIL import Image
+
+    from idckit.data.features import extract_features
+
+    first = extract_features(tiny_clevr, weights="random", images=TWO, progress=False)
+    old = np.array(first.array)
+    Image.new("RGB", (9, 7), (0, 200, 0)).save(tiny_clevr / TWO[0])    # the dataset changed under its store
+    again = extract_features(tiny_clevr, weights="random", images=TWO, progress=False)
+    assert again.directory == first.directory and again.meta["data"] != first.meta["data"]
+    assert not np.array_equal(np.array(again.array), old)
+
+
+def test_a_store_without_data_identity_is_not_trusted(tiny_clevr, tmp_path):
+    from idckit.data.features import extract_features
+    from idckit.errors import DatasetError
+
+    store = tmp_path / "store"
+    extract_features(tiny_clevr, weights="random", images=TWO, out_dir=store, progress=False)
+    meta = json.loads((store / "meta.json").read_text())
+    del meta["data"]                                       # as an older idckit wrote it
+    (store / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DatasetError, match="records no data identity"):
+        extract_features(tiny_clevr, weights="random", images=TWO, out_dir=store, progress=False, other_data="refuse")
+    rebuilt = extract_features(tiny_clevr, weights="random", images=TWO, out_dir=store, progress=False)
+    assert rebuilt.meta["data"] and rebuilt.meta["complete"]
+
+
+def test_features_into_a_read_only_dataset_fail_in_the_first_second(tiny_clevr, monkeypatch, capsys):
+    """A read-only mount (root can write anywhere else, so os.access is what reports it)."""
+    from idckit import cli
+    from idckit.data import features
+
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(tiny_clevr) and mode == os.W_OK
+                        else real(p, mode, **kw))
+    monkeypatch.setattr(features, "build_backbone", lambda *a, **kw: pytest.fail("loaded the backbone first"))
+    assert cli.main(["features", str(tiny_clevr), "--weights", "random"]) == 2
+    err = capsys.readouterr().err
+    assert "not writable" in err and str(tiny_clevr) in err and "--out" in err
+    assert not (tiny_clevr / "features").exists()
+
+
+def test_a_store_with_the_users_files_is_refused_and_force_keeps_them(tiny_clevr, tmp_path):
+    from idckit.data.features import extract_features
+    from idckit.errors import DatasetError
+
+    store = tmp_path / "store"
+    extract_features(tiny_clevr, "resnet101", weights="random", images=TWO, out_dir=store, progress=False)
+    (store / "notes.txt").write_text("mine")
+    with pytest.raises(DatasetError, match="notes.txt"):
+        extract_features(tiny_clevr, "resnet101", weights="random", images=TWO[:1], out_dir=store, progress=False)
+    s = extract_features(tiny_clevr, "resnet101", weights="random", images=TWO[:1], out_dir=store, progress=False,
+                         force=True)
+    assert s.array.shape[0] == 1 and (store / "notes.txt").read_text() == "mine"
+
+
+def test_features_interrupted_by_sigint_leave_nothing_trusted_and_resume_to_the_same_store(tiny_clevr, tmp_path,
+                                                                                           monkeypatch):
+    import signal
+
+    import numpy as np
+
+    from idckit.data import features
+    from idckit.data.features import FeatureStore, clevr_change_images, extract_features
+    from idckit.errors import DatasetError
+
+    import torch
+
+    images = clevr_change_images(tiny_clevr)[:6]
+    torch.manual_seed(0)      # weights="random": the same untrained network in every call below
+    fresh = extract_features(tiny_clevr, weights="random", images=images, batch_size=2, out_dir=tmp_path / "fresh",
+                             progress=False)
+    real, calls = features.preprocess, []
+
+    def preprocess(paths, size=224):
+        calls.append(1)
+        if len(calls) == 4:                      # the probe, then two batches, then Ctrl-C
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(paths, size)
+
+    monkeypatch.setattr(features, "preprocess", preprocess)
+    store = tmp_path / "store"
+    torch.manual_seed(0)
+    with pytest.raises(KeyboardInterrupt):
+        extract_features(tiny_clevr, weights="random", images=images, batch_size=2, out_dir=store, progress=False)
+    monkeypatch.setattr(features, "preprocess", real)
+    meta = json.loads((store / "meta.json").read_text())
+    assert not meta["complete"] and 0 < meta["rows_done"] < len(images)
+    with pytest.raises(DatasetError, match="incomplete"):
+        FeatureStore.open(store)
+    torch.manual_seed(0)
+    again = extract_features(tiny_clevr, weights="random", images=images, batch_size=2, out_dir=store, progress=False)
+    assert np.array_equal(np.array(again.array), np.array(fresh.array))
