@@ -183,6 +183,7 @@ CARD_CSS = """<style>
 .idckit-card .flag { color: #b00; font-weight: 700; } .idckit-card .learned { color: #070; font-weight: 700; }
 .idckit-card .ran { color: #555; font-weight: 700; } .idckit-card p { margin: 0.35rem 0; }
 table.idckit-table td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.idckit-table td.txt, table.idckit-table th { text-align: left; }
 table.idckit-table caption { caption-side: top; text-align: left; font-weight: 600; }
 .jp-RenderedText pre, .output_text pre { white-space: pre-wrap; word-break: normal; overflow-wrap: anywhere; }
 </style>"""

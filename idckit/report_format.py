@@ -107,6 +107,22 @@ class Table:
         return "\n".join(([self.caption] if self.caption else []) + lines)
 
 
+class Notes:
+    """Sentences shown as a list in proportional type (a print() would set them in monospace and wrap mid-word)."""
+
+    def __init__(self, sentences: Iterable[str], *, title: str = ""):
+        self.sentences = list(sentences)
+        self.title = title
+
+    def _repr_html_(self) -> str:
+        head = f"<p><b>{html.escape(self.title)}</b></p>" if self.title else ""
+        return head + "<ul class='idckit-notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in self.sentences) + \
+            "</ul>"
+
+    def __repr__(self) -> str:
+        return "\n".join(([self.title] if self.title else []) + [f"- {n}" for n in self.sentences])
+
+
 def run_label(row: Mapping[str, Any]) -> str:
     """How a table names a kit row's run: ``seed 0``, ``mean ± sd of 3 seeds``, or empty (not a trained row)."""
     seed = row.get("seed")
@@ -145,5 +161,5 @@ def legend(terms: Sequence[str] | None = None) -> Table:
     return Table([{"term": k, "meaning": LEGEND[k]} for k in keys], ["term", "meaning"], caption="Terms")
 
 
-__all__ = ["NOT_REPORTED", "NAMES", "DECIMALS", "LEGEND", "name", "fmt", "Table", "run_label", "comparison",
+__all__ = ["NOT_REPORTED", "NAMES", "DECIMALS", "LEGEND", "name", "fmt", "Table", "Notes", "run_label", "comparison",
            "legend"]

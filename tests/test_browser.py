@@ -100,6 +100,47 @@ def test_report_says_where_its_numbers_come_from_and_leaks_nothing(html):
     assert all(n in page for n in doc["notes"]), f"{html.name} does not show its JSON's notes"
 
 
+def _share_of(png: Path, rgb: tuple[int, int, int], tol: int = 3) -> float:
+    """Share of the screenshot's pixels within ``tol`` of colour ``rgb``."""
+    from PIL import Image
+
+    img = np.asarray(Image.open(png).convert("RGB"), dtype=np.int16)
+    return float((np.abs(img - np.array(rgb)).max(axis=2) <= tol).mean())
+
+
+CARD_BACKGROUND = (0xEE, 0xF4, 0xFB)      # .idckit-card in idckit/report_card.py
+STATUS_HEADER = (0xDD, 0xE8, 0xF5)        # th.c-status in idckit/report_index.py
+
+
+@pytest.mark.parametrize("html", REPORTS, ids=[p.stem for p in REPORTS])
+def test_the_card_is_in_the_first_screen(chromium, html, tmp_path):
+    """The summary card, as `idckit reproduce` inserts it (idempotent on a report that already has one), fills a
+    good part of the first 1400x900 screen: the verdict is read before any prose or table."""
+    from idckit.report import read_report
+    from idckit.report_card import with_card
+
+    page = tmp_path / html.name
+    page.write_text(with_card(html.read_text(encoding="utf-8"), read_report(html.with_suffix(".json"))))
+    first = browser.screenshot(page, tmp_path / "first.png", width=1400, height=900)
+    share = _share_of(first, CARD_BACKGROUND)
+    assert share > 0.08, f"{html.name}: the card covers {share:.1%} of the first screen"
+    whole = browser.screenshot(page, tmp_path / "whole.png", width=1400, full_page=True)
+    from PIL import Image
+
+    height = Image.open(whole).size[1]
+    assert _share_of(whole, CARD_BACKGROUND) * height < share * 900 * 1.05, "a card below the first screen"
+
+
+def test_the_index_status_column_is_visible_at_1024_px(chromium, tmp_path):
+    png = browser.screenshot(ROOT / "reports" / "index.html", tmp_path / "index.png", width=1024, height=700)
+    from PIL import Image
+
+    img = np.asarray(Image.open(png).convert("RGB"), dtype=np.int16)
+    hits = np.argwhere(np.abs(img - np.array(STATUS_HEADER)).max(axis=2) <= 3)
+    assert len(hits) > 200, "the status column's header is not on the first screen at 1024 px"
+    assert hits[:, 1].max() < 1024 - 5
+
+
 def test_the_check_can_fail(chromium, tmp_path):
     (tmp_path / "ok.png").write_bytes(PNG_1PX)
     bad = tmp_path / "bad.html"

@@ -141,7 +141,10 @@ def score(captions: Mapping[str, str], records: Mapping[str, ChangeRecord],
     readings = {k: read(captions[k]) for k in ids}
     types = Counter(records[k].change_type for k in ids)
     shifted = [names_object(read(references[ids[(i + 1) % len(ids)]][0]), records[k]) for i, k in enumerate(ids)]
+    by_type = {t: [k for k in ids if records[k].change_type == t] for t in sorted(types)}
     return {"type_named": 100.0 * sum(readings[k].change_type == records[k].change_type for k in ids) / len(ids),
+            "type_named_by_type": {t: 100.0 * sum(readings[k].change_type == t for k in ks) / len(ks)
+                                   for t, ks in by_type.items()},
             "type_chance": 100.0 * types.most_common(1)[0][1] / len(ids),
             "attributes_named": 100.0 * sum(names_object(readings[k], records[k]) for k in ids) / len(ids),
             "attributes_chance": 100.0 * sum(shifted) / len(ids),

@@ -74,4 +74,12 @@ def collapse_check(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -
     return diversity_table(diversity), diversity_notes(diversity)
 
 
-__all__ = ["captions_by_run", "output_diversity", "diversity_notes", "diversity_table", "collapse_check"]
+def timing_table(results: Sequence[Mapping[str, Any]], fields: Mapping[str, str], *, caption: str) -> Table:
+    """Minutes per run of each result field in ``fields`` (``{result key in seconds: column name}``)."""
+    recs = [{"run": r.get("label", r["run"]), "seed": r.get("seed"),
+             **{name: (r[k] / 60 if isinstance(r.get(k), (int, float)) else None) for k, name in fields.items()}}
+            for r in results]
+    return Table(recs, ["run", "seed", *fields.values()], caption=caption)
+
+
+__all__ = ["timing_table", "captions_by_run", "output_diversity", "diversity_notes", "diversity_table", "collapse_check"]

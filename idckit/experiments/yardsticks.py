@@ -140,6 +140,72 @@ def describe_table(rows: Sequence[Mapping[str, Any]], *, caption: str):
                         "type_named", "type_chance", "attributes_named", "attributes_chance"], caption=caption)
 
 
+def type_rows(setup, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`idckit.experiments.reporting.per_type_rows` of runs on ``setup``'s data, with ``describes``."""
+    from idckit.experiments.reporting import per_type_rows
+
+    rows = per_type_rows(results)
+    add_describes(rows, results, setup.data)
+    return rows
+
+
+def type_mean(row: Mapping[str, Any], types: Sequence[str]) -> float:
+    """The mean of a per-type row's CIDEr-D over ``types`` (the change types the test split has)."""
+    return sum(row["metrics"][t] for t in types) / len(types)
+
+
+def type_headline(rows: Sequence[Mapping[str, Any]], variant: str, label: str, paper: Mapping[str, float],
+                  types: Sequence[str]) -> dict[str, Any]:
+    """A per-type table's headline: ``variant``'s mean CIDEr-D over ``types`` beside the paper's and the best
+    no-learning baseline's (oracles excluded) on the same types."""
+    mine = [r for r in rows if r["variant"] == variant and r.get("model") != BASELINE_MODEL]
+    row = next((r for r in mine if r.get("seed") == "mean"), mine[0])
+    fair = [r for r in rows if r.get("model") == BASELINE_MODEL and r["variant"] not in ORACLES]
+    out = {"label": label, "kit": round(type_mean(row, types), 2),
+           "paper": round(sum(paper[t] for t in types) / len(types), 2), "metric": "CIDEr-D",
+           "runs": {"variants": [variant]}}
+    if fair:
+        best = max(fair, key=lambda r: type_mean(r, types))
+        out["baseline"] = {"label": best["variant"], "kit": round(type_mean(best, types), 2)}
+    return out
+
+
+def type_describe_table(rows: Sequence[Mapping[str, Any]], *, caption: str):
+    """Per captioning row and change type: how often its captions name that change type (%), and the chance of
+    guessing the most common type."""
+    from idckit.report_format import Table, run_label
+
+    recs = []
+    types: list[str] = []
+    for r in rows:
+        d = r.get("describes") or {}
+        by = d.get("type_named_by_type") or {}
+        types += [t for t in by if t not in types]
+        if by:
+            recs.append({"model": r.get("model"), "variant": r["variant"], "run": run_label(r), **by,
+                         "type_chance": d.get("type_chance")})
+    return Table(recs, ["model", "variant", "run", *types, "type_chance"], caption=caption)
+
+
+def hardest_type_notes(rows: Sequence[Mapping[str, Any]], paper: Mapping[str, float], variant: str,
+                       types: Sequence[str]) -> list[str]:
+    """The kit's hardest change type for ``variant`` (lowest CIDEr-D) beside the paper's, named only when no
+    other type is within the row's noise (its seed sd per type; with one seed no spread is measured)."""
+    from idckit.report_stats import tie_best
+
+    mine = [r for r in rows if r["variant"] == variant]
+    row = next((r for r in mine if r.get("seed") == "mean"), mine[0])
+    sd = row.get("sd") or {}
+    worst, tied = tie_best({t: -row["metrics"][t] for t in types}, {t: sd.get(t, 0.0) for t in types})
+    paper_worst = min(types, key=lambda t: paper[t])
+    noise = "seed sd per type" if sd else "one seed: no spread measured"
+    if worst is None:
+        return [f"Hardest change type: {paper_worst} in the paper; in the kit's run no single one ({', '.join(tied)} "
+                f"within noise, {noise})."]
+    verdict = "agrees" if worst == paper_worst else "differs; the synthetic scenes differ from CLEVR's"
+    return [f"Hardest change type: {paper_worst} in the paper, {worst} in the kit's run ({verdict}; {noise})."]
+
+
 def standing_notes(rows: Sequence[Mapping[str, Any]], variant: str, metric: str = "CIDEr-D") -> list[str]:
     """Where ``variant`` (its mean row where several seeds ran) stands against every other model's row and every
     baseline row of ``rows`` on ``metric`` (hard-data rows are left to their own table), read against its noise."""
@@ -180,7 +246,8 @@ def add_describes(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any
             seeds = [r["describes"] for r in rows if r.get("seed") != "mean" and r.get("describes")
                      and r["variant"] == row["variant"] and r.get("model") == row.get("model")]
             if seeds:
-                row["describes"] = {k: sum(s[k] for s in seeds) / len(seeds) for k in seeds[0]}
+                row["describes"] = {k: sum(s[k] for s in seeds) / len(seeds) for k in seeds[0]
+                                    if isinstance(seeds[0][k], (int, float))}
     return rows
 
 
@@ -210,5 +277,6 @@ def add_bootstrap(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any
 
 
 __all__ = ["BASELINES_VERSION", "ORACLES", "clevr_baselines", "baseline_rows", "baseline_type_rows",
-           "best_baseline", "dataset_title", "headline", "clevr_rows", "describe_table", "standing_notes",
+           "best_baseline", "dataset_title", "headline", "type_rows", "type_mean", "type_headline", "type_describe_table",
+           "hardest_type_notes", "clevr_rows", "describe_table", "standing_notes",
            "add_describes", "add_bootstrap"]
