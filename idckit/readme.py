@@ -6,6 +6,7 @@ README and the committed reports disagree.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from idckit import fileio, paths
@@ -58,6 +59,11 @@ def _profile_of(report_json: Path) -> str | None:
     return doc.get("provenance", {}).get("profile") if "notebook" in doc else None
 
 
+def _rows(block: str) -> list[str]:
+    """The notebooks a results block has a row for."""
+    return re.findall(r"^\| \[([^\]]+)\]\(reports/", block, flags=re.M)
+
+
 def current_block(readme: str, path: str | Path = "README.md") -> str:
     if START not in readme or END not in readme:
         raise ConfigError("the README lacks the results markers", path=path,
@@ -86,6 +92,12 @@ def update_readme(readme_path: str | Path | None = None, report_dir: str | Path 
                               "reports/); other profiles' reports live in reports/<profile>/, outside the README")
     text = readme_path.read_text(encoding="utf-8")
     new_block = render_results(report_dir)
+    dropped = sorted(set(_rows(current_block(text, readme_path))) - set(_rows(new_block)))
+    if dropped:    # a partial report set (one notebook reproduced elsewhere) must not empty the committed table
+        raise ConfigError(f"the README's results table has rows for {', '.join(dropped)}, but {report_dir} holds no "
+                          "report for them; the table was left as it is", path=report_dir,
+                          fix="pass the --report-dir that holds every report (the default, reports/), or run "
+                              f"`idckit reproduce {' '.join(dropped)}` into this one first")
     if current_block(text, readme_path) == new_block:
         return False
     head, rest = text.split(START, 1)

@@ -451,3 +451,26 @@ def test_features_interrupted_by_sigint_leave_nothing_trusted_and_resume_to_the_
     torch.manual_seed(0)
     again = extract_features(tiny_clevr, weights="random", images=images, batch_size=2, out_dir=store, progress=False)
     assert np.array_equal(np.array(again.array), np.array(fresh.array))
+
+
+def test_readme_with_a_partial_report_set_refuses_and_keeps_every_row(tmp_path, capsys, monkeypatch):
+    from idckit import cli
+    from idckit.readme import END, START, render_results
+
+    full = tmp_path / "full"
+    full.mkdir()
+    for name in ("a", "b", "c"):
+        (full / f"{name}.json").write_text(json.dumps({"notebook": name, "headline": {"label": "CIDEr-D", "kit": 1.0},
+                                                       "provenance": {"profile": "cpu"}}))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# kit\n{START}\n{render_results(full)}\n{END}\n")
+    before = readme.read_bytes()
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "b.json").write_bytes((full / "b.json").read_bytes())
+    monkeypatch.setattr(paths, "project_root", lambda: tmp_path)
+    assert cli.main(["readme", "--report-dir", str(partial)]) == 2
+    err = capsys.readouterr().err
+    assert "a, c" in err and "idckit reproduce a c" in err and str(partial) in err
+    assert readme.read_bytes() == before
+    assert cli.main(["readme", "--report-dir", str(full)]) == 0     # the whole set is still fine
