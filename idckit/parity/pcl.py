@@ -89,7 +89,7 @@ def convert_state_dict(authors_sd: Mapping[str, torch.Tensor], authors_vocab: Ma
     in float32. Keys the authors' model lacks (the fine-tuning model has no MVCL head) are absent here too.
     Dropped: the positional buffer (recomputed), the pre-training ITM ``pooler`` ([3d -> 2], unused by the paper's
     tasks), ``aligner`` of a pre-training model (the same)."""
-    sd = {k.removeprefix("module."): v.float() for k, v in authors_sd.items()}
+    sd = {k.removeprefix("module."): v.float() if v.is_floating_point() else v for k, v in authors_sd.items()}
     if "word_embedding.weight" not in sd:
         raise ConfigError("not an IDC-PCL state_dict: no 'word_embedding.weight'",
                           fix="pass the authors' checkpoint of clver/ or bird/ (model_state_dict)")
