@@ -375,7 +375,7 @@ def test_switch_init_public_keeps_pytorch_defaults():
     assert public.state_dict().keys() == kit.state_dict().keys()
     bound = 1 / math.sqrt(64)                                          # nn.Linear's kaiming-uniform bound
     assert public.cross[0].ffn[0].weight.abs().max() <= bound and public.cross[0].ffn[0].bias.abs().max() > 0
-X
+    assert abs(float(public.token_type.weight.std()) - 1.0) < 0.2       # nn.Embedding's N(0, 1)
     assert abs(float(kit.cross[0].ffn[0].weight.std()) - 0.02) < 0.005 and not kit.cross[0].ffn[0].bias.any()
     assert abs(float(kit.token_type.weight.std()) - 0.02) < 0.005
     assert abs(float(kit.word.weight.std()) - 1.0) < 0.2
