@@ -6,14 +6,19 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.idckit-installed
 PROFILE ?= cpu
-DATA_ROOT ?=
+# One root per dataset (idckit/manifest.py); unset: that dataset's synthetic set. A notebook gets the roots it reads.
+CLEVR_ROOT ?=
+SPOT_ROOT ?=
+IER_ROOT ?=
+BIRDS_ROOT ?=
 NOTEBOOKS ?=
 # DEVICE: auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps; empty = each config's device (auto).
 DEVICE ?=
 # NPROC > 1: the runs are trained first by `idckit train` under torchrun (DistributedDataParallel, one process per
-# GPU), then the notebooks find them in the run cache and only render the reports. Trained that way: every IDC-PCL
-# and CLIP4IDC variant at seed 0 and CLIP4IDC's captioning seeds 1 and 2 (tables 1-2); the rest (table 7's layer
-# splits, the birds tables, the synthetic hard twin) still trains in the notebook's one process (docs/real_data.md).
+# GPU), then the notebooks find them in the run cache and only render the reports. Trained that way: every variant
+# of every family (IDC-PCL, DUDA, IDC-PCL on birds, CLIP4IDC) at seed 0 and CLIP4IDC's captioning seeds 1 and 2
+# (tables 1-2); the rest (table 7's layer splits, other seeds, the synthetic hard twin) still trains in the
+# notebook's one process (docs/real_data.md).
 NPROC ?= 1
 export PYTHONHASHSEED = 0
 
@@ -22,6 +27,7 @@ export PYTHONHASHSEED = 0
 help:
 	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$(PROFILE); smoke|cpu|paper;"
 	@echo "                 DEVICE=auto|cpu|cuda:N; NPROC=N trains on N GPUs with torchrun first;"
+	@echo "                 CLEVR_ROOT= SPOT_ROOT= IER_ROOT= BIRDS_ROOT= real datasets (unset: synthetic)"
 	@echo "                 profiles other than cpu write to reports/<profile>/ and leave the README's table alone)"
 	@echo "make doctor      devices, bf16, Java, weights and datasets this machine has"
 	@echo "make test        set up .venv and run the test suite"
@@ -58,12 +64,16 @@ chromium:
 
 setup: check-java chromium $(STAMP)
 
-TRAIN_ARGS = --profile $(PROFILE) $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(if $(DEVICE),--device $(DEVICE))
+ROOT_ARGS = $(if $(CLEVR_ROOT),--clevr-root $(CLEVR_ROOT)) $(if $(SPOT_ROOT),--spot-root $(SPOT_ROOT)) \
+            $(if $(IER_ROOT),--ier-root $(IER_ROOT)) $(if $(BIRDS_ROOT),--birds-root $(BIRDS_ROOT))
+TRAIN_ARGS = --profile $(PROFILE) $(ROOT_ARGS) $(if $(DEVICE),--device $(DEVICE))
+# the experiment families of the table manifest (read when a target needs them, after setup)
+FAMILIES = $(shell $(PY) -c "from idckit.manifest import FAMILIES; print(*FAMILIES)")
 
 reproduce: setup
 ifneq ($(NPROC),1)
-	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train pcl $(TRAIN_ARGS)
-	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train clip4idc $(TRAIN_ARGS)
+	for f in $(FAMILIES); do $(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train $$f \
+	  $(TRAIN_ARGS) || exit 1; done
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train clip4idc $(TRAIN_ARGS) --variants clip4idc --seeds 1 2
 endif
 	$(PY) -m idckit.cli reproduce $(TRAIN_ARGS) $(NOTEBOOKS)
@@ -73,7 +83,7 @@ test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider
 
 doctor: setup
-	$(PY) -m idckit.cli doctor --profile $(PROFILE) $(if $(DATA_ROOT),--data-root $(DATA_ROOT))
+	$(PY) -m idckit.cli doctor --profile $(PROFILE) $(ROOT_ARGS)
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

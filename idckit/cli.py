@@ -11,7 +11,8 @@ from pathlib import Path
 
 from idckit import paths
 from idckit.errors import IdckitError
-from idckit.experiments.config import PROFILES
+from idckit.manifest import DATASETS, FAMILIES
+from idckit.settings import PROFILES
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -78,8 +79,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     from idckit.data.features import extract_features
 
     store = extract_features(args.data_root, args.backbone, weights=args.weights, batch_size=args.batch_size,
-                             out_dir=args.out, device=args.device, image_size=args.image_size,
-                             other_data="refuse" if args.out else "rebuild", force=args.force)
+                             out_dir=args.out, device=args.device, image_size=args.image_size)
     print(f"{store.directory}: {store.array.shape[0]} images x {store.n_regions} regions x {store.dim} "
           f"(float16), weights: {store.meta['weights']}")
     return 0
@@ -100,7 +100,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         from idckit.device import resolve
 
         resolve(args.device)
-    outcomes = reproduce(args.notebooks, profile=args.profile, data_root=args.data_root,
+    outcomes = reproduce(args.notebooks, profile=args.profile, roots=_roots(args),
                          report_dir=args.report_dir, runs_dir=args.runs_dir,
                          extra_parameters={"device": args.device} if args.device else None, force=args.force)
     failed = [o.notebook for o in outcomes if not o.ok]
@@ -144,16 +144,19 @@ def cmd_pretrain_clip(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from idckit.experiments.train_runs import train
+    from idckit.experiments.base import train
+    from idckit.manifest import DATASETS, family
     from idckit.train import distributed
 
-    results = train(args.kind, args.profile, args.data_root, variants=args.variants or None, seeds=args.seeds,
+    root = getattr(args, DATASETS[family(args.family)[2]].param)
+    results = train(args.family, args.profile, root, variants=args.variants or None, seeds=args.seeds,
                     runs_dir=args.runs_dir, device=args.device)
     if distributed.is_main():
         for r in results:
             val = r["val"]    # what selected the checkpoint: CIDEr-D for a captioner, R@1 for an adaptation
             score = (f"val CIDEr-D {100 * val['CIDEr-D']:.1f}" if "CIDEr-D" in val
-                     else f"val text->pair R@1 {val['t2p_R@1']:.1f} %")
+                     else f"val text->pair R@1 {val['t2p_R@1']:.1f} %" if "t2p_R@1" in val
+                     else "val " + ", ".join(f"{k} {v:.3f}" for k, v in val.items() if isinstance(v, float)))
             print(f"{r['label']} (seed {r['seed']}): {r['run']}  {score}")
     if distributed.world() > 1:
         import torch.distributed
@@ -173,7 +176,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from idckit.doctor import main as doctor_main
 
-    return doctor_main(profile=args.profile, data_root=args.data_root, runs_dir=args.runs_dir)
+    return doctor_main(profile=args.profile, roots=_roots(args), runs_dir=args.runs_dir)
 
 
 def cmd_verify_data(args: argparse.Namespace) -> int:
@@ -183,15 +186,16 @@ def cmd_verify_data(args: argparse.Namespace) -> int:
                        json_out=args.json, limit=args.limit)
 
 
-def cmd_import_checkpoint(args: argparse.Namespace) -> int:
-    from idckit.checkpoint_import import import_checkpoint
+def _root_options(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+    """One root per dataset (idckit.manifest.DATASETS): --clevr-root, --spot-root, --ier-root, --birds-root."""
+    for d in DATASETS.values():
+        if only is None or d.name in only:
+            parser.add_argument(d.option, dest=d.param, default=None, metavar="DIR",
+                                help=f"a real {d.title} root ({d.layout}); default: {d.synthetic}")
 
-    options = {k: v for k, v in (("vocab", args.vocab), ("max_len", args.max_len), ("n_heads", args.heads))
-               if v is not None}
-    done = import_checkpoint(args.kind, args.checkpoint, args.out, force=args.force, **options)
-    print(f"{done['out']}: {done['kind']} {done.get('stage', '')} checkpoint, {done.get('parameters', 0):,} "
-          f"parameters (what was converted: {args.out}/import.json)")
-    return 0
+
+def _roots(args: argparse.Namespace) -> dict[str, str | None]:
+    return {d.param: getattr(args, d.param, None) for d in DATASETS.values()}
 
 
 def _device_option(parser: argparse.ArgumentParser, default_help: str = "default: auto") -> None:
@@ -279,16 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="square side the images are resized to (224: a 7x7 grid; 160: 5x5; 320: 10x10)")
     f.add_argument("--out", type=Path, default=None,
                    help="default: DATA_ROOT/features/BACKBONE (BACKBONE-SIZEpx at other sizes)")
-    f.add_argument("--force", action="store_true",
-                   help="extract into an --out holding another dataset's store (or files the kit did not write, "
-                        "which are kept)")
     _device_option(f)
     f.set_defaults(func=cmd_features)
 
     r = sub.add_parser("reproduce", help="run notebooks with papermill into HTML reports + reports/index.html")
     r.add_argument("notebooks", nargs="*", help="notebook names (default: all in notebooks/)")
     r.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
-    r.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
+    _root_options(r)
     r.add_argument("--report-dir", type=Path, default=None)
     r.add_argument("--runs-dir", type=Path, default=None)
     r.add_argument("--force", action="store_true",
@@ -322,11 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train the runs behind the notebooks into the run cache; under "
                                      "`torchrun --nproc_per_node=N -m idckit.cli train ...` on N processes (DDP)")
-    t.add_argument("kind", choices=["pcl", "clip4idc"])
+    t.add_argument("family", choices=list(FAMILIES),
+                   help="pcl, duda and clip4idc train on CLEVR-Change (--clevr-root), birds on --birds-root")
     t.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
-    t.add_argument("--data-root", default=None, help="a real dataset root (default: the synthetic default)")
+    _root_options(t)
     t.add_argument("--variants", nargs="*", default=None,
-                   help="recipe variants, e.g. full no_judge (default: every <kind>/* recipe; see `idckit list`)")
+                   help="recipe variants, e.g. full no_judge (default: every recipe of the family; see `idckit list`)")
     t.add_argument("--seeds", nargs="*", type=int, default=[0])
     t.add_argument("--runs-dir", type=Path, default=None)
     _device_option(t, "default: the configs' device")
@@ -339,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dr = sub.add_parser("doctor", help="what this machine offers: devices, bf16, Java, weights, datasets")
     dr.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
-    dr.add_argument("--data-root", default=None, help="a real dataset root to check")
+    _root_options(dr)
     dr.add_argument("--runs-dir", type=Path, default=None)
     dr.set_defaults(func=cmd_doctor)
 
@@ -356,18 +358,6 @@ def build_parser() -> argparse.ArgumentParser:
     vd.add_argument("--json", type=Path, default=None, help="also write the findings here")
     vd.add_argument("--limit", type=int, default=20, help="findings printed per kind (default 20)")
     vd.set_defaults(func=cmd_verify_data)
-
-    ic = sub.add_parser("import-checkpoint", help="turn an authors' released checkpoint into a kit run directory "
-                                                  "(idckit caption --model DIR, the notebooks)")
-    ic.add_argument("--from", dest="kind", required=True,
-                    help="idc-pcl (clver/), idc-pcl-birds (bird/); idckit.checkpoint_import.CONVERTERS lists all")
-    ic.add_argument("checkpoint", type=Path, help="the authors' checkpoint file")
-    ic.add_argument("--out", type=Path, required=True, help="the run directory to write, e.g. runs/idc-pcl-clevr")
-    ic.add_argument("--vocab", type=Path, default=None, help="IDC-PCL: the authors' dict.json the checkpoint used")
-    ic.add_argument("--max-len", type=int, default=None, help="IDC-PCL: caption length (default: the paper's)")
-    ic.add_argument("--heads", type=int, default=None, help="IDC-PCL: attention heads (default: the paper's 8)")
-    ic.add_argument("--force", action="store_true", help="write beside files in --out the kit did not write")
-    ic.set_defaults(func=cmd_import_checkpoint)
 
     rd = sub.add_parser("readme", help="regenerate the README's results table from reports/*.json")
     rd.add_argument("--report-dir", type=Path, default=None)

@@ -7,7 +7,6 @@ PTB tokenizer), the weights each profile needs (found on disk, downloadable, or 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -74,12 +73,13 @@ def _clip(model: str, pretrained: str | None) -> str:
 
 
 def _notebooks() -> dict[str, list[str]]:
-    """Experiment module (pcl, clip4idc, birds, ...) -> the notebooks whose main import it is."""
+    """Experiment family (pcl, duda, birds, clip4idc) -> the notebooks that train it (the table manifest)."""
+    from idckit.manifest import NOTEBOOKS
+
     out: dict[str, list[str]] = {}
-    for nb in sorted(paths.notebooks_dir().glob("*.py")):
-        found = re.search(r"^from idckit\.experiments import (\w+)", nb.read_text(encoding="utf-8"), re.M)
-        if found:
-            out.setdefault(found.group(1), []).append(nb.stem)
+    for nb in NOTEBOOKS.values():
+        for fam in nb.families:
+            out.setdefault(fam, []).append(nb.name)
     return out
 
 
@@ -93,9 +93,10 @@ def _distributed() -> str:
             "DDP with `make reproduce NPROC=N` or `torchrun --nproc_per_node=N -m idckit.cli train pcl|clip4idc`")
 
 
-def _runs_on(cfg: dict) -> str:
+def _runs_on(profile: str) -> str:
     from idckit.device import resolve
 
+    cfg = load_config("runtime", profile)
     try:
         where = f"device {cfg['device']} (-> {resolve(cfg['device'])})"
     except IdckitError as err:
@@ -104,9 +105,32 @@ def _runs_on(cfg: dict) -> str:
     return f"{where}, {workers or 'no'} DataLoader worker{'s' if workers != 1 else ''}"
 
 
-def report(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
+def _data_lines(profile: str, roots: dict[str, str | None]) -> list[tuple[bool, str]]:
+    """One line per dataset of the table manifest: the root given (checked against its layout) or the synthetic set
+    the notebooks that read it use instead."""
+    from idckit.experiments.data import check_root
+    from idckit.manifest import DATASETS, NOTEBOOKS
+
+    lines = []
+    for d in DATASETS.values():
+        users = ", ".join(nb.name for nb in NOTEBOOKS.values() if d.name in nb.datasets)
+        root = roots.get(d.param)
+        if root:
+            try:
+                check_root(d.name, root)
+                lines.append((True, f"data: {d.title} at {root} ({d.option} / {d.variable}=) for {users}"))
+            except IdckitError as err:
+                lines.append((False, f"data: {err}"))
+        else:
+            lines.append((True, f"data: no {d.option}; {users} use {d.synthetic} (generated on first use)"))
+    return lines
+
+
+def report(profile: str = paths.DEFAULT_PROFILE, roots: dict[str, str | None] | None = None,
            runs_dir: str | Path | None = None) -> list[tuple[bool, str]]:
-    """(ok, line) pairs; ok=False marks a problem that stops a notebook."""
+    """(ok, line) pairs; ok=False marks a problem that stops a notebook. ``roots``: dataset root parameter
+    (``clevr_root``, ``spot_root``, ``ier_root``, ``birds_root``) -> a real root or None."""
+    roots = roots or {}
     from idckit.device import describe
 
     lines: list[tuple[bool, str]] = []
@@ -127,7 +151,7 @@ def report(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
 
     notebooks = _notebooks()
     named = lambda module: ", ".join(notebooks.get(module, [])) or "none"  # noqa: E731
-    for name, module in (("pcl", "pcl"), ("pcl_birds", "birds")):
+    for name, module in (("pcl", "pcl"), ("pcl_birds", "birds")):       # DUDA reads IDC-PCL's features
         cfg = load_config(name, profile)
         backbone = cfg["backbone"]
         if cfg.get("backbone_weights"):
@@ -139,41 +163,13 @@ def report(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
         what = "IDC-PCL on CLEVR-Change" if module == "pcl" else "IDC-PCL on Birds-to-Words (+ CUB, NABirds)"
         lines.append((not weights.startswith("missing"),
                       f"{what} ({named(module)}) at {profile}: {backbone} grid features, weights {weights}; model "
-                      f"d={cfg['model']['d_model']} x {cfg['model']['n_layers']} layers; {_runs_on(cfg)}"))
+                      f"d={cfg['model']['d_model']} x {cfg['model']['n_layers']} layers; {_runs_on(profile)}"))
     adapt = load_config("clip4idc_adapt", profile)
     clip = _clip(adapt["clip"]["model"], adapt["clip"]["pretrained"])
     lines.append((not clip.startswith("missing") and "HF_HUB_OFFLINE=1" not in clip,
-                  f"CLIP4IDC ({named('clip4idc')}) at {profile}: CLIP {clip}; {_runs_on(adapt)}"))
-    spot, ier = load_config("synth_spot_the_diff", profile), load_config("synth_editing_request", profile)
-    lines.append((True, f"CLIP4IDC tables 3 and 4 (and the Spot-the-Diff / IER parts of 5 and 6) at {profile}: "
-                        f"SynthSpot-the-Diff ({spot['pairs']} pairs) and SynthIER ({ier['pairs']} pairs), generated "
-                        "on first use; a real set is the notebook's data_root (tables 3, 4) or spot_root / ier_root "
-                        "(tables 5, 6)"))
-    others = sorted(set(notebooks) - {"pcl", "birds", "clip4idc"})
-    for module in others:
-        lines.append((True, f"{module} ({named(module)}): baselines on the CLEVR-Change data below, no training"
-                      if module == "walkthrough" else f"{module} ({named(module)})"))
-
-    if data_root:
-        from idckit.data.clevr_change import ClevrChange
-
-        try:
-            ds = ClevrChange(Path(data_root).expanduser())
-            counts = {s: len(ds.indices(s)) for s in ("train", "val", "test")}
-            lines.append((True, f"data: {data_root} is a CLEVR-Change root ({counts}); notebooks run on it with "
-                                f"--data-root / DATA_ROOT="))
-        except IdckitError as err:
-            lines.append((False, f"data: {err}"))
-    else:
-        synth = load_config("synth_clevr_change", profile)
-        found = sorted(p.name for p in paths.data_dir().glob(f"synth-clevr-change-n{synth['pairs']}-*"))
-        lines.append((True, "data: no --data-root; the CLEVR-Change notebooks use the synthetic default "
-                            + (f"({found[0]}, generated)" if found else "(generated on first use)")))
-    birds = load_config("synth_birds", profile)
-    found = sorted(paths.data_dir().glob(f"synth-birds-n{birds['pairs']}-*"))
-    lines.append((True, "data: the birds notebooks use SynthBirds unless given a Birds-to-Words + CUB + NABirds "
-                        "root as data_root " + (f"({found[0].name}, generated)" if found
-                                                else "(generated on first use)")))
+                  f"CLIP4IDC ({named('clip4idc')}) at {profile}: CLIP {clip}; {_runs_on(profile)}"))
+    lines.append((True, f"DUDA ({named('duda')}) at {profile}: IDC-PCL's grid features; {_runs_on(profile)}"))
+    lines += _data_lines(profile, roots)
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
     if runs.exists() and not runs.is_dir():
         lines.append((False, f"runs: {runs} is a file, not a run cache directory; pass --runs-dir DIR (default "
@@ -188,9 +184,9 @@ def report(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
     return lines
 
 
-def main(profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
+def main(profile: str = paths.DEFAULT_PROFILE, roots: dict[str, str | None] | None = None,
          runs_dir: str | Path | None = None) -> int:
-    lines = report(profile, data_root, runs_dir)
+    lines = report(profile, roots, runs_dir)
     for ok, line in lines:
         print(("  " if ok else "! ") + line)
     return 0 if all(ok for ok, _ in lines) else 1

@@ -117,7 +117,28 @@ def claim_report_dir(report_dir: str | Path, notebooks: Sequence[Path], force: b
                             will_write=will, what="idckit report folder").path
 
 
-def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, runs_dir: Path,
+def parameters(name: str, *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
+               extra_parameters: dict | None = None) -> dict:
+    """What notebook ``name`` is run with: the profile, the roots of the datasets it reads
+    (:func:`idckit.manifest.notebook_roots`: None where not given, its synthetic set), where reports and runs go."""
+    from idckit.manifest import notebook_roots
+
+    return {"profile": profile, **notebook_roots(name, roots), "report_dir": str(report_dir),
+            "runs_dir": str(runs_dir), **(extra_parameters or {})}
+
+
+def check_roots(notebooks: Sequence[str], roots: dict | None) -> None:
+    """Every given root that one of ``notebooks`` reads, checked against its dataset's layout (the manifest's), so a
+    wrong root fails here, naming the layout and the fix, before any notebook works."""
+    from idckit.experiments.data import check_root
+    from idckit.manifest import dataset_of_param, notebook_roots
+
+    used = {p: r for name in notebooks for p, r in notebook_roots(name, roots).items() if r}
+    for param, root in used.items():
+        check_root(dataset_of_param(param).name, root)
+
+
+def run_one(nb: Path, *, profile: str, roots: dict | None = None, report_dir: Path, runs_dir: Path,
             extra_parameters: dict | None = None, log_output: bool = False) -> Outcome:
     import papermill as pm
 
@@ -129,7 +150,7 @@ def run_one(nb: Path, *, profile: str, data_root: str | None, report_dir: Path, 
     t0 = time.time()
     try:
         executed = stage / f"{name}.ipynb"
-        params = {"profile": profile, "data_root": data_root, "report_dir": str(stage), "runs_dir": str(runs_dir),
+        params = {**parameters(name, profile=profile, roots=roots, report_dir=stage, runs_dir=runs_dir),
                   **(extra_parameters or {})}
         pm.execute_notebook(str(nb), str(executed), parameters=params, kernel_name=KERNEL, cwd=str(nb.parent),
                             progress_bar=False, log_output=log_output)
@@ -173,7 +194,7 @@ def _read_status(path: Path) -> dict:
     return status
 
 
-def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE, data_root: str | None = None,
+def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE, roots: dict | None = None,
               report_dir: str | Path | None = None, runs_dir: str | Path | None = None,
               extra_parameters: dict | None = None, notebooks_dir: Path | None = None,
               force: bool = False) -> list[Outcome]:
@@ -182,10 +203,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
     notebooks = discover(names, notebooks_dir)
     report_dir = claim_report_dir(report_dir or paths.reports_dir(profile), notebooks, force)
     runs_dir = fileio.check_output_dir(runs_dir or paths.runs_dir(), "--runs-dir")
-    if data_root:  # a wrong root fails here, in one line, not inside every notebook
-        from idckit.data.clevr_change import ClevrChange
-
-        ClevrChange(Path(data_root).expanduser())
+    check_roots([nb.stem for nb in notebooks], roots)   # a wrong root fails here, before any notebook works
     report_dir.mkdir(parents=True, exist_ok=True)
     status_path = report_dir / "status.json"
     _read_status(status_path)       # an unreadable status file fails here, before the first notebook
@@ -196,17 +214,17 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
                 report_dir, nb.stem, what=f"{nb.stem} in this report folder",
                 fix="wait for that `idckit reproduce` to finish (its report replaces this one), or pass another "
                     "--report-dir"))
-        return _run_all(notebooks, profile=profile, data_root=data_root, report_dir=report_dir, runs_dir=runs_dir,
+        return _run_all(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
                         extra_parameters=extra_parameters)
 
 
-def _run_all(notebooks: Sequence[Path], *, profile: str, data_root: str | None, report_dir: Path, runs_dir: Path,
+def _run_all(notebooks: Sequence[Path], *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
              extra_parameters: dict | None) -> list[Outcome]:
     status_path = report_dir / "status.json"
     outcomes = []
     for nb in notebooks:
         print(f"[idckit reproduce] {nb.stem} (profile={profile}) ...", flush=True)
-        out = run_one(nb, profile=profile, data_root=data_root, report_dir=report_dir, runs_dir=runs_dir,
+        out = run_one(nb, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
                       extra_parameters=extra_parameters)
         outcomes.append(out)
         when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

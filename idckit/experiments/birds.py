@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from idckit import paths
-from idckit.data.features import IMAGE_SIZE, FeatureStore, extract_features, store_name
-from idckit.experiments import recipes
+from idckit.experiments import base, recipes
+from idckit.experiments.base import Setup
 from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
-from idckit.experiments.data import BirdsChoice, birds
+from idckit.experiments.data import birds
 from idckit.experiments.pcl import MODEL
 from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir
@@ -40,52 +39,22 @@ TABLE1_LABELS = {v: recipes.get_recipe(v, FAMILY).row_label("pcl.table1") for v 
 ANIMALS = (("animal1", "animal2"),)
 
 
-@dataclass
-class Setup:
-    profile: str
-    config: dict[str, Any]
-    data: BirdsChoice
-    store: FeatureStore
-    runs_dir: Path
-    device: str | None = None   # where training, decoding and feature extraction run (not part of any run key)
-    loader: dict[str, Any] = field(default_factory=dict)   # DataLoader workers (idckit.train.loader; no run key)
-
-    @property
-    def identity(self) -> dict[str, Any]:
-        ident = {"data": self.data.identity, "data_version": self.data.version,
-                 "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
-        size = self.store.meta.get("image_size", IMAGE_SIZE)
-        if size != IMAGE_SIZE:      # only another grid is a new key: every 224-px run keeps its own
-            ident["feature_size"] = size
-        return ident
-
-
 def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
           runs_dir: str | Path | None = None, overrides: dict | None = None, progress: bool = True,
           device: str | None = None) -> Setup:
     """Data (SynthBirds generated on first use unless ``data_root``) and the grid features of every image of its
-    three datasets (extracted once, cached). ``device``: None (auto), ``cpu``, ``cuda:1``, ..."""
-    from idckit.device import resolve
-
+    three datasets (extracted once, cached). ``device``: None (``configs/runtime.json``'s), ``cpu``, ``cuda:1``, ..."""
     check_profile(profile)
     cfg = load_config("pcl_birds", profile, overrides)
-    configured = cfg.pop("device")      # never part of a run key
-    loader = cfg.pop("loader")
-    device = device or configured
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
-    resolve(device)     # an unknown device fails here, before SynthBirds is generated
+    device, loader = base.runtime(profile, device)   # an unknown device fails before SynthBirds is generated
     data = birds(profile, data_root, progress=progress)
-    size = cfg["feature_size"]
-    out = runs / "features" / data.cache_name / store_name(cfg["backbone"].replace(":", "_").replace("/", "_"), size)
-    store = extract_features(data.root, cfg["backbone"], images=data.images(), out_dir=out, progress=progress,
-                             device=device, image_size=size)
+    store = base.features(cfg, data.root, data.cache_name, runs, device=device, progress=progress,
+                          images=data.images())
     return Setup(profile, cfg, data, store, runs, device, loader)
 
 
 # -- data in memory -------------------------------------------------------------------------------------------
-_DATA_CACHE: dict[tuple, Any] = {}
-
-
 def _rel(s: Setup, path: Path) -> str:
     return Path(path).resolve().relative_to(s.data.root).as_posix()
 
@@ -124,17 +93,17 @@ def loaded_data(s: Setup, kind: str = "b2w"):
     """The in-memory data of a setup (:class:`idckit.tasks.pcl.PCLData`, loaded once per process). ``b2w``:
     Birds-to-Words (train/val/test, FDA negatives, NABirds FGVC pairs attached); ``gic``: CUB single-image caption
     pairs (train only, Retrieve + Replace negatives). One shared vocabulary."""
+    key = (kind, str(s.data.root), str(s.store.directory), s.config["max_len"], s.config["swap_augment"],
+           s.config["fgvc_pairs"])
+    return base.CACHE.get("birds-data", key, lambda: _load(s, kind), keep=2)    # b2w and gic of one setup
+
+
+def _load(s: Setup, kind: str):
     import torch
 
     from idckit.tasks.pcl import FGVCData, pcl_data_from_records
     from idckit.text.vocab import Vocab
 
-    key = (kind, str(s.data.root), str(s.store.directory), s.config["max_len"], s.config["swap_augment"],
-           s.config["fgvc_pairs"])
-    if key in _DATA_CACHE:
-        return _DATA_CACHE[key]
-    for old in [k for k in _DATA_CACHE if k[1:] != key[1:]]:   # keep one setup's data in memory
-        del _DATA_CACHE[old]
     records, cub = _records(s), _cub_records(s)
     vocab = Vocab.build([c for r in records["train"] for c in r.references] + [c for r in cub for c in r.references])
     if kind == "gic":
@@ -156,7 +125,6 @@ def loaded_data(s: Setup, kind: str = "b2w"):
                              rows2=t([data.rows[keys[p["img2"]]] for p in pairs]),
                              class1=t([index[p["class_id1"]] for p in pairs]),
                              class2=t([index[p["class_id2"]] for p in pairs]), n_classes=len(index))
-    _DATA_CACHE[key] = data
     return data
 
 
@@ -284,13 +252,9 @@ def grammar_scores(s: Setup, paragraphs: dict[str, str], split: str = "test") ->
             "difference_recall": difference_recall(paragraphs, animals)}
 
 
-def runs(s: Setup, variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), *,
-         progress: bool = True) -> list[dict[str, Any]]:
-    """Every requested variant (default: every ``pcl-birds/*`` recipe) for every seed on one setup (shared data and
-    features; each run trained once, then cached). All names and seeds are checked before the first run trains."""
-    variants = recipes.check_variants(variants, FAMILY)
-    seeds = check_seeds(seeds)
-    return [run_variant(s, v, seed, progress=progress) for v in variants for seed in seeds]
+#: every requested variant (default: every ``pcl-birds/*`` recipe) for every seed on one setup (shared data and
+#: features)
+runs = base.family_runs(run_variant, FAMILY)
 
 
 # -- text-only and nearest-neighbour baselines ---------------------------------------------------------------

@@ -24,7 +24,7 @@ IER, see :func:`dataset_settings`). ``train`` blocks may give ``epochs`` (and
 ``warmup_fraction``, ``eval_every_epochs``) instead of steps; they are converted with the data's size here.
 
 Frozen work is computed once per process: the intra-stage outputs of a frozen stand-in (per split depth) are shared
-by every adaptation and captioning run of a notebook (``_INTRA``). Report rows, captioning and retrieval alike, are
+by every adaptation and captioning run of a notebook (in :data:`idckit.experiments.base.CACHE`). Report rows, captioning and retrieval alike, are
 :mod:`idckit.experiments.reporting`'s.
 """
 from __future__ import annotations
@@ -41,12 +41,12 @@ import torch
 
 from idckit import paths
 from idckit.errors import ConfigError, WeightsUnavailableError
-from idckit.experiments import recipes, reporting
+from idckit.experiments import base, recipes, reporting
 from idckit.experiments.config import (check_profile, check_seeds, deep_merge, load_config, read_config_file,
                                        train_config)
 from idckit.experiments.data import DataChoice, pair_dataset
 from idckit.experiments.runs import Run, open_run, variant_result
-from idckit.fileio import check_output_dir, check_output_file
+from idckit.fileio import check_output_dir
 from idckit.train import distributed
 
 FAMILY = "clip4idc"            # the recipes this module trains: clip4idc/clip-ft, clip4idc/no-adapt, ...
@@ -61,8 +61,11 @@ class Setup:
     data: DataChoice
     runs_dir: Path
     progress: bool = True
-    device: dict[str, str] = field(default_factory=dict)   # per kind of run; not part of any run key
-    loader: dict[str, dict] = field(default_factory=dict)  # per kind: DataLoader workers (idckit.train.loader)
+    device: str = "auto"            # where every run trains and decodes; not part of any run key
+    loader: dict[str, Any] = field(default_factory=dict)    # DataLoader workers (idckit.train.loader)
+    #: where the stand-in CLIP learns (prepared by setup, never mid-run): this data if it has scene descriptions,
+    #: else the profile's synthetic set of the same dataset; None with named weights
+    described: DataChoice | None = None
 
     @property
     def clip_model(self) -> str:
@@ -104,9 +107,10 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     ``clip_model`` / ``pretrained`` override the profile's CLIP (e.g. ``"ViT-B-32"``, ``"openai"`` for the paper's);
     ``pretrained=None`` with no override means the profile's choice (the stand-in at smoke and cpu).
     ``overrides`` = ``{"standin": {...}, "adapt": {...}, "caption": {...}}`` deep-merged into the configs.
-    ``device`` (``auto``, ``cpu``, ``cuda:1``, ...) overrides every config's device."""
-    from idckit.device import resolve as resolve_device
+    ``device`` (``auto``, ``cpu``, ``cuda:1``, ...) overrides ``configs/runtime.json``'s.
 
+    Everything a run reads from disk is prepared here, before any training: the data, and the stand-in's
+    description data (generated when this data has no scene descriptions)."""
     check_profile(profile)
     overrides = overrides or {}
     if not isinstance(overrides, dict):
@@ -128,18 +132,14 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     elif pretrained is not None:
         clip["pretrained"] = pretrained
     cfg["clip"] = clip
-    devices = {kind: device or cfg[kind].pop("device") for kind in ("standin", "adapt", "caption")}
-    for kind in devices:
-        cfg[kind].pop("device", None)
-    loaders = {kind: cfg[kind].pop("loader") for kind in devices}
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
     # every setting is checked before the data is generated (a bad one would otherwise leave a dataset behind)
-    for spec in set(devices.values()):
-        resolve_device(spec)
+    device, loader = base.runtime(profile, device)
     _vision_config(clip["model"])
     _check_pretrained(clip["model"], clip["pretrained"])
-    return Setup(profile, cfg, pair_dataset(dataset, profile, data_root, progress=progress), runs, progress, devices,
-                 loaders)
+    data = pair_dataset(dataset, profile, data_root, progress=progress)
+    described = _description_data(data, profile, progress) if clip["pretrained"] is None else None
+    return Setup(profile, cfg, data, runs, progress, device, loader, described)
 
 
 def dataset_settings(name: str, dataset: str, profile: str) -> dict[str, Any]:
@@ -181,10 +181,6 @@ def _check_pretrained(model: str, pretrained: object) -> None:
 
 
 # -- shared in-memory data and caches -------------------------------------------------------------------------
-_DATA: dict[tuple, Any] = {}
-_INTRA: dict[tuple, Any] = {}
-
-
 def _image_cache_dir(s: Setup, data: DataChoice) -> Path:
     # the data's content, not its path: a moved or renamed dataset keeps its cache
     return s.runs_dir / "images" / f"{data.tag}-{s.image_size}px"
@@ -196,33 +192,34 @@ def loaded_data(s: Setup):
     from idckit.tasks.clip4idc import load_pair_data
 
     key = (str(s.data.root), s.image_size, s.config["caption"]["max_len"])
-    if key not in _DATA:
-        _DATA.clear()
-        _INTRA.clear()
-        _DATA[key] = load_pair_data(s.data.dataset(), s.image_size, max_len=s.config["caption"]["max_len"],
-                                    cache_dir=_image_cache_dir(s, s.data), progress=s.progress)
-    return _DATA[key]
+    return base.CACHE.get("clip4idc-data", key, lambda: load_pair_data(
+        s.data.dataset(), s.image_size, max_len=s.config["caption"]["max_len"], cache_dir=_image_cache_dir(s, s.data),
+        progress=s.progress))
 
 
-def _intra_cache(s: Setup, clip: dict, encoder) -> Any:
-    """The intra-stage outputs of every image under this CLIP's frozen weights and split (once per process)."""
+def _intra_cache(s: Setup, clip: dict, n_intra: int) -> Any:
+    """The intra-stage outputs of every image under this CLIP's own (frozen) weights split at ``n_intra`` (once per
+    process; the tasks check the weights' fingerprint before using it)."""
+    from idckit.models.clip4idc import CLIP4IDCRetrieval
+    from idckit.models.clip_loader import load_clip
     from idckit.tasks.clip4idc import IntraCache
 
-    key = (str(s.data.root), clip["key"], encoder.n_intra)
-    if key not in _INTRA:
-        while len(_INTRA) >= 3:                       # a notebook's splits come one after another
-            _INTRA.pop(next(iter(_INTRA)))
+    def compute():
         data = loaded_data(s)
         rows = torch.cat([torch.cat([sp.before, sp.after, sp.distractor_row[sp.distractor_row >= 0]])
                           for sp in data.splits.values()])
-        _INTRA[key] = IntraCache.compute(encoder, data.images, rows, progress=s.progress)
-    return _INTRA[key]
+        torch.manual_seed(0)        # the split's new layers are drawn but never enter the intra stage
+        encoder = CLIP4IDCRetrieval(load_clip(clip["name"], clip["weights"])[0], n_intra=n_intra).pair_encoder
+        return IntraCache.compute(encoder.to(_device(s)), data.images, rows, progress=s.progress)
+
+    # a notebook's splits come one after another
+    return base.CACHE.get("clip4idc-intra", (str(s.data.root), clip["key"], n_intra), compute, keep=3)
 
 
-def _device(s: Setup, kind: str):
+def _device(s: Setup):
     from idckit.device import resolve
 
-    return resolve(s.device.get(kind))
+    return resolve(s.device)
 
 
 def _train_config(c: dict, seed: int, samples_per_epoch: int, batch_size: int):
@@ -240,15 +237,15 @@ def _file_identity(path: str) -> str:
     return f"file:{p.name}:{h.hexdigest()[:16]}"
 
 
-def _description_data(s: Setup) -> DataChoice:
+def _description_data(data: DataChoice, profile: str, progress: bool) -> DataChoice:
     """Where the stand-in learns: this data if it has scene descriptions, else the profile's synthetic default of
     the same dataset (a real release has no single-image descriptions)."""
-    if (s.data.root / "scene_descriptions.json").is_file():
+    if (data.root / "scene_descriptions.json").is_file():
         from idckit.tasks.clip_pretrain import read_descriptions
 
-        read_descriptions(s.data.root / "scene_descriptions.json")  # a damaged file is named before a run starts
-        return s.data
-    return pair_dataset(s.data.name, s.profile, None, progress=s.progress)
+        read_descriptions(data.root / "scene_descriptions.json")  # a damaged file is named before a run starts
+        return data
+    return pair_dataset(data.name, profile, None, progress=progress)
 
 
 def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
@@ -271,13 +268,13 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
         raise ConfigError(f"the stand-in pre-training config builds {c['model']!r} but the CLIP asked for is "
                           f"{name!r}", fix="pass pretrained=<weights> for other architectures, or set "
                                            "overrides={'standin': {'model': ...}}")
-    described = _description_data(s)
+    described = s.described
+    if described is None:     # a Setup made by hand with named weights, then asked for the stand-in
+        raise ConfigError("this setup has no description data for the stand-in CLIP (it was made with named weights)",
+                          fix="call clip4idc.setup(...) with pretrained=None for the stand-in")
     root = described.root
-    from idckit.data.synth.vocab import GENERATOR_VERSION
-
-    version = GENERATOR_VERSION if described.name == "clevr-change" else described.version
     run = open_run(s.runs_dir, "clip-standin", {"kind": "clip-standin", "data": described.identity,
-                                                "data_version": version, "standin": c, "seed": 0})
+                                                "data_version": described.version, "standin": c, "seed": 0})
     path = run.dir / "clip.pt"
     with run.exclusive():
         if not run.is_complete():
@@ -287,7 +284,7 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
             task = StandinPretrainTask(data, name, batch_size=c["batch_size"], weight_decay=c["weight_decay"],
                                        eval_batch_size=c["eval_batch_size"])
             res = fit(task, _train_config(c["train"], 0, len(data.train_scenes), c["batch_size"]), run.dir,
-                      progress=progress, device=s.device.get("standin"), loader=s.loader.get("standin"))
+                      progress=progress, device=s.device, loader=s.loader)
             if distributed.is_main():
                 save_clip_checkpoint(res.model.cpu(), path, name)
                 run.complete({"val": res.best_metrics, "best_step": res.best_step, "steps": res.steps,
@@ -310,18 +307,18 @@ def retrieval_ks(s: Setup) -> tuple[int, ...]:
     return tuple(sorted({1, 5, 10, *DATASETS[s.data.name].get("paper_ks", ())}))
 
 
-def _adapt_task(s: Setup, clip: dict, n_intra: int):
+def _adapt_task(s: Setup, clip: dict, n_intra: int, *, freeze_intra: bool | None = None):
+    """The adaptation task (``freeze_intra`` None: the config's; False: plain CLIP's whole tower, which the intra
+    cache of the split encoder does not serve)."""
     from idckit.tasks.clip4idc import AdaptTask
 
     c = s.config["adapt"]
-    task = AdaptTask(loaded_data(s), clip["name"], clip["weights"], n_intra=n_intra, batch_size=c["batch_size"],
+    frozen = c["freeze_intra"] if freeze_intra is None else freeze_intra
+    return AdaptTask(loaded_data(s), clip["name"], clip["weights"], n_intra=n_intra, batch_size=c["batch_size"],
                      clip_lr_scale=c["clip_lr_scale"], weight_decay=c["weight_decay"], swap_prob=c["swap_prob"],
-                     freeze_intra=c["freeze_intra"], freeze_embeddings=c["freeze_embeddings"],
-                     eval_batch_size=c["eval_batch_size"], progress=s.progress, ks=retrieval_ks(s))
-    if c["freeze_intra"]:
-        torch.manual_seed(0)
-        task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder.to(_device(s, "adapt")))
-    return task
+                     freeze_intra=frozen, freeze_embeddings=c["freeze_embeddings"],
+                     eval_batch_size=c["eval_batch_size"], progress=s.progress, ks=retrieval_ks(s),
+                     intra_cache=_intra_cache(s, clip, n_intra) if frozen else None)
 
 
 def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool | None = None) -> dict[str, Any]:
@@ -346,14 +343,14 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
         if not run.is_complete():
             t0 = time.perf_counter()
             task = _adapt_task(s, clip, n_intra)
-            dev = _device(s, "adapt")
+            dev = _device(s)
             torch.manual_seed(seed)
             before = task.evaluate(task.build_model().to(dev), "test")
             plain_model = CLIP4IDCRetrieval(load_clip(clip["name"], clip["weights"])[0], n_intra=s.depth, joint=False)
-            plain = _evaluate_plain(task, plain_model.to(dev))
+            plain = _evaluate_plain(_adapt_task(s, clip, n_intra, freeze_intra=False), plain_model.to(dev))
             samples = len(task.samples)
             res = fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress,
-                      device=dev, loader=s.loader.get("adapt"))
+                      device=dev, loader=s.loader)
             test = task.evaluate(res.model, "test")
             if distributed.is_main():
                 run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
@@ -374,35 +371,28 @@ def _check_n_intra(s: Setup, n_intra: object) -> int:
 
 
 def _evaluate_plain(task, model) -> dict[str, float]:
-    """Retrieval of plain CLIP: each image through the whole tower, pair vector = mean of the two embeddings."""
+    """Retrieval of plain CLIP (``task`` without frozen intra blocks): each image through the whole tower, pair
+    vector = mean of the two embeddings."""
     from idckit.eval.retrieval import retrieval_metrics
 
-    saved = task.freeze_intra
-    task.freeze_intra = False                  # the intra cache belongs to the split encoder, not to this one
-    try:
-        sim, text_pair = task.similarity(model, "test")
-    finally:
-        task.freeze_intra = saved
+    sim, text_pair = task.similarity(model, "test")
     return retrieval_metrics(sim, text_pair, ks=task.ks)
 
 
 # -- 3. captioning --------------------------------------------------------------------------------------------
-_SCORER = None
-
-
 def _final_scorer(meteor: bool):
-    """One scorer (one METEOR JVM) for every final test scoring of the process."""
-    global _SCORER
+    """One scorer (one METEOR JVM) for every final test scoring of the process (one with METEOR serves both)."""
     from idckit.eval.captions import CaptionScorer
 
-    if _SCORER is None or (meteor and not _SCORER.has_meteor):
-        if _SCORER is not None:
-            _SCORER.close()
-        _SCORER = CaptionScorer(meteor=meteor)
+    def start():
         import atexit
 
-        atexit.register(_SCORER.close)
-    return _SCORER
+        scorer = CaptionScorer(meteor=meteor)
+        atexit.register(scorer.close)
+        return scorer
+
+    with_meteor = base.CACHE.get("scorer-meteor", True, start) if meteor else None
+    return with_meteor or base.CACHE.get("scorer", False, start)
 
 
 def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: int | None = None,
@@ -433,8 +423,6 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
     ad = adapt(s, n_intra, 0, progress=progress) if v["adapt"] else None
     c = copy.deepcopy(s.config["caption"])
     frozen = c["captioner"]["freeze_visual"] if freeze_visual is None else bool(freeze_visual)
-    if frozen:     # freezing is captioner.freeze_visual; the scale of an encoder that trains nothing is recorded
-        c["visual_lr_scale"] = 0.0      # as 0, as every frozen run's key always has
     captioner = {**c.pop("captioner"), **v["captioner"], "freeze_visual": frozen}
     captioner["n_intra"] = n_intra if variant != "clip-ft" else None
     run = open_run(s.runs_dir, "clip4idc-caption", {"kind": "clip4idc-caption", **s.identity, "clip": clip["key"],
@@ -457,20 +445,20 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
     t0 = time.perf_counter()
     c = run.config["caption"]
     data = loaded_data(s)
+    # a frozen encoder whose intra blocks still hold CLIP's own weights (no adaptation, or one that froze them)
+    # reads the notebook's shared intra cache (the task checks the weights' fingerprint before using it)
+    shared = captioner["freeze_visual"] and (ad is None or s.config["adapt"]["freeze_intra"])
+    split = s.depth if captioner["n_intra"] is None else captioner["n_intra"]     # CLIP-FT: the whole tower
+    intra = _intra_cache(s, clip, split) if shared else None
     with CaptionScorer(meteor=False) as quick:
         task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=c["batch_size"],
                            visual_lr_scale=c["visual_lr_scale"], captions_per_pair=c["captions_per_pair"],
-                           init_from=ad["_best"] if ad else None,
+                           init_from=ad["_best"] if ad else None, intra_cache=intra,
                            trim_vocab=c["trim_vocab"], eval_batch_size=c["eval_batch_size"], scorer=quick,
                            progress=progress)
-        if task.frozen and (ad is None or s.config["adapt"]["freeze_intra"]):
-            # the intra blocks still hold CLIP's own weights, so the notebook's shared intra cache serves this run
-            # (the task checks the weights' fingerprint before using it)
-            torch.manual_seed(0)
-            task.intra_cache = _intra_cache(s, clip, task.build_model().pair_encoder.to(_device(s, "caption")))
         scenes = len(task.scenes)
         res = fit(task, _train_config(c["train"], run.config["seed"], scenes, c["batch_size"]), run.dir,
-                  progress=progress, device=s.device.get("caption"), loader=s.loader.get("caption"))
+                  progress=progress, device=s.device, loader=s.loader)
         t1 = time.perf_counter()
         preds = task.predict(res.model, "test")
         decode_seconds = time.perf_counter() - t1
@@ -495,13 +483,8 @@ def _about(s: Setup) -> dict[str, Any]:
     return {"profile": s.profile, "data": s.data.description, "data_identity": s.data.identity}
 
 
-def runs(s: Setup, variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), *,
-         progress: bool | None = None) -> list[dict[str, Any]]:
-    """Every requested variant (default: every ``clip4idc/*`` recipe) for every seed on one setup (one CLIP; each
-    run trained once, then cached). All names and seeds are checked before the first run trains."""
-    variants = recipes.check_variants(variants, FAMILY)
-    seeds = check_seeds(seeds)
-    return [run_variant(s, v, seed, progress=progress) for v in variants for seed in seeds]
+#: every requested variant (default: every ``clip4idc/*`` recipe) for every seed on one setup (one CLIP)
+runs = base.family_runs(run_variant, FAMILY)
 
 
 def layer_splits(s: Setup) -> list[dict[str, Any]]:
@@ -587,18 +570,30 @@ def pretrain_clip(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | 
 
     Returns :func:`clip_weights`' dict; ``weights`` is the file to pass as ``pretrained=`` (or ``--weights`` of
     ``idckit features --backbone clip:idckit-standin-ViT-T-16``)."""
-    import shutil
+    from idckit import fileio
 
-    if out is not None:  # before minutes of training, not after
-        check_output_file(out, "--out", "clip.pt")
+    if out is not None:  # before minutes of training, not after; never onto the data or a file the kit did not write
+        out = fileio.claim_file(out, "--out", inputs=[data_root] if data_root else [], recognise=_is_clip_checkpoint,
+                                what="a CLIP checkpoint idckit wrote")
     s = setup(profile, data_root, runs_dir=runs_dir, clip_model=load_config("clip_standin", profile)["model"],
               pretrained=None, progress=progress, device=device, dataset=dataset)
     info = clip_weights(s, progress=progress)
     if out is not None:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(info["weights"], out)
+        fileio.copy_file(info["weights"], out)     # complete or absent, never half a checkpoint
         info = {**info, "weights": str(out)}
     return info
+
+
+def _is_clip_checkpoint(path: Path) -> bool:
+    """What ``save_clip_checkpoint`` writes: {"state_dict": tensors, "model_name": str}."""
+    import torch
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - any unreadable file is not one
+        return False
+    return isinstance(ckpt, dict) and isinstance(ckpt.get("model_name"), str) and isinstance(ckpt.get("state_dict"),
+                                                                                               dict)
 
 
 __all__ = ["FAMILY", "MODEL", "STANDIN_LABEL", "Setup", "setup", "loaded_data", "clip_weights", "adapt",

@@ -6,26 +6,13 @@ what the run cache hashes, so two notebooks asking for the same settings share o
 """
 from __future__ import annotations
 
-import copy
-import json
 import math
-from pathlib import Path
 from typing import Any, Mapping
 
 from idckit.errors import ConfigError
-from idckit.paths import DEFAULT_PROFILE
-
-CONFIG_DIR = Path(__file__).parent / "configs"
-PROFILES = ("smoke", "cpu", "paper")
-
-
-def check_profile(profile: object) -> str:
-    """``profile`` if it names one of :data:`PROFILES`, else the kit's error (before any data or run is touched)."""
-    if not isinstance(profile, str) or profile not in PROFILES:
-        raise ConfigError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}",
-                          fix=f"pass profile={DEFAULT_PROFILE!r} (the default), 'smoke' (minutes) or 'paper' "
-                              "(a GPU's days)")
-    return profile
+# the files' layers live low in the package (the generators read them too); re-exported here for the experiments
+from idckit.settings import (CONFIG_DIR, PROFILES, check_profile, deep_merge, load_config,  # noqa: F401
+                             read_config_file)
 
 
 def check_seeds(seeds: object) -> list[int]:
@@ -40,59 +27,6 @@ def check_seeds(seeds: object) -> list[int]:
         raise ConfigError(f"seeds repeat a value: {list(seeds)!r} (a repeated seed is the same cached run, and "
                           "would count twice in the mean)", fix="list each seed once")
     return list(seeds)
-
-
-def _unknown_keys(base: Mapping[str, Any], update: Mapping[str, Any], prefix: str = "") -> list[str]:
-    out = []
-    for key, value in update.items():
-        if key not in base:
-            out.append(prefix + str(key))
-        # a "train" block is the loop's TrainConfig, which checks its own keys (and has optional ones)
-        elif isinstance(value, Mapping) and isinstance(base[key], Mapping) and key != "train":
-            out += _unknown_keys(base[key], value, f"{prefix}{key}.")
-    return out
-
-
-def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(dict(base))
-    for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def read_config_file(name: str) -> dict[str, Any]:
-    path = CONFIG_DIR / f"{name}.json"
-    if not path.is_file():
-        known = sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
-        raise ConfigError(f"no config named {name!r}; known: {', '.join(known)}", path=path)
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"config is not valid JSON ({exc})", path=path, fix="fix the JSON syntax") from exc
-    if not isinstance(raw, dict) or "base" not in raw or "profiles" not in raw:
-        raise ConfigError('a config file must be {"base": {...}, "profiles": {...}}', path=path)
-    return raw
-
-
-def load_config(name: str, profile: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The resolved config of kind ``name`` at ``profile`` (smoke, cpu or paper) with ``overrides`` on top."""
-    raw = read_config_file(name)
-    check_profile(profile)
-    if profile not in raw["profiles"]:
-        raise ConfigError(f"unknown profile {profile!r} for config {name!r}; known: {', '.join(raw['profiles'])}",
-                          path=CONFIG_DIR / f"{name}.json", fix=f"use one of {', '.join(PROFILES)}")
-    resolved = deep_merge(raw["base"], raw["profiles"][profile])
-    if overrides is not None and not isinstance(overrides, Mapping):
-        raise ConfigError(f"overrides must be a dict of settings, got {overrides!r}", path=CONFIG_DIR / f"{name}.json",
-                          fix="pass e.g. overrides={'finetune': {'train': {'max_steps': 100}}}")
-    unknown = _unknown_keys(resolved, overrides or {})
-    if unknown:  # a typo would otherwise train (and cache) a run with the setting silently ignored
-        raise ConfigError(f"unknown settings in overrides for {name!r}: {', '.join(unknown)}",
-                          path=CONFIG_DIR / f"{name}.json", fix="use the setting names of this config file")
-    return deep_merge(resolved, overrides or {})
 
 
 # -- named model configs -----------------------------------------------------------------------------------------

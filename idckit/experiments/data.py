@@ -283,3 +283,28 @@ def birds(profile: str, data_root: str | Path | None = None, *, progress: bool =
     return BirdsChoice(root, True, f"synthetic: SynthBirds ({s['pairs']} Birds-to-Words pairs, {s['cub_per_class']} "
                        f"CUB and {s['nabirds_per_class']} NABirds images per species, {s['size']} px, seed "
                        f"{s['seed']})", GENERATOR_VERSION, birds_identity(root))
+
+
+def check_root(dataset: str, root: str | Path) -> Path:
+    """``root`` if it holds dataset ``dataset`` (a key of :data:`idckit.manifest.DATASETS`) in its release's layout,
+    else the kit's error naming the layout expected and the parameter, option and Makefile variable that take it.
+    Nothing is generated or read beyond the layout's index files."""
+    from idckit.errors import IdckitError
+    from idckit.manifest import DATASETS as ROOTS
+
+    d = ROOTS[dataset]
+    path = Path(root).expanduser()
+    try:
+        if not path.is_dir():
+            raise DatasetError("no such directory", path=path)
+        if dataset == "birds":
+            choice = BirdsChoice(path.resolve(), False, "", "", "")
+            choice.b2w(), choice.cub(), choice.nabirds()
+        else:
+            loader(dataset)(path)
+    except IdckitError as err:
+        what = str(err).split("\n")[0]
+        raise DatasetError(f"not a {d.title} root: {what}", path=err.path or path,
+                           fix=f"point {d.param} / {d.option} / {d.variable}= at the folder holding {d.layout}; "
+                               f"or leave it unset for {d.synthetic}") from err
+    return path

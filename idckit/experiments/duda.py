@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from idckit.experiments import pcl, recipes
+from idckit.experiments import base, pcl, recipes
+from idckit.experiments.base import Setup
 from idckit.experiments.config import check_seeds, load_config, train_config
-from idckit.experiments.pcl import Setup
 from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.paths import DEFAULT_PROFILE
 
@@ -24,18 +24,12 @@ MODEL = "DUDA (idckit)"        # the model column of its report rows
 def setup(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *,
           runs_dir: str | Path | None = None, backbone: str | None = None, overrides: dict | None = None,
           hard: bool = False, progress: bool = True, device: str | None = None) -> Setup:
-    """Data (generated on first use when synthetic) and its grid features (extracted once, shared with IDC-PCL).
-    ``hard`` and ``device`` as in :func:`idckit.experiments.pcl.setup`."""
+    """Data (generated on first use when synthetic) and IDC-PCL's grid features (its backbone, ``pcl.json``; the
+    store is shared). ``backbone``, ``hard`` and ``device`` as in :func:`idckit.experiments.pcl.setup`."""
     cfg = load_config("duda", profile, overrides)
-    configured = cfg.pop("device")
-    if backbone:
-        cfg["backbone"] = backbone
-    shared = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=cfg["backbone"], hard=hard,
-                       progress=progress, device=device or configured)
-    return Setup(profile, cfg, shared.data, shared.store, shared.runs_dir, shared.device, loader=shared.loader)
-
-
-_DATA_CACHE: dict[tuple, Any] = {}
+    shared = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, hard=hard, progress=progress,
+                       device=device)
+    return Setup(profile, cfg, shared.data, shared.store, shared.runs_dir, shared.device, shared.loader)
 
 
 def loaded_data(s: Setup):
@@ -43,11 +37,9 @@ def loaded_data(s: Setup):
     from idckit.tasks.pcl import load_pcl_data
 
     key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
-    if key not in _DATA_CACHE:
-        _DATA_CACHE.clear()
-        _DATA_CACHE[key] = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"],
-                                         train_fraction=s.train_fraction)
-    return _DATA_CACHE[key]
+    return base.CACHE.get("duda-data", key, lambda: load_pcl_data(s.data.dataset(), s.store,
+                                                                  max_len=s.config["max_len"],
+                                                                  train_fraction=s.train_fraction))
 
 
 def run_variant(s: Setup, variant: str = "duda", seed: int = 0, *, progress: bool = True) -> dict[str, Any]:
@@ -60,10 +52,8 @@ def run_variant(s: Setup, variant: str = "duda", seed: int = 0, *, progress: boo
     recipe = recipes.get_recipe(variant, FAMILY)
     check_seeds([seed])
     c = s.config
-    # the settings in the shape every DUDA run key has hashed: the task's settings with the loop's as "loop"
-    train = {**{k: c[k] for k in ("batch_size", "attention_l1", "swap_before", "eval_batch_size")},
-             "loop": c["train"]}
-    run_cfg = {"kind": "duda", **s.identity, "max_len": c["max_len"], "model": c["model"], "train": train,
+    run_cfg = {"kind": "duda", **s.identity, "max_len": c["max_len"], "model": c["model"],
+               **{k: c[k] for k in ("batch_size", "attention_l1", "swap_before", "eval_batch_size", "train")},
                "seed": seed}
     run = open_run(s.runs_dir, "duda", run_cfg)
     with run.exclusive():
@@ -79,11 +69,11 @@ def _train(s: Setup, run: Run, progress: bool) -> None:
 
     t0 = time.perf_counter()
     data = loaded_data(s)
-    c = run.config["train"]
+    c = run.config
     with CaptionScorer(meteor=False) as quick:
-        task = DUDATask(data, run.config["model"], batch_size=c["batch_size"], attention_l1=c["attention_l1"],
+        task = DUDATask(data, c["model"], batch_size=c["batch_size"], attention_l1=c["attention_l1"],
                         swap_before=c["swap_before"], eval_batch_size=c["eval_batch_size"], scorer=quick)
-        res = fit(task, train_config(c["loop"], run.config["seed"]), run.dir, progress=progress, device=s.device,
+        res = fit(task, train_config(c["train"], c["seed"]), run.dir, progress=progress, device=s.device,
                   loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
@@ -99,13 +89,8 @@ def _train(s: Setup, run: Run, progress: bool) -> None:
                   "wall_seconds": round(time.perf_counter() - t0, 1)})
 
 
-def runs(s: Setup, variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), *,
-         progress: bool = True) -> list[dict[str, Any]]:
-    """Every requested variant (default: the one ``duda/*`` recipe) for every seed on one setup, as IDC-PCL's
-    :func:`idckit.experiments.pcl.runs`."""
-    variants = recipes.check_variants(variants, FAMILY)
-    seeds = check_seeds(seeds)
-    return [run_variant(s, v, seed, progress=progress) for v in variants for seed in seeds]
+#: the one ``duda/*`` recipe for every seed on one setup
+runs = base.family_runs(run_variant, FAMILY)
 
 
 def hard_runs(s: Setup, variants: Sequence[str] = ("duda",), seeds: Sequence[int] = (0,), *, progress: bool = True

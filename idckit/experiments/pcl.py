@@ -12,16 +12,15 @@ from __future__ import annotations
 import copy
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from idckit import paths
-from idckit.data.features import IMAGE_SIZE, FeatureStore, extract_features, store_name
 from idckit.errors import ConfigError, DatasetError
-from idckit.experiments import recipes
+from idckit.experiments import base, recipes
+from idckit.experiments.base import Setup
 from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
-from idckit.experiments.data import DataChoice, clevr_change
+from idckit.experiments.data import clevr_change
 from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir
 from idckit.train import distributed
@@ -30,84 +29,43 @@ FAMILY = "pcl"                 # the recipes this module trains: pcl/full, pcl/n
 MODEL = "IDC-PCL (idckit)"     # the model column of its report rows
 
 
-@dataclass
-class Setup:
-    profile: str
-    config: dict[str, Any]
-    data: DataChoice
-    store: FeatureStore
-    runs_dir: Path
-    device: str = "auto"        # where training, decoding and feature extraction run (not part of any run key)
-    loader: dict[str, Any] = field(default_factory=dict)   # DataLoader workers (idckit.train.loader; no run key)
-
-    @property
-    def identity(self) -> dict[str, Any]:
-        """What a run key must depend on besides the training settings: which data (its content, not its path),
-        which features."""
-        ident = {"data": self.data.identity, "data_version": self.data.version,
-                 "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights")}
-        if self.train_fraction != 1:   # only then, so every run trained on the whole split keeps its key
-            ident["train_fraction"] = self.train_fraction
-        size = self.store.meta.get("image_size", IMAGE_SIZE)
-        if size != IMAGE_SIZE:         # likewise: runs on the default 224-px grid keep their keys
-            ident["feature_size"] = size
-        return ident
-
-    @property
-    def train_fraction(self) -> float:
-        return float(self.config["train_fraction"])
-
-
 def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
           runs_dir: str | Path | None = None, backbone: str | None = None, overrides: dict | None = None,
           hard: bool = False, progress: bool = True, device: str | None = None) -> Setup:
     """Data (generated on first use when synthetic) and its grid features (extracted once, cached).
 
     ``hard=True``: the synthetic set at CLEVR-Change's own jitter instead of the profile's learnable default.
-    ``device`` (``auto``, ``cpu``, ``cuda:1``, ...) overrides the config's; a run's result does not depend on it
-    beyond float rounding, so it is not part of the run keys."""
-    from idckit.device import resolve
-
+    ``device`` (``auto``, ``cpu``, ``cuda:1``, ...) overrides ``configs/runtime.json``'s; a run's result does not
+    depend on it beyond float rounding, so it is not part of the run keys."""
     check_profile(profile)
     cfg = load_config("pcl", profile, overrides)
-    configured = cfg.pop("device")
-    device = device or configured
-    loader = cfg.pop("loader")
     if backbone:
         cfg["backbone"] = backbone
     runs = check_output_dir(Path(runs_dir) if runs_dir else paths.runs_dir(), "runs_dir")
-    resolve(device)     # an unknown device fails here, before the data is generated
+    device, loader = base.runtime(profile, device)    # an unknown device fails before the data is generated
     data = clevr_change(profile, data_root, hard=hard, progress=progress)
-    size = cfg["feature_size"]
-    out = runs / "features" / data.tag / store_name(cfg["backbone"].replace(":", "_").replace("/", "_"), size)
-    store = extract_features(data.root, cfg["backbone"], weights=cfg["backbone_weights"], out_dir=out,
-                             progress=progress, device=device, image_size=size)
+    store = base.features(cfg, data.root, data.tag, runs, device=device, progress=progress)
     return Setup(profile, cfg, data, store, runs, device, loader)
-
-
-_DATA_CACHE: dict[tuple, Any] = {}
 
 
 def loaded_data(s: Setup):
     """The in-memory data of a setup (:class:`idckit.tasks.pcl.PCLData`: features, vocabulary, splits; shared by
     every run of a notebook, loaded once per process) with FDA negatives attached."""
+    key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
+    return base.CACHE.get("pcl-data", key, lambda: _load(s))
+
+
+def _load(s: Setup):
     from idckit.tasks.pcl import load_pcl_data
     from idckit.text.negatives import build_negatives
 
-    key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
-    if key not in _DATA_CACHE:
-        data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"],
-                             train_fraction=s.train_fraction)
-        train = data.splits["train"]
-        neg = build_negatives(train.references, ratio=s.config["negatives"]["ratio"],
-                              seed=s.config["negatives"]["seed"], cache_dir=s.runs_dir / "negatives",
-                              progress=False)
-        data.negatives = neg.negatives
-        data.negative_stats = {"tagger": neg.tagger, **{k: v for k, v in neg.stats.items()
-                                                        if isinstance(v, (int, float, str))}}
-        _DATA_CACHE.clear()
-        _DATA_CACHE[key] = data
-    return _DATA_CACHE[key]
+    data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"], train_fraction=s.train_fraction)
+    neg = build_negatives(data.splits["train"].references, ratio=s.config["negatives"]["ratio"],
+                          seed=s.config["negatives"]["seed"], cache_dir=s.runs_dir / "negatives", progress=False)
+    data.negatives = neg.negatives
+    data.negative_stats = {"tagger": neg.tagger, **{k: v for k, v in neg.stats.items()
+                                                    if isinstance(v, (int, float, str))}}
+    return data
 
 
 def _pretrain_run(s: Setup, recipe: Mapping[str, Any], seed: int) -> Run | None:
@@ -262,13 +220,8 @@ def hard_runs(s: Setup, variants: Sequence[str] = ("full",), seeds: Sequence[int
     return hard_twin_runs(s, setup, runs, variants, seeds, progress=progress)
 
 
-def runs(s: Setup, variants: Sequence[str] | None = None, seeds: Sequence[int] = (0,), *,
-         progress: bool = True) -> list[dict[str, Any]]:
-    """Every requested variant (default: every ``pcl/*`` recipe) for every seed on one setup (shared data; each
-    run trained once, then cached). All names and seeds are checked before the first run trains."""
-    variants = recipes.check_variants(variants, FAMILY)
-    seeds = check_seeds(seeds)
-    return [run_variant(s, v, seed, progress=progress) for v in variants for seed in seeds]
+#: every requested variant (default: every ``pcl/*`` recipe) for every seed on one setup
+runs = base.family_runs(run_variant, FAMILY)
 
 
 def provenance_fields(s: Setup) -> dict[str, Any]:

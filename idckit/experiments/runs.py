@@ -279,7 +279,7 @@ def hard_twin_runs(s, setup, runs, variants: Sequence[str], seeds: Sequence[int]
 
     if not s.data.synthetic or synth_settings(s.profile, hard=True) == synth_settings(s.profile):
         return None, []
-    h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.config["backbone"], hard=True, progress=progress,
+    h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.store.meta["backbone"], hard=True, progress=progress,
               device=s.device)
     results = runs(h, variants, seeds, progress=progress)
     for r in results:

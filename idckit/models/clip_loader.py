@@ -85,9 +85,10 @@ class HybridStem(torch.nn.Module):
 
     def __init__(self, width: int):
         super().__init__()
-        from idckit.data.features import build_backbone
+        from idckit.models.backbones import build
 
-        net, _, _ = build_backbone("efficientnet_lite0")
+        net, _, _ = build("efficientnet_lite0")
+        net.to(memory_format=torch.channels_last)     # as every extracted grid
         self.trunk = torch.nn.Sequential(net.conv_stem, net.bn1, *net.blocks[:5]).eval()
         self.trunk.requires_grad_(False)
         self.proj = torch.nn.Conv2d(self.trunk_channels, width, kernel_size=1)

@@ -1,0 +1,123 @@
+"""The config files' layers: ``configs/<name>.json`` read and merged, base <- profile <- dataset block <- overrides.
+
+The lowest part of the one config system (it imports nothing of the kit but its errors), so the data generators
+read their defaults from the same files the experiments do. :mod:`idckit.experiments.config` adds what needs the
+models and the loop (model configs, the loop's TrainConfig); :func:`resolved_with_sources` is what
+``idckit config`` prints.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from idckit.errors import ConfigError
+from idckit.paths import DEFAULT_PROFILE
+
+CONFIG_DIR = Path(__file__).parent / "experiments" / "configs"
+PROFILES = ("smoke", "cpu", "paper")
+
+
+def check_profile(profile: object) -> str:
+    """``profile`` if it names one of :data:`PROFILES`, else the kit's error (before any data or run is touched)."""
+    if not isinstance(profile, str) or profile not in PROFILES:
+        raise ConfigError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}",
+                          fix=f"pass profile={DEFAULT_PROFILE!r} (the default), 'smoke' (minutes) or 'paper' "
+                              "(a GPU's days)")
+    return profile
+
+
+def _unknown_keys(base: Mapping[str, Any], update: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key, value in update.items():
+        if key not in base:
+            out.append(prefix + str(key))
+        # a "train" block is the loop's TrainConfig, which checks its own keys (and has optional ones)
+        elif isinstance(value, Mapping) and isinstance(base[key], Mapping) and key != "train":
+            out += _unknown_keys(base[key], value, f"{prefix}{key}.")
+    return out
+
+
+def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def config_names() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+def read_config_file(name: str) -> dict[str, Any]:
+    path = CONFIG_DIR / f"{name}.json"
+    if not path.is_file():
+        raise ConfigError(f"no config named {name!r}; known: {', '.join(config_names())}", path=path)
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config is not valid JSON ({exc})", path=path, fix="fix the JSON syntax") from exc
+    if not isinstance(raw, dict) or "base" not in raw or "profiles" not in raw:
+        raise ConfigError('a config file must be {"base": {...}, "profiles": {...}}', path=path)
+    return raw
+
+
+def _layers(name: str, profile: str) -> list[tuple[str, Mapping[str, Any]]]:
+    raw = read_config_file(name)
+    check_profile(profile)
+    if profile not in raw["profiles"]:
+        raise ConfigError(f"unknown profile {profile!r} for config {name!r}; known: {', '.join(raw['profiles'])}",
+                          path=CONFIG_DIR / f"{name}.json", fix=f"use one of {', '.join(PROFILES)}")
+    return [(f"{name}.json base", raw["base"]), (f"{name}.json profiles.{profile}", raw["profiles"][profile])]
+
+
+def load_config(name: str, profile: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The resolved config of kind ``name`` at ``profile`` (smoke, cpu or paper) with ``overrides`` on top."""
+    resolved: dict[str, Any] = {}
+    for _, layer in _layers(name, profile):
+        resolved = deep_merge(resolved, layer)
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ConfigError(f"overrides must be a dict of settings, got {overrides!r}", path=CONFIG_DIR / f"{name}.json",
+                          fix="pass e.g. overrides={'finetune': {'train': {'max_steps': 100}}}")
+    unknown = _unknown_keys(resolved, overrides or {})
+    if unknown:  # a typo would otherwise train (and cache) a run with the setting silently ignored
+        raise ConfigError(f"unknown settings in overrides for {name!r}: {', '.join(unknown)}",
+                          path=CONFIG_DIR / f"{name}.json", fix="use the setting names of this config file")
+    return deep_merge(resolved, overrides or {})
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def resolved_with_sources(names: list[str], profile: str, dataset: str | None = None
+                          ) -> list[tuple[str, Any, str]]:
+    """(setting, value, the layer that set it) for every leaf of the config files ``names`` at ``profile``: each
+    file's base, its profile block and, with ``dataset``, its ``datasets.<dataset>.<profile>`` block; settings are
+    prefixed with the file's name (``pcl.model.d_model``)."""
+    out = []
+    for name in names:
+        layers = _layers(name, profile)
+        if dataset is not None:
+            block = read_config_file(name).get("datasets", {}).get(dataset, {}).get(profile)
+            if block:
+                layers.append((f"{name}.json datasets.{dataset}.{profile}", block))
+        where: dict[str, str] = {}
+        resolved: dict[str, Any] = {}
+        for label, layer in layers:
+            for key in _flatten(layer):
+                where[key] = label
+            resolved = deep_merge(resolved, layer)
+        for key, value in _flatten(resolved).items():
+            out.append((f"{name}.{key}", value, where.get(key, "?")))
+    return out

@@ -1,0 +1,119 @@
+"""The package's import graph: no cycle, and no module importing from a layer above its own.
+
+Every ``idckit`` import counts, at module level or inside a function (a deferred import is still a dependency).
+The layers, lowest first: what a newcomer can read bottom-up, each layer needing only the ones below it."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "idckit"
+
+#: module-name prefix -> layer; the longest matching prefix wins, anything unlisted is an application (the top)
+LAYERS = {
+    "idckit": 0, "idckit.errors": 0, "idckit.paths": 0, "idckit.fileio": 0, "idckit.device": 0,
+    "idckit.settings": 0, "idckit.manifest": 0,
+    "idckit.losses": 1, "idckit.train": 1,
+    "idckit.models": 2,
+    "idckit.data": 3, "idckit.text": 3,
+    "idckit.eval": 4,
+    "idckit.tasks": 5, "idckit.baselines": 5, "idckit.plots": 5, "idckit.report": 5, "idckit.report_format": 5,
+    "idckit.report_stats": 5, "idckit.report_status": 5,
+    "idckit.experiments": 6,
+}
+TOP = 7   # cli, reproduce, doctor, caption, readme, browser, verify_data, gpu_check, parity, ...
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in PACKAGE.rglob("*.py"):
+        rel = f.relative_to(PACKAGE.parent).with_suffix("")
+        out[".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)] = f
+    return out
+
+
+def _layer(module: str) -> int:
+    if module in LAYERS:
+        return LAYERS[module]
+    best = max((p for p in LAYERS if module.startswith(p + ".")), key=len, default="idckit")
+    return LAYERS[best] if best != "idckit" else TOP
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    graph = {}
+    for name, path in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:      # relative: resolve against this module's package
+                    base = name.split(".")[: len(name.split(".")) - node.level + (path.name == "__init__.py")]
+                    stem = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    stem = node.module or ""
+                targets = [stem] + [f"{stem}.{a.name}" for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                # a package's own __init__ is not a dependency of its submodules
+                if t and t != name and not (name.startswith(t + ".") and mods[t].name == "__init__.py"):
+                    deps.add(t)
+        graph[name] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_package_has_no_import_cycle():
+    cycles = _cycles(_graph())
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = sorted(f"{m} (layer {_layer(m)}) -> {d} (layer {_layer(d)})"
+                    for m, deps in _graph().items() for d in deps if _layer(d) > _layer(m))
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_the_checks_see_a_cycle_and_an_upward_import():
+    """The walk itself: a planted cycle and a planted upward import are found."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _layer("idckit.data.features") == 3 and _layer("idckit.models.backbones") == 2
+    assert _layer("idckit.cli") == TOP and _layer("idckit.experiments.base") == 6
+    graph = _graph()
+    assert "idckit.models.backbones" in graph["idckit.models.clip_loader"]     # function-level imports count
+    assert "idckit.experiments.config" in graph["idckit.experiments.base"]

@@ -1,0 +1,120 @@
+"""The table manifest (idckit.manifest): one place that says which notebook trains which family on which datasets
+from which root; the notebooks, the CLI, the Makefile and reproduce all follow it."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from idckit import manifest
+from idckit.cli import build_parser
+from idckit.errors import ConfigError, DatasetError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _parameters(name: str) -> dict:
+    """The literal values of a notebook's parameters cell (its committed .ipynb)."""
+    doc = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    cell = next(c for c in doc["cells"] if "parameters" in c["metadata"].get("tags", []))
+    tree = ast.parse("".join(cell["source"]))
+    return {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+def test_every_notebook_is_in_the_manifest_and_takes_exactly_its_roots_and_seeds():
+    on_disk = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert sorted(manifest.NOTEBOOKS) == on_disk
+    for name, nb in manifest.NOTEBOOKS.items():
+        params = _parameters(name)
+        assert "data_root" not in params, name                     # one root per dataset, never a shared one
+        taken = {p for p in params if p in manifest.ROOT_PARAMS}
+        assert taken == set(nb.roots), (name, taken, nb.roots)
+        assert all(params[p] is None for p in nb.roots), name    # None: the synthetic set
+        assert tuple(params["seeds"]) == nb.seeds, name
+        assert set(nb.families) <= set(manifest.FAMILIES) and set(nb.datasets) <= set(manifest.DATASETS)
+
+
+def test_each_family_module_follows_the_protocol_and_names_its_recipes():
+    from idckit.experiments import base, recipes
+
+    for fam, (module, recipe_family, dataset) in manifest.FAMILIES.items():
+        m = base.family_module(fam)
+        assert m.__name__ == module and m.FAMILY == recipe_family and dataset in manifest.DATASETS
+        assert callable(m.setup) and callable(m.run_variant) and callable(m.runs)
+        assert recipes.check_variants(None, recipe_family)            # every family has recipes to train
+    with pytest.raises(ConfigError, match="unknown experiment family 'gan'"):
+        manifest.family("gan")
+
+
+def test_notebook_roots_pass_each_notebook_only_the_roots_it_reads():
+    roots = {"clevr_root": "/data/clevr", "spot_root": "/data/spot", "ier_root": None, "birds_root": "/data/b"}
+    assert manifest.notebook_roots("table2_clevr_change", roots) == {"clevr_root": "/data/clevr"}
+    assert manifest.notebook_roots("table5_cross_task", roots) == {"birds_root": "/data/b"}
+    assert manifest.notebook_roots("clip4idc_table3_spot_the_diff", roots) == {"spot_root": "/data/spot"}
+    assert manifest.notebook_roots("clip4idc_table6_retrieval", roots) == {
+        "clevr_root": "/data/clevr", "spot_root": "/data/spot", "ier_root": None}
+    assert manifest.notebook_roots("clip4idc_table4_editing_request", None) == {"ier_root": None}
+    with pytest.raises(ConfigError, match="unknown dataset roots"):
+        manifest.notebook_roots("table2_clevr_change", {"data_root": "/x"})
+
+
+def test_reproduce_parameters_follow_the_manifest(tmp_path):
+    from idckit.reproduce import parameters
+
+    p = parameters("clip4idc_table5_ablation", profile="smoke", roots={"spot_root": "/s", "birds_root": "/b"},
+                   report_dir=tmp_path / "r", runs_dir=tmp_path / "runs", extra_parameters={"device": "cpu"})
+    assert p == {"profile": "smoke", "clevr_root": None, "spot_root": "/s", "report_dir": str(tmp_path / "r"),
+                 "runs_dir": str(tmp_path / "runs"), "device": "cpu"}
+
+
+def test_one_option_and_one_make_variable_per_dataset():
+    parser = build_parser()
+    for command in (["reproduce"], ["doctor"], ["train", "pcl"]):
+        args = parser.parse_args(command + ["--clevr-root", "/c", "--birds-root", "/b"])
+        assert (args.clevr_root, args.birds_root, args.spot_root, args.ier_root) == ("/c", "/b", None, None)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["reproduce", "--data-root", "/c"])
+    make = (ROOT / "Makefile").read_text()
+    for d in manifest.DATASETS.values():
+        assert re.search(rf"^{d.variable} \?=", make, re.M), d.variable
+        assert f"$(if $({d.variable}),{d.option} $({d.variable}))" in make
+    assert "DATA_ROOT" not in make
+
+
+def test_weights_are_read_from_the_family_config():
+    from idckit.settings import load_config
+
+    assert manifest.weights("duda", "paper") == manifest.weights("pcl", "paper")     # DUDA reads IDC-PCL's
+    assert manifest.weights("pcl", "paper")["backbone"] == load_config("pcl", "paper")["backbone"]
+    assert manifest.weights("clip4idc", "cpu")["clip"] == load_config("clip4idc_adapt", "cpu")["clip"]
+
+
+@pytest.mark.parametrize("dataset", list(manifest.DATASETS))
+def test_a_root_in_the_wrong_layout_is_refused_with_the_layout_and_the_fix(dataset, tmp_path):
+    from idckit.experiments.data import check_root
+
+    d = manifest.DATASETS[dataset]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError) as err:
+        check_root(dataset, tmp_path / "empty")
+    text = str(err.value)
+    assert text.startswith(f"not a {d.title} root: ")
+    assert f"{d.param} / {d.option} / {d.variable}=" in text and d.layout in text and d.synthetic in text
+
+
+def test_reproduce_refuses_a_wrong_root_before_any_notebook_runs(tmp_path):
+    from idckit.reproduce import reproduce
+
+    (tmp_path / "birds").mkdir()
+    with pytest.raises(DatasetError, match="not a Birds-to-Words"):
+        reproduce(["table1_birds_to_words"], profile="smoke", roots={"birds_root": str(tmp_path / "birds")},
+                  report_dir=tmp_path / "rep", runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "rep" / "table1_birds_to_words.json").exists()
+    # a root no selected notebook reads is not checked (nor passed)
+    from idckit.reproduce import check_roots
+
+    check_roots(["table2_clevr_change"], {"birds_root": str(tmp_path / "birds")})
