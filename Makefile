@@ -22,7 +22,7 @@ DEVICE ?=
 NPROC ?= 1
 export PYTHONHASHSEED = 0
 
-.PHONY: help setup reproduce test lab bench doctor clean-reports check-java chromium screenshots
+.PHONY: help setup reproduce test lab bench doctor gpu-check clean-reports check-java chromium screenshots
 
 help:
 	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$(PROFILE); smoke|cpu|paper;"
@@ -30,6 +30,7 @@ help:
 	@echo "                 CLEVR_ROOT= SPOT_ROOT= IER_ROOT= BIRDS_ROOT= real datasets (unset: synthetic)"
 	@echo "                 profiles other than cpu write to reports/<profile>/ and leave the README's table alone)"
 	@echo "make doctor      devices, bf16, Java, weights and datasets this machine has"
+	@echo "make gpu-check   minutes on one GPU: CPU=GPU equality, resume, torchrun, paper-size speed -> gpu_check/"
 	@echo "make test        set up .venv and run the test suite"
 	@echo "make lab         open JupyterLab with the idckit kernel"
 	@echo "make bench       run the benchmarks in bench/"
@@ -84,6 +85,14 @@ test: setup
 
 doctor: setup
 	$(PY) -m idckit.cli doctor --profile $(PROFILE) $(ROOT_ARGS)
+
+# The GPU check (idckit/gpu_check.py): at most 8 minutes on one GPU, no dataset, no weights, no Java. It imports
+# only torch, torchvision, open_clip_torch, numpy, pillow and tqdm, so it needs no `make setup`: it runs with the
+# venv's Python when there is one, else with the box's own (GPU_CHECK_PY=...). DEVICE=cpu is the dry mode.
+GPU_CHECK_OUT ?= gpu_check
+GPU_CHECK_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+gpu-check:
+	$(GPU_CHECK_PY) -m idckit.gpu_check --out $(GPU_CHECK_OUT) $(if $(DEVICE),--device $(DEVICE))
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

