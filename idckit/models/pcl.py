@@ -12,42 +12,55 @@ uni-directional mask: visual tokens see only visual tokens, a text token sees ev
 to itself, never [PAD]. Captions are generated as in the paper (section 2.3): the input is
 ``[BOS] w1 .. w(i-1) [MASK]`` and the next word is read at [MASK].
 
-Kept from the public code where the paper is silent: pre-LN blocks, ReLU FFN, dropout 0.2 on embeddings,
-attention probabilities, the FFN hidden layer and both residual branches (attention dropout makes PyTorch take the
-unfused "math" attention in training), one embedding LayerNorm shared by all inputs, a 2-way judge head on
-``[h_IMG1; h_IMG2]``, an untied MLM head ``Linear(d, V)``, the MVCL head's ``Linear(d,d) -> GELU -> LayerNorm``.
+Kept from the public code where the paper is silent: ReLU FFN, dropout 0.2 on embeddings, attention probabilities,
+the FFN hidden layer and both residual branches (attention dropout makes PyTorch take the unfused "math" attention
+in training), one embedding norm shared by all inputs, a 2-way judge head on ``[h_IMG1; h_IMG2]``, an untied MLM head
+``Linear(d, V)``, the MVCL head's ``Linear(d,d) -> GELU -> norm``. Attention is PyTorch's fused
+``scaled_dot_product_attention`` with a boolean mask (True = may attend) instead of -1e9 fills (the same numbers).
 
-Size at the paper's CLEVR-Change setting (V=80, feat_dim 2048, d 512, 3+1+1 layers): 18.21M parameters against
-the public fine-tuning model's 16.90M: +1.05M for the untied MVCL output layer and +0.26M for the rest of the MVCL
-head (the public fine-tuning model drops its regression head; this module always has it, so pre-training and
-fine-tuning checkpoints have the same keys), +1,024 for the final LayerNorm, -512 for the smaller type table.
+Size at the paper's CLEVR-Change setting (V=80, feat_dim 2048, d 512, 3+1+1 layers): 17.17M parameters at the
+``paper`` switches, the public fine-tuning model's 16.90M plus the MVCL head (0.27M; the public fine-tuning model
+drops its regression head, this module always has it, so pre-training and fine-tuning checkpoints have the same
+keys), plus 1,538 for the [IMG1]/[IMG2] rows, less 512 for the smaller type table; 18.21M at the kit's switches
+(the untied MVCL output layer +1.05M, the final norm +1,024, no input norms -3,072).
 
-Deviations from the public code (yaolinli/IDC; see docs/idcpcl.md), each deliberate:
+Switches (:class:`PCLConfig`): where the kit departs from the public code (yaolinli/IDC), it is a named switch.
+The ``paper`` profile sets every switch to the public code's value, so it computes their function (a converted
+checkpoint gives their logits to 1e-5 and their greedy tokens: tests/test_parity_pcl.py, docs/parity.md); the
+``cpu`` and ``smoke`` profiles set the kit's:
 
-- Positions: a correct sinusoidal table (Vaswani et al.), as a non-persistent buffer. The public table has the
-  tutorial bug (exponent 4k/d instead of 2k/d) that doubles the frequency decay and leaves dimensions >= 256 nearly
-  constant below position 100, and it is saved in every checkpoint. Regions of both images use positions 0..n-1
-  (as the public code), text 0..L-1, the special tokens none.
-- Padding is masked as keys everywhere; the public pre-training attends to [PAD] (``mask=None``), so its outputs
-  depend on how far a caption was padded.
-- ``torch.nn.LayerNorm`` (biased variance, eps 1e-5) in pre-LN blocks plus a final LayerNorm after the
-  cross-modal transformer; the public LayerNorm is ``a*(x-mean)/(std+eps)+b`` with the unbiased std, and its
-  transformer has no final norm (its heads read un-normalised residual streams). Attention is PyTorch's fused
-  ``scaled_dot_product_attention`` with a boolean mask (True = may attend) instead of -1e9 fills.
-- [IMG1], [IMG2] and [CLS] are distinct vocabulary entries (ids 5, 6, 7 of :class:`idckit.text.vocab.Vocab`),
-  embedded as word + type embedding; the public code uses one ``<CLS>`` word for all three, told apart by type
-  only. The type table has 6 rows (IMG1, image-1 region, IMG2, image-2 region, CLS, text; the public one has 7
-  with row 0 unused). Special ids come from the vocabulary, never hard-coded (public fine-tuning: BOS=1, MASK=5).
-- The visual projection is linear, as the paper describes it ("a linear layer is applied"); the public code's
-  Sigmoid after it is an option (``visual_activation="sigmoid"``). Under the embedding LayerNorm the Sigmoid
-  (slope 1/4 at 0) shrinks the visual content to a fraction of the positional signal at initialisation, and short
-  runs then ignore the images.
-- Word embeddings start at unit scale (see ``__init__``); the public code multiplies N(0, 1) vectors by sqrt(d),
-  which makes the positions nearly invisible instead. Everything else starts at N(0, 0.02), zero biases.
-- The MVCL regression head's output layer is its own ``Linear(d, feat_dim)``; the public code ties it to the
-  transposed visual projection. The tie only approximately inverts a Linear+Sigmoid and couples the regression
-  target space to the input projection; the paper says only "regression to the original feature space". Cost:
-  +1.05M parameters at feat_dim 2048 (see the size above).
+- ``norm``: ``public`` is their LayerNorm, ``a*(x-mean)/(std+eps)+b`` with the unbiased std (eps 1e-6 in the
+  transformer, 1e-12 for the embeddings and the MVCL head); ``torch`` is ``nn.LayerNorm``.
+- ``input_norm`` / ``final_norm``: their transformer normalises the input of each stack (single, pair, cross-modal)
+  and has no final norm, so its heads read un-normalised residual streams; the kit's normalises after the
+  cross-modal stack only. Blocks are pre-LN either way.
+- ``scale_words``: they multiply text word vectors by sqrt(d) before adding type and position (the specials are not
+  scaled); with ``init="kit"`` the word vectors start at unit scale instead, like the positional table.
+- ``visual_activation``: ``sigmoid`` after the visual projection (theirs) or ``none``, the paper's "a linear layer is
+  applied". Under the embedding norm the Sigmoid (slope 1/4 at 0) shrinks the visual content to a fraction of the
+  positional signal at initialisation, and short runs then ignore the images.
+- ``mvcl_head``: ``tied``, their output layer is the transposed visual projection plus its own bias; ``untied``, a
+  ``Linear(d, feat_dim)`` of its own (+1.05M parameters at feat_dim 2048). The tie only approximately inverts a
+  Linear+Sigmoid and couples the regression target space to the input projection; the paper says only
+  "regression to the original feature space".
+- ``special_tokens``: ``shared_cls``, one [CLS] word for IMG1, IMG2 and CLS, told apart by type (theirs); ``distinct``,
+  ids 5, 6, 7 of :class:`idckit.text.vocab.Vocab`. Either way a special is word + type embedding, no position, and
+  the type table has 6 rows (IMG1, image-1 region, IMG2, image-2 region, CLS, text; theirs has a 7th, row 0, never
+  read). Special ids come from the vocabulary, never hard-coded (public fine-tuning: BOS=1, MASK=5).
+- ``pos_table``: ``public`` is their table with the tutorial bug (exponents 4k/d and 2(2k+1)/d instead of 2k/d),
+  which doubles the frequency decay and leaves dimensions >= 256 nearly constant below position 100; ``vaswani`` is
+  the correct one. A non-persistent buffer either way. Regions of both images use positions 0..n-1 (as theirs),
+  text 0..L-1, the specials none.
+- ``attend_padding``: True, [PAD] is a key like any other (their pre-training runs with ``mask=None``, so its
+  outputs depend on how far a caption was padded); False, padding is masked as keys everywhere.
+- ``init``: ``public`` keeps PyTorch's defaults (theirs); ``kit`` draws N(0, 0.02) with zero biases and unit-scale
+  word vectors (see ``__init__``).
+
+``pos_table`` and ``attend_padding`` at their public values are bugs that contradict the paper; reports carry the
+whole model section in their provenance, so the numbers say which function produced them.
+
+Other differences from the public code, none of which changes the function:
+
 - Dropout masks of the special tokens are drawn per sample (the public code embeds them once per batch).
 - Decoding caches the keys/values of the visual tokens AND of every committed word in preallocated per-layer
   buffers (the public code caches only the visual side and recomputes all text through every layer at every
