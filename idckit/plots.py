@@ -93,10 +93,12 @@ def _legend_outside(ax, title: str | None = None) -> None:
 
 def per_type_bars(df, *, title: str, value: str = "CIDEr-D", x: str = "type", hue: str = "model"):
     """Grouped bars of one metric per change type (tables 3 / CLIP4IDC table 2 style); ``title`` names the table
-    and the dataset (every figure of a report has its own)."""
+    and the dataset (every figure of a report has its own). ``df``: a DataFrame or records."""
     import matplotlib.pyplot as plt
+    import pandas as pd
     import seaborn as sns
 
+    df = df if isinstance(df, pd.DataFrame) else pd.DataFrame(list(df))
     fig, ax = plt.subplots(figsize=(10, 3.6))
     sns.barplot(data=df, x=x, y=value, hue=hue, ax=ax)
     ax.set_title(title)
@@ -190,3 +192,26 @@ def retrieval_bars(rows: Sequence[Mapping[str, Any]], keys: Sequence[str] = ("t2
     _legend_outside(ax)
     fig.tight_layout()
     return fig
+
+
+def source_panels(points: Sequence[Mapping[str, Any]], *, x: str, metrics: Sequence[str], title: str):
+    """One panel per (source, metric): the kit's and the paper's curves each on their own axis (their scales
+    differ; never a second y axis on one panel). ``points``: ``{"source", x, metric: value, ...}``."""
+    import matplotlib.pyplot as plt
+
+    from idckit.report_format import name
+
+    sources = list(dict.fromkeys(p["source"] for p in points))
+    fig, axes = plt.subplots(len(sources), len(metrics), figsize=(5 * len(metrics), 2.8 * len(sources)),
+                             squeeze=False)
+    for i, src in enumerate(sources):
+        pts = sorted((p for p in points if p["source"] == src), key=lambda p: p[x])
+        for j, m in enumerate(metrics):
+            ax = axes[i][j]
+            ax.plot([p[x] for p in pts if m in p], [p[m] for p in pts if m in p], marker="o")
+            ax.set_title(f"{src}: {name(m)}", fontsize=10)
+            ax.set_xlabel(x)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+

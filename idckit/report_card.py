@@ -183,7 +183,7 @@ CARD_CSS = """<style>
 .idckit-card .flag { color: #b00; font-weight: 700; } .idckit-card .learned { color: #070; font-weight: 700; }
 .idckit-card .ran { color: #555; font-weight: 700; } .idckit-card p { margin: 0.35rem 0; }
 table.idckit-table td.num { text-align: right; font-variant-numeric: tabular-nums; }
-table.idckit-table td.txt, table.idckit-table th { text-align: left; }
+table.idckit-table td.txt, table.idckit-table th, table.idckit-table thead th { text-align: left !important; }
 table.idckit-table caption { caption-side: top; text-align: left; font-weight: 600; }
 .jp-RenderedText pre, .output_text pre { white-space: pre-wrap; word-break: normal; overflow-wrap: anywhere; }
 </style>"""
@@ -193,8 +193,9 @@ def status_class(st: Status) -> str:
     return "flag" if st.flag else ("learned" if st.verdict == "learned" else "ran")
 
 
-def card_html(doc: Mapping[str, Any]) -> str:
-    """The card of report ``doc`` (an HTML fragment between :data:`CARD_START` and :data:`CARD_END`)."""
+def card_html(doc: Mapping[str, Any], *, marked: bool = True) -> str:
+    """The card of report ``doc`` (an HTML fragment; ``marked``: between :data:`CARD_START` and :data:`CARD_END`,
+    the markers :func:`with_card` replaces)."""
     s = summary(doc)
     e = html.escape
     status = f"<span class='{status_class(s.status)}'>{e(s.status.verdict)}</span>"
@@ -206,7 +207,8 @@ def card_html(doc: Mapping[str, Any]) -> str:
                 f"({e(s.hard.detail)})</td></tr>")
     desc = describes_text(s.describes)
     nb = e(s.notebook)
-    return (f"{CARD_START}{CARD_CSS}<div class='idckit-card' id='idckit-card'>"
+    start, end = (CARD_START, CARD_END) if marked else ("", "")
+    return (f"{start}{CARD_CSS}<div class='idckit-card'{' id=idckit-card' if marked else ''}>"
             f"<p><b>{e(s.paper)}</b>: {e(s.title)}</p>"
             f"<table><tr><th>{e(s.label)}</th><th>no-learning baseline</th><th>paper (real data)</th></tr>"
             f"<tr><td class='big'>{e(s.kit_text())}</td><td class='big'>{e(s.baseline_text())}</td>"
@@ -218,7 +220,7 @@ def card_html(doc: Mapping[str, Any]) -> str:
             f"<tr><th>data</th><td>{e(s.data)}</td></tr></table>"
             f"<p><a href='index.html'>all reports</a> · <a href='{nb}.json'>this report's numbers ({nb}.json)</a>"
             f" · <a href='{e(docs_link(doc))}'>docs</a> · how to read a status: "
-            f"<a href='00_walkthrough.html'>the walkthrough</a></p></div>{CARD_END}")
+            f"<a href='00_walkthrough.html'>the walkthrough</a></p></div>{end}")
 
 
 def with_card(page: str, doc: Mapping[str, Any]) -> str:
@@ -241,7 +243,7 @@ class Card:
         self.doc = doc
 
     def _repr_html_(self) -> str:
-        return card_html(self.doc)
+        return card_html(self.doc, marked=False)   # not the page's own card: with_card leaves it in place
 
     def __repr__(self) -> str:
         s = summary(self.doc)

@@ -29,20 +29,30 @@ def bootstrap_halfwidth(scores: Sequence[float], *, resamples: int = BOOTSTRAP_R
     return (hi - lo) / 2
 
 
-def per_pair_cider(references: Mapping[str, Sequence[str]], candidates: Mapping[str, str]) -> dict[str, float]:
-    """CIDEr-D of each candidate (x100) with the corpus statistics of the whole set, as the evaluator computes
-    them (their mean is the reported corpus score): what :func:`bootstrap_halfwidth` resamples."""
+def per_pair_scores(references: Mapping[str, Sequence[str]], candidates: Mapping[str, str],
+                    metric: str = "CIDEr-D", *, tokenize: bool = True) -> dict[str, float]:
+    """``metric`` (CIDEr-D or ROUGE_L, x100) of each candidate with the corpus statistics of the whole set, as the
+    evaluator computes them (their mean is the reported corpus score): what :func:`bootstrap_halfwidth`
+    resamples."""
     from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
 
     from idckit.eval.captions import CaptionScorer
 
+    scorers = {"CIDEr-D": Cider, "ROUGE_L": Rouge}
+    if metric not in scorers:
+        raise ValueError(f"per-pair scores exist for {sorted(scorers)}, not {metric!r}")
     scorer = CaptionScorer(meteor=False)
     try:
-        gts, res = scorer._prepare(references, candidates, True)
+        gts, res = scorer._prepare(references, candidates, tokenize)
     finally:
         scorer.close()
-    _, scores = Cider().compute_score(gts, res)
+    _, scores = scorers[metric]().compute_score(gts, res)
     return {k: 100.0 * float(s) for k, s in zip(sorted(gts), scores)}
+
+
+def per_pair_cider(references: Mapping[str, Sequence[str]], candidates: Mapping[str, str]) -> dict[str, float]:
+    return per_pair_scores(references, candidates, "CIDEr-D")
 
 
 def noise(row: Mapping[str, Any], metric: str) -> tuple[float, str]:
@@ -137,5 +147,5 @@ def tie_best(values: Mapping[str, float], noise_of: Mapping[str, float] | None =
     return (best, [best]) if len(tied) == 1 else (None, tied)
 
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "bootstrap_halfwidth", "per_pair_cider", "noise", "Ordering", "compare",
+__all__ = ["BOOTSTRAP_RESAMPLES", "bootstrap_halfwidth", "per_pair_scores", "per_pair_cider", "noise", "Ordering", "compare",
            "paper_agreement", "ordering_notes", "standing", "tie_best"]

@@ -108,3 +108,15 @@ def test_the_card_puts_the_baseline_beside_a_collapsed_headline():
     assert s.status.verdict == "collapsed"
     assert s.verdict.startswith("collapsed: writes one sentence; equals the baseline (63.8 vs 64.0")
     assert s.seeds_text() == "3 seeds (0, 1, 2), mean ± sd"
+
+
+def test_with_card_goes_under_the_title_once_and_keeps_a_card_shown_in_the_body():
+    from idckit.report_card import Card, with_card
+
+    doc = {"notebook": "t", "table": "pcl.table2", "title": "T2", "headline": {"label": "CIDEr-D", "kit": 1.0},
+           "rows": [_base("most frequent caption", 1, 64.0)], "provenance": {"seeds": [0]}}
+    page = f"<html><body><h1>Title</h1><p>prose</p>{Card(doc)._repr_html_()}</body></html>"
+    once = with_card(page, doc)
+    assert once.index("</h1>") < once.index("id=idckit-card") < once.index("prose")
+    assert with_card(once, doc) == once                       # re-rendering replaces, never stacks
+    assert once.count("class='idckit-card'") == 2             # the page's card and the one the body shows

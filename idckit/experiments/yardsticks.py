@@ -206,6 +206,19 @@ def hardest_type_notes(rows: Sequence[Mapping[str, Any]], paper: Mapping[str, fl
     return [f"Hardest change type: {paper_worst} in the paper, {worst} in the kit's run ({verdict}; {noise})."]
 
 
+def best_split(rows: Sequence[Mapping[str, Any]], depth: int, metric: str = "CIDEr-D") -> tuple[float | None, str]:
+    """Table 7's best split by ``metric`` as N_intra / depth, or None with the tied splits named when another split
+    is within the best one's noise (its ``ci``: a bootstrap over test pairs, one seed)."""
+    from idckit.report_stats import tie_best
+
+    values = {r["variant"]: r["metrics"][metric] for r in rows}
+    noise = {r["variant"]: (r.get("ci") or {}).get(metric, 0.0) for r in rows}
+    best, tied = tie_best(values, noise)
+    if best is None:
+        return None, f"tie: {', '.join(tied)} within noise"
+    return round(next(r["n_intra"] for r in rows if r["variant"] == best) / depth, 3), f"best: {best}"
+
+
 def standing_notes(rows: Sequence[Mapping[str, Any]], variant: str, metric: str = "CIDEr-D") -> list[str]:
     """Where ``variant`` (its mean row where several seeds ran) stands against every other model's row and every
     baseline row of ``rows`` on ``metric`` (hard-data rows are left to their own table), read against its noise."""
@@ -252,11 +265,12 @@ def add_describes(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any
 
 
 def add_bootstrap(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any]], references: Mapping[str, Any],
-                  subset_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """A one-seed trained row (no seed spread) gets ``ci`` = ``{"CIDEr-D": 95 % bootstrap half-width over its
-    test pairs}`` (x100), from per-pair CIDEr-D of its run's test captions."""
+                  subset_ids: Sequence[str] | None = None, *, metrics: Sequence[str] = ("CIDEr-D",),
+                  tokenize: bool = True) -> list[dict[str, Any]]:
+    """A one-seed trained row (no seed spread) gets ``ci`` = ``{metric: 95 % bootstrap half-width over its test
+    pairs}`` (x100), from per-pair scores of its run's test captions (``metrics``: CIDEr-D and/or ROUGE_L)."""
     from idckit.experiments.runs import test_captions
-    from idckit.report_stats import bootstrap_halfwidth, per_pair_cider
+    from idckit.report_stats import bootstrap_halfwidth, per_pair_scores
 
     by_run = {r["run"]: r for r in results}
     seeds: dict[tuple, int] = {}
@@ -272,11 +286,12 @@ def add_bootstrap(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any
             caps = {k: v for k, v in caps.items() if k in set(subset_ids)}
         caps = {k: v for k, v in caps.items() if k in references}
         if len(caps) > 1:
-            row["ci"] = {"CIDEr-D": bootstrap_halfwidth(list(per_pair_cider(references, caps).values()))}
+            row["ci"] = {m: bootstrap_halfwidth(list(per_pair_scores(references, caps, m, tokenize=tokenize).values()))
+                         for m in metrics}
     return rows
 
 
 __all__ = ["BASELINES_VERSION", "ORACLES", "clevr_baselines", "baseline_rows", "baseline_type_rows",
            "best_baseline", "dataset_title", "headline", "type_rows", "type_mean", "type_headline", "type_describe_table",
-           "hardest_type_notes", "clevr_rows", "describe_table", "standing_notes",
+           "hardest_type_notes", "best_split", "clevr_rows", "describe_table", "standing_notes",
            "add_describes", "add_bootstrap"]
