@@ -173,39 +173,6 @@ def read_report(path: str | Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def seed_label(row: Mapping[str, Any]) -> str:
-    """How a table names a kit row's run: ``seed 0``, ``mean of 3 seeds``, or empty (no seed: not a trained row)."""
-    seed = row.get("seed")
-    if seed == "mean":
-        n = row.get("n_seeds")
-        return f"mean of {n} seeds" if n else "mean over seeds"
-    return "" if seed is None else f"seed {seed}"
-
-
-def side_by_side(rows: Sequence[Mapping[str, Any]], paper_rows: Sequence[Mapping[str, Any]],
-                 metrics: Sequence[str] = HEADLINE_METRICS, *, kit_label: str = "idckit (this run)",
-                 paper_label: str = "paper (real data)"):
-    """One DataFrame: the paper's rows, then the kit's, with a ``source`` column so they are never mixed, and a
-    ``run`` column telling a seed's row from the mean of several seeds."""
-    import pandas as pd
-
-    def frame(rs, source, kit):
-        recs = []
-        for r in rs:
-            rec = {"source": source, "model": r.get("model", ""), "variant": r.get("variant", ""),
-                   "run": seed_label(r) if kit else ""}
-            rec.update({m: r.get("metrics", {}).get(m, float("nan")) for m in metrics})
-            recs.append(rec)
-        return pd.DataFrame.from_records(recs, columns=["source", "model", "variant", "run", *metrics])
-
-    return pd.concat([frame(paper_rows, paper_label, False), frame(rows, kit_label, True)], ignore_index=True)
-
-
-def labelled(table, caption: str, *, precision: int = 1):
-    """A table with its caption above it (a pandas Styler), numbers shown to ``precision`` decimals."""
-    return table.style.set_caption(caption).format(precision=precision)
-
-
 # -- what the recorded rows say about learning ----------------------------------------------------------------
 def retrieval_chance(n_pairs: int, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
     """Retrieval metrics of a random ranking over ``n_pairs`` candidates (both directions; one true candidate per

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from idckit.errors import ConfigError
-from idckit.report import (Provenance, paper_table, read_report, side_by_side, to_paper_scale, write_report)
+from idckit.report import (Provenance, paper_table, read_report, to_paper_scale, write_report)
 
 
 def _prov(**kw):
@@ -66,14 +66,6 @@ def test_write_report_schema_and_validation(tmp_path):
     undecided = write_report(tmp_path, "y", "pcl.table2", rows, _prov(),
                              headline={"label": "best split (undetermined: all tie)", "kit": None})
     assert read_report(undecided)["headline"]["kit"] is None
-
-
-def test_side_by_side_keeps_sources_apart():
-    rows = [{"model": "IDC-PCL", "variant": "full", "metrics": {"CIDEr-D": 97.5, "Bleu_4": 40.0}}]
-    df = side_by_side(rows, paper_table("pcl.table2")["rows"])
-    assert set(df["source"]) == {"paper (real data)", "idckit (this run)"}
-    kit = df[df["source"] == "idckit (this run)"]
-    assert kit["CIDEr-D"].tolist() == [97.5] and math.isnan(kit["METEOR"].iloc[0])
 
 
 def test_commit_is_dirty_only_for_code_not_for_generated_reports(tmp_path):
@@ -143,25 +135,6 @@ def test_learning_status_tells_ran_from_learned():
     # a report written before rows recorded their captions: an honest "not checked"
     old = {"rows": [{"model": "m", "variant": "v", "split": "test", "seed": 0, "metrics": {}}]}
     assert learning_status(old)["verdict"] == "not checked"
-
-
-def test_side_by_side_labels_seed_rows_and_the_mean_row():
-    rows = [{"model": "IDC-PCL", "variant": "full", "seed": s, "metrics": {"CIDEr-D": c}}
-            for s, c in ((0, 1.0), (1, 3.0))]
-    rows.append({"model": "IDC-PCL", "variant": "full", "seed": "mean", "n_seeds": 2, "metrics": {"CIDEr-D": 2.0}})
-    df = side_by_side(rows, paper_table("pcl.table2")["rows"])
-    kit = df[df["source"] == "idckit (this run)"]
-    assert kit["run"].tolist() == ["seed 0", "seed 1", "mean of 2 seeds"]
-    assert set(df[df["source"] == "paper (real data)"]["run"]) == {""}
-
-
-def test_labelled_table_has_its_caption():
-    import pandas as pd
-
-    from idckit.report import labelled
-
-    html = labelled(pd.DataFrame({"CIDEr-D": [12.345]}, index=["nearest"]), "CIDEr-D (x100) on test").to_html()
-    assert "<caption>CIDEr-D (x100) on test</caption>" in html and "12.3" in html and "12.345" not in html
 
 
 def test_report_summary_shows_provenance_status_and_notes_but_no_paths(tmp_path):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from idckit.experiments.reporting import (TYPES, gap_notes, mean_sd, ordering_notes, per_type_rows, per_variant, rows,
+from idckit.experiments.reporting import (TYPES, gap_notes, mean_sd, per_type_rows, per_variant, rows,
                                           trained_fields)
 
 
@@ -75,24 +75,6 @@ def test_trained_fields():
     assert "judge_accuracy" not in trained_fields({**result, "judge_accuracy": None})
 
 
-def test_ordering_notes_treat_ties_as_ties_in_either_order():
-    paper = {"A": 128.9, "B": 94.9}
-    tie = {"A": 60.1, "B": 60.1}
-    # a tie of the kit's rows is neither agreement nor a reversal, whichever row comes first
-    assert [n.split(":")[0] for n in ordering_notes(tie, paper)] == ["TIES"]
-    assert [n.split(":")[0] for n in ordering_notes(tie, {"B": 94.9, "A": 128.9})] == ["TIES"]
-    assert "the kit has it level with (60.1 vs 60.1 CIDEr-D)" in ordering_notes(tie, paper)[0]
-    # equal as printed is a tie: 60.14 and 60.06 both read 60.1
-    assert ordering_notes({"A": 60.14, "B": 60.06}, paper)[0].startswith("TIES")
-    assert ordering_notes({"A": 70.0, "B": 60.0}, paper)[0].startswith("agrees: paper has A above B")
-    assert ordering_notes({"A": 50.0, "B": 60.0}, paper)[0].startswith("DIFFERS")
-    assert ordering_notes({"B": 60.0, "A": 50.0}, {"B": 94.9, "A": 128.9})[0].startswith("DIFFERS: paper has B below A")
-    # the paper's own ties are kept: both tie = agrees; the kit orders them = DIFFERS
-    assert ordering_notes(tie, {"A": 90.0, "B": 90.0})[0].startswith("agrees: paper has A level with B")
-    assert ordering_notes({"A": 1.0, "B": 2.0}, {"A": 90.0, "B": 90.0})[0].startswith("DIFFERS")
-    assert ordering_notes({"A": 1.0}, paper) == []          # a row the kit lacks is not compared
-
-
 def test_baseline_and_selection_rows():
     from idckit.experiments.reporting import BASELINE_MODEL, baseline_rows, selection_rows
 
@@ -104,18 +86,6 @@ def test_baseline_and_selection_rows():
     run = {"label": "B2W", "seed": 2, "test": {"total": {"ROUGE_L": 0.4}, "sameSpecies": {"ROUGE_L": 0.3},
                                                "sameClass": {"ROUGE_L": 0.5}}}
     assert selection_rows([run]) == [{"variant": "B2W", "seed": 2, "sameSpecies": 30.0, "sameClass": 50.0}]
-
-
-def test_duda_notes_pair_runs_by_seed_and_name_the_higher():
-    from idckit.experiments.reporting import duda_notes
-
-    pcl = [_result(seed=0, cider=0.6, distinct=40, judge=0.75), _result(seed=1, cider=0.9)]
-    duda = [_result(model="DUDA (idckit)", variant="duda", label="DUDA", seed=0, cider=0.8, distinct=9,
-                    caption_judge_accuracy=0.5)]
-    (note,) = duda_notes(pcl, duda)                     # seed 1 has no DUDA run: no sentence
-    assert note == ("MLM + MVCL + FDA (full) vs DUDA, seed 0: test CIDEr-D 60.0 vs 80.0 (semantic 30.0 vs 40.0), "
-                    "40 vs 9 distinct test captions; judging changes from distractors 0.75 (IDC-PCL's head) vs "
-                    "0.50 (DUDA's captions); higher CIDEr-D: DUDA.")
 
 
 def test_gap_notes_read_a_difference_against_the_larger_seed_sd():

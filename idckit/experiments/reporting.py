@@ -3,8 +3,8 @@
 A result of any experiment module's ``run_variant`` (the keys of :data:`idckit.experiments.runs.RESULT_KEYS`)
 becomes a row on the papers' x100 scale: :func:`rows` (one subset, and a mean +/- sd row per variant run with
 several seeds) and :func:`per_type_rows` (CIDEr-D per change type); every trained row carries
-:func:`trained_fields`, so a report says whether its runs collapsed. :func:`ordering_notes` says in words whether
-the kit orders rows as a paper does, :func:`duda_notes` how IDC-PCL and the DUDA baseline compare. Baselines
+:func:`trained_fields`, so a report says whether its runs collapsed. Orderings with statistics are
+:mod:`idckit.report_stats`; the CLEVR baselines and yardsticks :mod:`idckit.experiments.yardsticks`. Baselines
 become rows with :func:`baseline_rows`, Birds-to-Words' pivot-branch scores with :func:`selection_rows`, and
 CLIP4IDC's retrieval runs with :func:`retrieval_rows` and :func:`layer_split_rows` (tables 6 and 7). Writing,
 reading and judging the report files is :mod:`idckit.report`.
@@ -126,30 +126,6 @@ def gap_notes(rows: Sequence[Mapping[str, Any]], reference: str, others: Sequenc
     return out
 
 
-def ordering_notes(kit: Mapping[str, float], paper: Mapping[str, float], metric: str = "CIDEr-D", *,
-                   decimals: int = 1) -> list[str]:
-    """Plain sentences saying, for every two rows, whether the kit orders them as the paper does.
-
-    Values are compared as printed (rounded to ``decimals``), so two rows shown with the same number tie. The
-    verdict does not depend on which row comes first: ``agrees`` (same order, or both tie), ``TIES`` (the kit ties
-    two rows the paper orders), ``DIFFERS`` (the opposite order, or the kit orders two rows the paper ties)."""
-    def order(x: float, y: float) -> int:
-        d = round(x, decimals) - round(y, decimals)
-        return (d > 0) - (d < 0)
-
-    where = {1: "above", 0: "level with", -1: "below"}
-    notes = []
-    labels = [k for k in paper if k in kit]
-    for i, a in enumerate(labels):
-        for b in labels[i + 1:]:
-            p, k = order(paper[a], paper[b]), order(kit[a], kit[b])
-            verdict = "agrees" if p == k else ("TIES" if k == 0 else "DIFFERS")
-            notes.append(f"{verdict}: paper has {a} {where[p]} {b} ({paper[a]:.{decimals}f} vs "
-                         f"{paper[b]:.{decimals}f}); the kit has it {where[k]} ({kit[a]:.{decimals}f} vs "
-                         f"{kit[b]:.{decimals}f} {metric}).")
-    return notes
-
-
 # -- baselines and comparisons -------------------------------------------------------------------------------------
 #: the model column of the kit's baseline rows (they see no image, or only features' nearest neighbour)
 BASELINE_MODEL = "baseline (idckit)"
@@ -176,28 +152,6 @@ def selection_rows(results: Sequence[Mapping[str, Any]], metric: str = "ROUGE_L"
         out.append({"variant": r["label"], "seed": r.get("seed"),
                     **{sub: 100.0 * sc[metric] for sub, sc in r["test"].items() if sub not in ("total", "semantic")}})
     return out
-
-
-def duda_notes(pcl_results: Sequence[dict[str, Any]], duda_results: Sequence[dict[str, Any]]) -> list[str]:
-    """One sentence per seed both models ran: test CIDEr-D (total and semantic), distinct test captions and how
-    well each tells changes from distractors (IDC-PCL's judge head; DUDA's captions read as judgments), ending
-    with which of the two learned the setting, so a reader sees when the baseline learns what IDC-PCL does not."""
-    duda_by_seed = {r.get("seed"): r for r in duda_results}
-    notes = []
-    for p in pcl_results:
-        d = duda_by_seed.get(p.get("seed"))
-        if d is None:
-            continue
-        cp, cd = (100 * r["test"]["total"]["CIDEr-D"] for r in (p, d))
-        sp, sd = (100 * r["test"]["semantic"]["CIDEr-D"] if "semantic" in r["test"] else float("nan") for r in (p, d))
-        jp, jd = p.get("judge_accuracy"), d.get("caption_judge_accuracy")
-        judge = (f"; judging changes from distractors {jp:.2f} (IDC-PCL's head) vs {jd:.2f} (DUDA's captions)"
-                 if jp is not None and jd is not None else "")
-        better = "DUDA" if cd > cp else "IDC-PCL" if cp > cd else "neither"
-        notes.append(f"{p['label']} vs DUDA, seed {p.get('seed')}: test CIDEr-D {cp:.1f} vs {cd:.1f} (semantic "
-                     f"{sp:.1f} vs {sd:.1f}), {p.get('distinct_test_captions')} vs {d.get('distinct_test_captions')} "
-                     f"distinct test captions{judge}; higher CIDEr-D: {better}.")
-    return notes
 
 
 # -- retrieval rows: CLIP4IDC's tables 6 and 7 ----------------------------------------------------------------------
@@ -267,5 +221,5 @@ def chance_row(n_pairs: int, keys: Sequence[str] = RETRIEVAL_KEYS) -> dict[str, 
 
 
 __all__ = ["TYPES", "mean_sd", "trained_fields", "mean_trained_fields", "rows", "per_type_rows", "per_variant",
-           "gap_notes", "ordering_notes", "BASELINE_MODEL", "baseline_rows", "selection_rows", "duda_notes", "RETRIEVAL_KEYS",
+           "gap_notes", "BASELINE_MODEL", "baseline_rows", "selection_rows", "RETRIEVAL_KEYS",
            "retrieval_rows", "layer_split_rows", "chance_row"]
