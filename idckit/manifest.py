@@ -56,6 +56,15 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "clip4idc": ("idckit.experiments.clip4idc", "clip4idc", "clevr-change"),
 }
 
+#: the config files a family's runs resolve, in the order ``idckit config FAMILY`` prints them (the loop's
+#: ``train.json`` fills what a ``train`` block leaves out; ``runtime.json`` says where runs train)
+CONFIGS: dict[str, tuple[str, ...]] = {
+    "pcl": ("pcl", "synth_clevr_change", "train", "runtime"),
+    "duda": ("duda", "pcl", "synth_clevr_change", "train", "runtime"),
+    "birds": ("pcl_birds", "synth_birds", "train", "runtime"),
+    "clip4idc": ("clip_standin", "clip4idc_adapt", "clip4idc_caption", "synth_clevr_change", "train", "runtime"),
+}
+
 #: where each family's profile-dependent weights are set: (config file, the keys naming the weights)
 _WEIGHTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "pcl": ("pcl", ("backbone", "backbone_weights")),

@@ -37,7 +37,10 @@ from idckit.fileio import check_output_dir, write_json
 #: tidy-up since: same results on one CPU process)
 #: 3: IDC-PCL's every-position fine-tuning runs its last layer on the query rows alone (the same function, but the
 #: clean rows' dropout masks are no longer drawn, so a run's random stream and its numbers change)
-TRAINING_CODE_VERSION = "3"
+#: 4: the run keys as the settings are (the compatibility bends that kept older keys are gone: DUDA's settings are
+#: no longer reshaped, feature_size and train_fraction always enter a feature-based run's identity, a frozen
+#: CLIP4IDC captioner keeps its visual_lr_scale, the stand-in CLIP's data_version is its data's)
+TRAINING_CODE_VERSION = "4"
 #: (not bumped for features.py's float16 range check, the untrained ResNet-101's zero-initialised residuals and the
 #: efficientnet_lite0_b5 backbone: the stores of the existing backbones and weights come out the same; nor for the
 #: hybrid stand-in CLIP, a new architecture that builds no existing run differently; nor for the captioner's
@@ -45,7 +48,7 @@ TRAINING_CODE_VERSION = "3"
 #: architecture no config names; nor for features.py's image_size / pcl.json's feature_size, 224 px as before unless
 #: a config says otherwise, and any other size a store and a run key of its own)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "8d2261295d26cf7e"
+TRAINING_CODE_FINGERPRINT = "1b46a22e4fc08efd"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text and features
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",

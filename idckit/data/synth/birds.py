@@ -142,16 +142,22 @@ def _render_job(job: tuple[str, dict, dict, int]) -> tuple[str, bytes, tuple]:
     return rel, _jpeg(img), bbox
 
 
-def generate(out: str | Path, *, n_pairs: int = 600, cub_per_class: int = 6, nabirds_per_class: int = 6,
-             size: int = 128, seed: int = 0, workers: int = 2, overwrite: bool = False,
-             tree: tuple[int, int, int, int] = (5, 4, 2, 5), progress: bool = True, force: bool = False) -> Path:
+def generate(out: str | Path, *, n_pairs: int | None = None, cub_per_class: int | None = None,
+             nabirds_per_class: int | None = None, size: int | None = None, seed: int | None = None,
+             workers: int | None = None, tree: tuple[int, int, int, int] | None = None, profile: str | None = None,
+             overwrite: bool = False, progress: bool = True, force: bool = False) -> Path:
     """Write SynthBirds to ``out`` (atomically); reuse it if it already holds the same arguments. ``force``: write
-    beside entries the generator did not write (kept, never deleted).
+    beside entries the generator did not write (kept, never deleted). An argument left None is
+    ``configs/synth_birds.json``'s at ``profile`` (None: the default profile).
 
     ``tree`` is (orders, families per order, genera per family, species per genus); the default gives 200 species.
     """
     from tqdm.auto import tqdm
 
+    a = writing.from_profile("synth_birds", profile, pairs=n_pairs, cub_per_class=cub_per_class,
+                             nabirds_per_class=nabirds_per_class, size=size, seed=seed, workers=workers, tree=tree)
+    n_pairs, cub_per_class, nabirds_per_class = a["pairs"], a["cub_per_class"], a["nabirds_per_class"]
+    size, seed, workers, tree = a["size"], a["seed"], a["workers"], a["tree"]
     out = Path(out)
     if n_pairs < 30:
         raise DatasetError(f"--pairs {n_pairs} is too small", path=out,

@@ -81,11 +81,12 @@ def is_kit_dataset(path: Path) -> bool:
         return False
 
 
-def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, int] = (240, 160),
-             camera_jitter: float = scenes.CAMERA_JITTER, lamp_jitter: float = scenes.LAMP_JITTER,
-             objects: tuple[int, int] = (scenes.MIN_OBJECTS, scenes.MAX_OBJECTS),
-             workers: int = 2, overwrite: bool = False, progress: bool = True, force: bool = False) -> Path:
-    """Write SynthCLEVR-Change to ``out`` (atomically); reuse it if it already holds the same arguments.
+def generate(out: str | Path, *, n_pairs: int | None = None, seed: int | None = None,
+             size: tuple[int, int] | None = None, camera_jitter: float | None = None, lamp_jitter: float | None = None,
+             objects: tuple[int, int] | None = None, workers: int | None = None, profile: str | None = None,
+             overwrite: bool = False, progress: bool = True, force: bool = False) -> Path:
+    """Write SynthCLEVR-Change to ``out`` (atomically); reuse it if it already holds the same arguments. An argument
+    left None is ``configs/synth_clevr_change.json``'s at ``profile`` (None: the default profile).
 
     ``camera_jitter`` and ``lamp_jitter`` are CLEVR's jitter sizes (CLEVR-Change's 1.0 by default): smaller values
     give distractors that move the camera and lamps less, an easier set. ``objects`` = (fewest, most) objects in a
@@ -94,6 +95,10 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, size: tuple[int, i
     """
     from tqdm.auto import tqdm
 
+    a = writing.from_profile("synth_clevr_change", profile, pairs=n_pairs, seed=seed, size=size,
+                             camera_jitter=camera_jitter, lamp_jitter=lamp_jitter, objects=objects, workers=workers)
+    n_pairs, seed, size, workers = a["pairs"], a["seed"], a["size"], a["workers"]
+    camera_jitter, lamp_jitter, objects = a["camera_jitter"], a["lamp_jitter"], a["objects"]
     out = Path(out)
     size = (int(size[0]), int(size[1]))
     if n_pairs < len(CHANGE_TYPES) * 4:

@@ -521,12 +521,15 @@ def _cropped_out(o: dict, e: dict, width: int) -> bool:
 
 
 # -- the dataset ----------------------------------------------------------------------------------------------
-def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, overwrite: bool = False,
-             progress: bool = True, force: bool = False) -> Path:
+def generate(out: str | Path, *, n_pairs: int | None = None, seed: int | None = None, workers: int | None = None,
+             profile: str | None = None, overwrite: bool = False, progress: bool = True, force: bool = False) -> Path:
     """Write SynthIER to ``out`` (atomically); reuse it if it already holds the same arguments. ``force``: write
-    beside entries the generator did not write (kept, never deleted)."""
+    beside entries the generator did not write (kept, never deleted). An argument left None is
+    ``configs/synth_editing_request.json``'s at ``profile`` (None: the default profile)."""
     from tqdm.auto import tqdm
 
+    a = writing.from_profile("synth_editing_request", profile, pairs=n_pairs, seed=seed, workers=workers)
+    n_pairs, seed, workers = a["pairs"], a["seed"], a["workers"]
     out = writing.check_common(Path(out), n_pairs, 12, workers, seed)
     info = {"synthetic": True, "generator": GENERATOR_VERSION, "pairs": n_pairs, "seed": seed}
     claim = writing.claim(out, "synth-ier", info, overwrite, force)

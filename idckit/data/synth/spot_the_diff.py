@@ -433,10 +433,12 @@ def make_pair(job: tuple[int, int, float]) -> dict:
 
 
 # -- the dataset ----------------------------------------------------------------------------------------------
-def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, overwrite: bool = False,
-             progress: bool = True, light_change: float = 1.0, force: bool = False) -> Path:
+def generate(out: str | Path, *, n_pairs: int | None = None, seed: int | None = None, workers: int | None = None,
+             light_change: float | None = None, profile: str | None = None, overwrite: bool = False,
+             progress: bool = True, force: bool = False) -> Path:
     """Write SynthSpot-the-Diff to ``out`` (atomically); reuse it if it already holds the same arguments.
-    ``force``: write beside entries the generator did not write (kept, never deleted).
+    ``force``: write beside entries the generator did not write (kept, never deleted). An argument left None is
+    ``configs/synth_spot_the_diff.json``'s at ``profile`` (None: the default profile).
 
     ``light_change`` scales how much the light differs between a pair's two frames (1.0: up to 12 % in gain
     where no object changed, 4 % where one did; 0: the same light, only the sensor noise differs); the objects,
@@ -444,6 +446,9 @@ def generate(out: str | Path, *, n_pairs: int, seed: int = 0, workers: int = 2, 
     from PIL import Image
     from tqdm.auto import tqdm
 
+    a = writing.from_profile("synth_spot_the_diff", profile, pairs=n_pairs, seed=seed, workers=workers,
+                             light_change=light_change)
+    n_pairs, seed, workers, light_change = a["pairs"], a["seed"], a["workers"], a["light_change"]
     out = writing.check_common(Path(out), n_pairs, 12, workers, seed)
     if not (isinstance(light_change, (int, float)) and 0 <= light_change <= 2):
         raise ConfigError(f"light_change must be a number in [0, 2], got {light_change!r}",

@@ -23,6 +23,17 @@ from idckit.errors import DatasetError
 MARKER = "synth_info.json"
 
 
+def from_profile(config: str, profile: str | None, **given):
+    """A generator's arguments: each one given, or where it is None the value of ``configs/<config>.json`` at
+    ``profile`` (None: the kit's default profile). The generators' defaults live in those files only; the
+    arguments carry the files' names (``pairs``, ``seed``, ...)."""
+    from idckit.paths import DEFAULT_PROFILE
+    from idckit.settings import load_config
+
+    resolved = load_config(config, profile or DEFAULT_PROFILE)
+    return {k: resolved[k] if v is None else v for k, v in given.items()}
+
+
 # What each generator writes at the top of its folder (the entries it owns there) and the file that tells its
 # datasets apart from the other generators' (how a dataset written before the owner marker is recognised).
 KINDS = {
