@@ -251,6 +251,8 @@ def check_decoding(dev: torch.device, dry: bool, fw: dict) -> dict:
             max_len = 12 if dry else 20
             cached, naive = greedy_decode(m, v, max_len), naive_greedy_decode(m, v, max_len)
             out[name] = {"equal": bool(torch.equal(cached, naive)), "tokens": int(cached.numel())}
+            if not out[name]["equal"] and cached.shape == naive.shape:   # where, for a diagnosis
+                out[name]["first_mismatch"] = [int(i) for i in (cached != naive).nonzero()[0]]
             del m
     return out
 
@@ -323,15 +325,29 @@ def train_run(dev: torch.device, run_dir: Path, kill_at: int | None = None) -> d
     return {k: v.detach().cpu() for k, v in res.model.state_dict().items()}
 
 
-def check_resume(dev: torch.device, tmp: Path) -> tuple[dict, dict]:
+@contextlib.contextmanager
+def deterministic():
+    """Deterministic kernels, and the math attention (the fused kernels' backward may add in any order on a GPU):
+    what bit-equality between two runs needs, so that the resume checks test the resume and nothing else."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    saved = torch.backends.cudnn.deterministic
     torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
     try:
+        with sdpa_kernel([SDPBackend.MATH]):
+            yield
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = saved
+
+
+def check_resume(dev: torch.device, tmp: Path) -> tuple[dict, dict]:
+    with deterministic():
         whole = train_run(dev, tmp / "whole")
         again = train_run(dev, tmp / "again")
         assert train_run(dev, tmp / "killed", KILL_AT) is None
         resumed = train_run(dev, tmp / "killed")
-    finally:
-        torch.use_deterministic_algorithms(False)
     return ({"steps": RESUME_STEPS, "killed_at": KILL_AT, "bit_identical": _state_equal(whole, resumed),
              "determinism": _state_equal(whole, again)}, whole)
 
@@ -345,14 +361,15 @@ def worker(run_dir: Path, device: str, kill_at: int | None) -> int:
 
     dev = resolve(device)
     if dev.type == "cuda":
+        dev = torch.device("cuda", dev.index if dev.index is not None else int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(dev)
     backend = "nccl" if dev.type == "cuda" else "gloo"
     dist.init_process_group(backend)
     t = torch.ones(3, device=dev)
     dist.all_reduce(t)
     info = {"backend": backend, "world": dist.get_world_size(), "all_reduce": t.tolist()}
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    state = train_run(dev, run_dir, kill_at)
+    with deterministic():
+        state = train_run(dev, run_dir, kill_at)
     if state is not None:
         torch.save(state, run_dir / "final_weights.pt")
     info["killed"] = state is None
@@ -409,7 +426,7 @@ def matmul_peak(dev: torch.device, dry: bool) -> float:
     n = 256 if dry else 8192
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-    reps = 3 if dry else 50
+    reps = 3 if dry else 100
     for _ in range(2):
         a @ b
     _sync(dev)
@@ -464,11 +481,15 @@ def throughput(dev: torch.device, dry: bool, peak: float) -> dict:
     rows: dict[str, dict] = {}
 
     def record(name, samples, step, flops_step=None, *, backward=True):
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
         flops = _flops(step) if flops_step is None else flops_step
         seconds = _timed(dev, step, warm, reps)
         rows[name] = {"samples": samples, "step_seconds": seconds, "samples_per_s": samples / seconds,
                       "gflop_per_step": flops / 1e9, "tflops": flops / seconds / 1e12,
                       "fraction_of_peak": flops / seconds / 1e12 / peak}
+        if dev.type == "cuda":
+            rows[name]["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
 
     cfg = load_config("pcl", _profile(dry))
     # IDC-PCL: the kit's own tasks' steps (masking, negatives, losses), one step kind at a time
@@ -631,7 +652,9 @@ def run(device: str = "auto", out: str | Path = "gpu_check", *, progress: bool =
 
     section("device", lambda: device_info(dev))
     section("sdpa", lambda: sdpa_check(dev, dry))
-    fw = forwards(dry)
+    fw: dict = {}
+    section("models", lambda: {name: sum(p.numel() for p in m.parameters())
+                               for name, (m, _, _) in fw.update(forwards(dry)) or fw.items()})
     section("equality", lambda: check_equality(dev, dry, fw))
     section("decoding", lambda: check_decoding(dev, dry, fw))
     with tempfile.TemporaryDirectory(prefix="idckit-gpu-check-") as tmp:
@@ -676,6 +699,11 @@ def table(r: dict) -> str:
     lines.append(f"device      {d.get('name', '?')} ({d.get('device')}), torch {d.get('torch')}, CUDA "
                  f"{d.get('cuda_build')}, bf16 {yes(d.get('bf16'))}" + ("   [DRY MODE: CPU, smoke sizes]"
                                                                        if r.get("dry") else ""))
+    models = r.get("models") or {}
+    if "error" in models:
+        lines.append(f"models      {models['error']}")
+    else:
+        lines.append("models      " + ", ".join(f"{k} {v / 1e6:.1f}M" for k, v in models.items()))
     for name, counts in (r.get("sdpa") or {}).items():
         lines.append(f"sdpa        {name}: " + (", ".join(f"{k} x{v}" for k, v in counts.items()) or "none")
                      if isinstance(counts, dict) else f"sdpa        {name}: {counts}")
@@ -691,7 +719,7 @@ def table(r: dict) -> str:
         shown = {k: x for k, x in v.items() if not isinstance(x, dict)}
         lines.append(f"{key:12s}" + ", ".join(f"{k} {x}" for k, x in shown.items()))
     peak = r.get("matmul_peak_tflops")
-    lines.append(f"peak        bf16 matmul {peak:.1f} TFLOP/s" if isinstance(peak, float) else f"peak        {peak}")
+    lines.append(f"peak        bf16 matmul {peak:.3g} TFLOP/s" if isinstance(peak, float) else f"peak        {peak}")
     tp = r.get("throughput") or {}
     if "steps" in tp:
         lines.append(f"{'step (bf16 autocast)':52s} {'samples/s':>10s} {'GFLOP/step':>11s} {'TFLOP/s':>8s} "

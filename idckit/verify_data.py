@@ -383,6 +383,7 @@ def verify(root: str | Path, dataset: str, *, decode: bool = True, sample: int |
            counts: str = "auto", progress: bool = True) -> Result:
     """Check the copy of ``dataset`` at ``root`` (see the module's docstring); never raises for a problem of the
     copy, only for bad arguments."""
+    dataset = {"editing-request": "ier"}.get(dataset, dataset)      # the manifest's name of IER
     if dataset not in DATASETS:
         raise IdckitError(f"unknown dataset {dataset!r}", fix=f"use one of {', '.join(DATASETS)}")
     if sample is not None and sample < 1:
