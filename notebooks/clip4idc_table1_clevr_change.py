@@ -54,10 +54,11 @@ import time
 
 from idckit import paths
 from idckit.experiments import clip4idc
-from idckit.experiments import reporting
-from idckit.experiments.runs import captions_by_run, collapse_check
+from idckit.experiments import reporting, yardsticks
+from idckit.experiments.analytics import captions_by_run, collapse_check, timing_table
 from idckit.plots import show_pairs, val_curve
-from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, write_report
+from idckit.report_format import Notes, comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -66,22 +67,31 @@ setup = clip4idc.setup(profile, clevr_root, runs_dir=runs_dir, clip_model=clip_m
 results = clip4idc.runs(setup, ["clip4idc"], seeds)
 # the same recipe whose captioner also reads after - before of the pair tokens (docs/clip4idc.md); not a paper row
 variant_results = clip4idc.runs(setup, ["clip4idc-diff"], seeds[:1]) if with_variant else []
-print(setup.data.description, "|", results[0]["clip"])
+# the no-learning baselines on the same test pairs (cached with IDC-PCL table 2's on the same data)
+base = yardsticks.clevr_baselines(setup.data, setup.runs_dir)
+dataset = yardsticks.dataset_title(setup.data)
 
 # %% [markdown]
-# ## The paper's table and the kit's runs (x100)
+# ## The paper's table, the kit's runs and the no-learning baselines (x100)
 
 # %%
-rows = reporting.rows(results) + reporting.rows(variant_results)
+rows = yardsticks.clevr_rows(setup, results + variant_results)
+base_rows = yardsticks.baseline_rows(base)
 pcl_results = []
 if with_pcl:
     from idckit.experiments import pcl
 
     pcl_setup = pcl.setup(profile, clevr_root, runs_dir=runs_dir, device=device)
     pcl_results = pcl.runs(pcl_setup, ["full"], seeds[:1])
-    rows += reporting.rows(pcl_results)
+    rows += yardsticks.clevr_rows(pcl_setup, pcl_results)
 paper = paper_table("clip4idc.table1")
-side_by_side(rows, paper["rows"]).round(1)
+comparison(rows + base_rows, paper["rows"], caption=f"Table 1: the paper (real CLEVR-Change) and the kit ({dataset}), test")
+
+# %% [markdown]
+# ## Does it describe the change, or only tell a change from no change?
+
+# %%
+yardsticks.describe_table(rows + base_rows, caption=f"What the captions say ({dataset}, test)")
 
 # %%
 main = [r for r in rows if r["model"] == clip4idc.MODEL and r["variant"] == results[0]["label"]]
@@ -93,24 +103,23 @@ summary = (f"CLIP4IDC (idckit, {setup.profile}): CIDEr-D {mean['metrics']['CIDEr
            f"{paper_value('clip4idc.table1', 'CIDEr-D', model='CLIP4IDC'):.1f} = best of {spread['seeds']} seeds "
            f"selected on {spread['selection']} (its seeds: {spread['min']}-{spread['max']}, mean about "
            f"{spread['mean_approx']}).")
-print(summary)
+standing = yardsticks.standing_notes(rows + base_rows, results[0]["label"])
+Notes([summary, *standing])
 
 # %% [markdown]
-# ## Val CIDEr-D against training minutes (the checkpoint is chosen here, never on test)
+# ## Val CIDEr-D against captioning steps (the checkpoint is chosen here, never on test)
 
 # %%
-import pandas as pd
-
-fig, curve = val_curve(results, title="val CIDEr-D (x100) against minutes of captioning")
-curve[["seed", "step", "minutes", "CIDEr-D"]].round(3)
+fig, curve = val_curve(results, title=f"CLIP4IDC captioner: val CIDEr-D, {dataset}")
+curve
 
 # %% [markdown]
-# ## Where the time went (seconds; the stand-in CLIP and the adaptation run are shared by all seeds and tables)
+# ## Where the time went (the stand-in CLIP and the adaptation run are shared by all seeds and tables)
 
 # %%
-pd.DataFrame([{"seed": r["seed"], "captioning (incl. val decoding)": r["caption_seconds"],
-               "test decoding": r["test_decode_seconds"], "adaptation (shared)": r["adapt_seconds"],
-               "stand-in CLIP (shared)": r["clip_pretrain_seconds"]} for r in results])
+timing_table(results, {"caption_seconds": "captioning, incl. val decoding (min)", "test_decode_seconds":
+                       "test decoding (min)", "adapt_seconds": "adaptation, shared (min)",
+                       "clip_pretrain_seconds": "stand-in CLIP, shared (min)"}, caption="Minutes per run")
 
 # %% [markdown]
 # ## Does the model look at the images?
@@ -119,7 +128,7 @@ pd.DataFrame([{"seed": r["seed"], "captioning (incl. val decoding)": r["caption_
 
 # %%
 diversity, collapse_notes = collapse_check(setup.runs_dir, results + variant_results)
-pd.DataFrame(diversity)
+diversity
 
 # %% [markdown]
 # ## A few test pairs: the references and what each run wrote
@@ -127,14 +136,21 @@ pd.DataFrame(diversity)
 
 # %%
 named = results + variant_results + [{**r, "label": f"IDC-PCL {r['label']}"} for r in pcl_results]
-fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, named))
+shown = {**captions_by_run(setup.runs_dir, named), "most frequent caption": base[0]["predictions"]}
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=shown)
 
 # %%
 path = write_report(
-    report_dir, "clip4idc_table1_clevr_change", "clip4idc.table1", rows,
+    report_dir, "clip4idc_table1_clevr_change", "clip4idc.table1", rows + base_rows,
     clip4idc.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "CLIP4IDC CIDEr-D, test total (mean over seeds)", "kit": round(mean["metrics"]["CIDEr-D"], 2),
-              "paper": paper_value("clip4idc.table1", "CIDEr-D", model="CLIP4IDC")},
+    headline=yardsticks.headline(rows + base_rows, results[0]["label"], "CLIP4IDC CIDEr-D, test total (mean over seeds)",
+                                 paper_value("clip4idc.table1", "CIDEr-D", model="CLIP4IDC")),
     notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {results[0]['clip']}.", summary, *collapse_notes])
+           f"CLIP: {results[0]['clip']}.", summary, *standing,
+           *([f"The IDC-PCL row is the cached run {pcl_results[0]['run']}, the run IDC-PCL table 2 reports when both "
+              "reports are rendered at one commit (a report of another commit may show another number)."]
+             if pcl_results else []), *collapse_notes])
+legend()
+
+# %%
 report_summary(path)

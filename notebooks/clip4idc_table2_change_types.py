@@ -35,56 +35,68 @@ pretrained = None      # None: the profile's weights; e.g. openai or a checkpoin
 import time
 
 from idckit import paths
+from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.experiments import clip4idc
-from idckit.experiments import reporting
-from idckit.experiments.runs import captions_by_run
+from idckit.experiments import reporting, yardsticks
+from idckit.experiments.analytics import captions_by_run
 from idckit.plots import per_type_bars, show_pairs
-from idckit.report import paper_table, report_summary, side_by_side, write_report
+from idckit.report import paper_table, report_summary, write_report
+from idckit.report_format import comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 setup = clip4idc.setup(profile, clevr_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device)
 results = clip4idc.runs(setup, ["clip4idc"], seeds)
-print(setup.data.description, "|", results[0]["clip"])
+base = yardsticks.clevr_baselines(setup.data, setup.runs_dir)   # the no-learning baselines per change type
+dataset = yardsticks.dataset_title(setup.data)
 
 # %% [markdown]
-# ## CIDEr-D (x100) per change type: the paper's rows and the kit's runs
+# ## CIDEr-D (x100) per change type: the paper's rows, the kit's runs and the no-learning baselines
 
 # %%
-rows = reporting.per_type_rows(results)
+rows = yardsticks.type_rows(setup, results)
+base_rows = yardsticks.baseline_type_rows(base)
 paper = paper_table("clip4idc.table2")["rows"]
-side_by_side(rows, paper, metrics=reporting.TYPES).round(1)
+comparison(rows + base_rows, paper, metrics=reporting.TYPES,
+           caption=f"Table 2: CIDEr-D per change type, the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %% [markdown]
-# ## The kit beside the paper's CLIP4IDC, per change type
+# ## The kit beside the no-learning baselines, per change type
+# (The paper's numbers are in the table above; its real-data scale is not drawn on the kit's axis.)
 
 # %%
-import pandas as pd
-
 kit_row = next((r for r in rows if r["seed"] == "mean"), rows[0])
-paper_row = next(r for r in paper if r["model"] == "CLIP4IDC")
-bars = pd.DataFrame([{"type": t, "source": src, "CIDEr-D": row["metrics"][t]}
-                     for t in reporting.TYPES for src, row in (("idckit", kit_row), ("paper (real data)", paper_row))
-                     if t in row["metrics"]])
-fig = per_type_bars(bars, hue="source", title="CIDEr-D (x100) by change type")
-bars.pivot(index="type", columns="source", values="CIDEr-D").round(1)
+bars = [{"model": f"CLIP4IDC ({'mean of seeds' if kit_row['seed'] == 'mean' else 'seed ' + str(kit_row['seed'])})"
+         if r is kit_row else r["variant"], "type": t, "CIDEr-D": v}
+        for r in [kit_row, *base_rows] for t, v in r["metrics"].items()]
+fig = per_type_bars(bars, title=f"CLIP4IDC table 2, {dataset}: test CIDEr-D per change type")
 
 # %% [markdown]
-# ## A few test pairs: the references and what each run wrote
-# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
+# ## Does the caption name the change type? (per type, beside guessing the most common type)
 
 # %%
-fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results))
+yardsticks.type_describe_table(rows + base_rows, caption=f"Change type named, % of the changed test pairs ({dataset})")
+
+# %% [markdown]
+# ## A few test pairs: the references and what each run and the judge oracle wrote
 
 # %%
-hardest = min(kit_row["metrics"], key=kit_row["metrics"].get)
+shown = {**captions_by_run(setup.runs_dir, results), "judge oracle": base[2]["predictions"]}
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=shown)
+
+# %%
+paper_row = next(r for r in paper if r["model"] == "CLIP4IDC")
+semantic = [t for t in CHANGE_TYPES if t in kit_row["metrics"]]
+head = yardsticks.type_headline(rows + base_rows, results[0]["label"], "CLIP4IDC move CIDEr-D, test",
+                                paper_row["metrics"], ["move"] if "move" in semantic else semantic)
 path = write_report(
-    report_dir, "clip4idc_table2_change_types", "clip4idc.table2", rows,
-    clip4idc.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "CLIP4IDC move CIDEr-D, test", "kit": round(kit_row["metrics"].get("move", 0.0), 2),
-              "paper": paper_row["metrics"]["move"]},
+    report_dir, "clip4idc_table2_change_types", "clip4idc.table2", rows + base_rows,
+    clip4idc.provenance(setup, results, seeds, time.time() - t0), headline=head,
     notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.",
-           f"Hardest subset for the kit ({'mean over seeds' if kit_row['seed'] == 'mean' else 'seed 0'}): {hardest}."])
+           *yardsticks.hardest_type_notes(rows, paper_row["metrics"], results[0]["label"], semantic)])
+legend()
+
+# %%
 report_summary(path)

@@ -40,65 +40,49 @@ clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu
 pretrained = None      # None: the profile's weights (the stand-in is pre-trained here); e.g. openai or a file
 
 # %%
-import time
-
 from idckit import paths
 from idckit.experiments import clip4idc
-from idckit.experiments import reporting
-from idckit.experiments.runs import captions_by_run, collapse_check
-from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.experiments import pair_table
+from idckit.experiments.analytics import captions_by_run, collapse_check
+from idckit.plots import show_pairs
+from idckit.report import paper_table, paper_value, report_summary
+from idckit.report_format import legend
 
-t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 setup = clip4idc.setup(profile, spot_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device, dataset="spot-the-diff")
 results = clip4idc.runs(setup, ["clip-ft", "clip4idc"], seeds)
-print(setup.data.description, "|", results[0]["clip"])
-
-# %% [markdown]
-# ## The paper's table and the kit's runs (x100)
-# The kit's last row is the text-only baseline: the most frequent training sentence for every test pair.
-
-# %%
-baseline = clip4idc.text_baseline(setup)
-rows = reporting.rows(results) + [baseline]
-paper = paper_table("clip4idc.table3")["rows"]
-side_by_side(rows, paper).round(1)
-
-# %%
-print(f"most frequent training sentence: {baseline['sentence']!r}")
-kit = reporting.per_variant(rows)
+paper_cider = {r["model"]: r["metrics"]["CIDEr-D"] for r in paper_table("clip4idc.table3")["rows"]}
 # the paper's CLIP-FT on Spot-the-Diff is a row of its Table 5
-paper_cider = {r["model"]: r["metrics"]["CIDEr-D"] for r in paper}
 paper_cider["CLIP-FT"] = next(r["metrics"]["CIDEr-D"] for r in paper_table("clip4idc.table5")["rows"]
                               if r["dataset"] == "spot_the_diff" and r["variant"] == "CLIP-FT")
-order = [*paper_cider, clip4idc.BASELINE_VARIANT]
-fig = side_by_side_bars(kit, paper_cider, order, kit_label=f"idckit ({setup.profile}, "
-                        f"{'synthetic' if setup.data.synthetic else 'real'})", paper_label="paper (real Spot-the-Diff)")
+table = pair_table.build(setup, results, "clip4idc.table3", paper_cider)   # with the text-only baseline row
 
 # %% [markdown]
-# ## The ordering against the paper, in words
+# ## The paper's table, the kit's runs and the text-only baseline (x100)
+# The baseline writes the most frequent training sentence for every test pair: it sees no image.
 
 # %%
-notes = reporting.ordering_notes(kit, paper_cider)
-margin = kit["CLIP4IDC"] - kit[clip4idc.BASELINE_VARIANT]
-notes.append(f"{'BEATS' if margin > 0 else 'DOES NOT BEAT'} the text-only baseline: CLIP4IDC {kit['CLIP4IDC']:.1f} "
-             f"vs the most frequent training sentence {kit[clip4idc.BASELINE_VARIANT]:.1f} CIDEr-D "
-             f"({margin:+.1f}); the paper reports no such baseline.")
-for n in notes:
-    print(n)
+table.comparison()
+
+# %%
+fig = table.bars()
+
+# %% [markdown]
+# ## The ordering against the paper and the baseline, read against the noise
+# One seed: the noise is a 95 % bootstrap interval over the test pairs; a smaller gap is "within noise".
+
+# %%
+table.ordering()
 
 # %% [markdown]
 # ## Does the model look at the images?
-# Distinct test captions per run. A run that writes one sentence for every pair is scored on that sentence alone,
-# as the text-only baseline is, so read its numbers with this table.
+# Distinct test captions per run: a run that writes one sentence for every pair is scored on that sentence alone,
+# as the text-only baseline is.
 
 # %%
-import pandas as pd
-
 diversity, collapse_notes = collapse_check(setup.runs_dir, results)
-pd.DataFrame(diversity)
+diversity
 
 # %% [markdown]
 # ## A few test pairs: the references and what each run wrote
@@ -109,14 +93,12 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
                  references=4)
 
 # %%
-path = write_report(
-    report_dir, "clip4idc_table3_spot_the_diff", "clip4idc.table3", rows,
-    clip4idc.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "CLIP4IDC CIDEr-D, test (single-sentence protocol)",
-              "kit": round(kit["CLIP4IDC"], 2),
-              "paper": paper_value("clip4idc.table3", "CIDEr-D", model="CLIP4IDC")},
-    notes=["Synthetic-data numbers (unless spot_root is real) are not comparable with the paper's real-data numbers.",
-           "Single-sentence protocol: one generated sentence per pair, every annotator's sentences as references.",
-           f"CLIP: {results[0]['clip']}.", f"Text-only baseline sentence: {baseline['sentence']!r}.", *notes,
-           *collapse_notes])
+path = table.write(report_dir, "clip4idc_table3_spot_the_diff", "CLIP4IDC CIDEr-D, test (single-sentence protocol)",
+                   paper_value("clip4idc.table3", "CIDEr-D", model="CLIP4IDC"),
+                   extra_notes=["Synthetic-data numbers (unless spot_root is real) are not comparable with the paper's real-data numbers.",
+                 "Single-sentence protocol: one generated sentence per pair, every annotator's sentences as references."],
+                   collapse_notes=collapse_notes)
+legend(["CIDEr-D", "distinct captions", "no-learning baseline", "within noise", "–"])
+
+# %%
 report_summary(path)

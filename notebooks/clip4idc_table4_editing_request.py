@@ -38,67 +38,46 @@ clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu
 pretrained = None      # None: the profile's weights (the stand-in is pre-trained here); e.g. openai or a file
 
 # %%
-import time
-
 from idckit import paths
 from idckit.experiments import clip4idc
-from idckit.experiments import reporting
-from idckit.experiments.runs import captions_by_run, collapse_check
-from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.experiments import pair_table
+from idckit.experiments.analytics import captions_by_run, collapse_check
+from idckit.plots import show_pairs
+from idckit.report import paper_table, paper_value, report_summary
+from idckit.report_format import legend
 
-t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 setup = clip4idc.setup(profile, ier_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device, dataset="editing-request")
 results = clip4idc.runs(setup, ["clip-ft", "clip4idc"], seeds)
-print(setup.data.description, "|", results[0]["clip"])
+paper_cider = {r["model"]: r["metrics"]["CIDEr-D"] for r in paper_table("clip4idc.table4")["rows"]}
+table = pair_table.build(setup, results, "clip4idc.table4", paper_cider)   # with the text-only baseline row
 
 # %% [markdown]
-# ## The paper's table and the kit's runs (x100)
-# The kit's last row is the text-only baseline: the most frequent training request for every test pair.
+# ## The paper's table, the kit's runs and the text-only baseline (x100)
+# The baseline writes the most frequent training sentence for every test pair: it sees no image.
 
 # %%
-baseline = clip4idc.text_baseline(setup)
-rows = reporting.rows(results) + [baseline]
-paper = paper_table("clip4idc.table4")["rows"]
-side_by_side(rows, paper).round(1)
+table.comparison()
 
 # %%
-print(f"most frequent training request: {baseline['sentence']!r}")
-kit = reporting.per_variant(rows)
-paper_cider = {r["model"]: r["metrics"]["CIDEr-D"] for r in paper}
-order = [*paper_cider, "CLIP-FT", clip4idc.BASELINE_VARIANT]
-fig = side_by_side_bars(kit, paper_cider, order, kit_label=f"idckit ({setup.profile}, "
-                        f"{'synthetic' if setup.data.synthetic else 'real'})", paper_label="paper (real IER)")
+fig = table.bars()
 
 # %% [markdown]
-# ## The ordering against the paper, in words
-# The paper has no CLIP-FT row on IER; its CLIP4IDC is above every earlier method.
+# ## The ordering against the paper and the baseline, read against the noise
+# One seed: the noise is a 95 % bootstrap interval over the test pairs; a smaller gap is "within noise".
 
 # %%
-notes = reporting.ordering_notes(kit, paper_cider)
-gap = kit["CLIP4IDC"] - kit["CLIP-FT"]
-notes.append(f"The kit has CLIP4IDC {'above' if gap > 0 else 'not above'} CLIP-FT ({kit['CLIP4IDC']:.1f} vs "
-             f"{kit['CLIP-FT']:.1f} CIDEr-D); the paper has no CLIP-FT row on IER (on Spot-the-Diff, its Table 5, "
-             "CLIP4IDC is above CLIP-FT).")
-margin = kit["CLIP4IDC"] - kit[clip4idc.BASELINE_VARIANT]
-notes.append(f"{'BEATS' if margin > 0 else 'DOES NOT BEAT'} the text-only baseline: CLIP4IDC {kit['CLIP4IDC']:.1f} "
-             f"vs the most frequent training request {kit[clip4idc.BASELINE_VARIANT]:.1f} CIDEr-D "
-             f"({margin:+.1f}); the paper reports no such baseline.")
-for n in notes:
-    print(n)
+table.ordering()
 
 # %% [markdown]
 # ## Does the model look at the images?
-# Distinct test captions per run. A run that writes one request for every pair is scored on that request alone,
-# as the text-only baseline is, so read its numbers with this table.
+# Distinct test captions per run: a run that writes one sentence for every pair is scored on that sentence alone,
+# as the text-only baseline is.
 
 # %%
-import pandas as pd
-
 diversity, collapse_notes = collapse_check(setup.runs_dir, results)
-pd.DataFrame(diversity)
+diversity
 
 # %% [markdown]
 # ## A few test pairs: the references and what each run wrote
@@ -109,12 +88,11 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
                  references=3)
 
 # %%
-path = write_report(
-    report_dir, "clip4idc_table4_editing_request", "clip4idc.table4", rows,
-    clip4idc.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "CLIP4IDC CIDEr-D, test", "kit": round(kit["CLIP4IDC"], 2),
-              "paper": paper_value("clip4idc.table4", "CIDEr-D", model="CLIP4IDC")},
-    notes=["Synthetic-data numbers (unless ier_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {results[0]['clip']}.", f"Text-only baseline request: {baseline['sentence']!r}.", *notes,
-           *collapse_notes])
+path = table.write(report_dir, "clip4idc_table4_editing_request", "CLIP4IDC CIDEr-D, test",
+                   paper_value("clip4idc.table4", "CIDEr-D", model="CLIP4IDC"),
+                   extra_notes=["Synthetic-data numbers (unless ier_root is real) are not comparable with the paper's real-data numbers."],
+                   collapse_notes=collapse_notes)
+legend(["CIDEr-D", "distinct captions", "no-learning baseline", "within noise", "–"])
+
+# %%
 report_summary(path)

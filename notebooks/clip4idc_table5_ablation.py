@@ -46,38 +46,49 @@ import time
 
 from idckit import paths
 from idckit.experiments import clip4idc
-from idckit.experiments import reporting
-from idckit.experiments.runs import captions_by_run, collapse_check
-from idckit.plots import per_type_bars, show_pairs
-from idckit.report import paper_table, report_summary, side_by_side, write_report
+from idckit.experiments import reporting, yardsticks
+from idckit.experiments.analytics import captions_by_run, collapse_check
+from idckit.plots import show_pairs, side_by_side_bars
+from idckit.report import paper_table, report_summary, write_report
+from idckit.report_format import Notes, comparison, legend
+from idckit.report_stats import ordering_notes
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 setup = clip4idc.setup(profile, clevr_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                        device=device)
 results = clip4idc.runs(setup, ["clip-ft", "no-adapt", "clip4idc"], seeds)
-print(setup.data.description, "|", results[0]["clip"])
+base = yardsticks.clevr_baselines(setup.data, setup.runs_dir)   # the no-learning baselines on the same test pairs
+dataset = yardsticks.dataset_title(setup.data)
+LABELS = {"CLIP-FT": "CLIP-FT", "no adaptation": "CLIP4IDC w/o adaptation", "adaptation": "CLIP4IDC"}
 
 # %% [markdown]
-# ## The paper's CLEVR rows and the kit's (x100)
+# ## The paper's CLEVR rows, the kit's and the no-learning baselines (x100)
 
 # %%
-rows = reporting.rows(results)
+rows = yardsticks.clevr_rows(setup, results)
+base_rows = yardsticks.baseline_rows(base)
 paper = [r for r in paper_table("clip4idc.table5")["rows"] if r.get("dataset") == "clevr_change"]
-side_by_side(rows, paper).round(1)
+comparison(rows + base_rows, paper, caption=f"Table 5: the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %%
-import pandas as pd
-
 kit = reporting.per_variant(rows)
-labels = {"CLIP-FT": "CLIP-FT", "no adaptation": "CLIP4IDC w/o adaptation", "adaptation": "CLIP4IDC"}
-paper_cider = {labels.get(r["variant"], r["variant"]): r["metrics"]["CIDEr-D"] for r in paper}
-bars = pd.DataFrame([{"variant": v, "source": src, "CIDEr-D": d[v]} for v in labels.values()
-                     for src, d in (("idckit", kit), ("paper (real data)", paper_cider)) if v in d])
-fig = per_type_bars(bars, x="variant", hue="source", title="Table 5 (CLEVR-Change): CIDEr-D (x100)")
-notes = reporting.ordering_notes(kit, paper_cider)
-for n in notes:
-    print(n)
+paper_cider = {LABELS.get(r["variant"], r["variant"]): r["metrics"]["CIDEr-D"] for r in paper}
+fig = side_by_side_bars(kit, paper_cider, list(LABELS.values()), title=f"Table 5: test CIDEr-D ({dataset})",
+                        kit_label=f"idckit ({dataset})", paper_label="paper (real CLEVR-Change)")
+
+# %% [markdown]
+# ## The ordering against the paper and the baselines, read against the noise
+
+# %%
+notes = ordering_notes(rows, paper_cider) + yardsticks.standing_notes(rows + base_rows, "CLIP4IDC")
+Notes(notes)
+
+# %% [markdown]
+# ## What the captions say about the change
+
+# %%
+yardsticks.describe_table(rows + base_rows, caption=f"What the captions say ({dataset}, test)")
 
 # %% [markdown]
 # ## The Spot-the-Diff column: the paper's rows and the kit's (x100)
@@ -86,46 +97,48 @@ for n in notes:
 spot = clip4idc.setup(profile, spot_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
                       device=device, dataset="spot-the-diff")
 spot_results = clip4idc.runs(spot, ["clip-ft", "no-adapt", "clip4idc"], seeds)
-spot_rows = [{**r, "dataset": "spot-the-diff"} for r in reporting.rows(spot_results)]
+spot_rows = reporting.rows(spot_results)
+yardsticks.add_bootstrap(spot_rows, spot_results, spot.data.dataset().references("test"))
+spot_rows = [{**r, "dataset": "spot-the-diff"} for r in spot_rows]
 spot_paper = [r for r in paper_table("clip4idc.table5")["rows"] if r.get("dataset") == "spot_the_diff"]
-print(spot.data.description, "|", spot_results[0]["clip"])
-side_by_side(spot_rows, spot_paper).round(1)
+spot_title = yardsticks.dataset_title(spot.data)
+comparison(spot_rows, spot_paper, caption=f"Table 5: the paper (real Spot-the-Diff) and the kit ({spot_title}), test")
 
 # %%
 spot_kit = reporting.per_variant(spot_rows)
-spot_paper_cider = {labels.get(r["variant"], r["variant"]): r["metrics"]["CIDEr-D"] for r in spot_paper}
-bars = pd.DataFrame([{"variant": v, "source": src, "CIDEr-D": d[v]} for v in labels.values()
-                     for src, d in (("idckit", spot_kit), ("paper (real data)", spot_paper_cider)) if v in d])
-fig = per_type_bars(bars, x="variant", hue="source", title="Table 5 (Spot-the-Diff): CIDEr-D (x100)")
-spot_notes = [f"Spot-the-Diff: {n}" for n in reporting.ordering_notes(spot_kit, spot_paper_cider)]
-for n in spot_notes:
-    print(n)
+spot_paper_cider = {LABELS.get(r["variant"], r["variant"]): r["metrics"]["CIDEr-D"] for r in spot_paper}
+fig = side_by_side_bars(spot_kit, spot_paper_cider, list(LABELS.values()), title=f"Table 5: test CIDEr-D ({spot_title})",
+                        kit_label=f"idckit ({spot_title})", paper_label="paper (real Spot-the-Diff)")
+spot_notes = [f"Spot-the-Diff: {n}" for n in ordering_notes(spot_rows, spot_paper_cider)]
+Notes(spot_notes)
 
 # %% [markdown]
 # ## Does the model look at the images?
-# Distinct test captions per run. A run that writes one sentence for every pair is scored on that sentence alone
-# (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
+# Distinct test captions per run: a run that writes one sentence for every pair is scored on that sentence alone.
 
 # %%
 named = results + [{**r, "label": f"{r['label']} (Spot-the-Diff)"} for r in spot_results]
 diversity, collapse_notes = collapse_check(setup.runs_dir, named)
-pd.DataFrame(diversity)
+diversity
 
 # %% [markdown]
 # ## A few test pairs: the references and what each run wrote
-# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
 
 # %%
 fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results))
 
 # %%
 path = write_report(
-    report_dir, "clip4idc_table5_ablation", "clip4idc.table5", rows + spot_rows,
+    report_dir, "clip4idc_table5_ablation", "clip4idc.table5", rows + base_rows + spot_rows,
     clip4idc.provenance(setup, results + spot_results, seeds, time.time() - t0),
     headline={"label": "CLIP4IDC minus CLIP-FT, CIDEr-D", "kit": round(kit["CLIP4IDC"] - kit["CLIP-FT"], 2),
-              "paper": round(paper_cider["CLIP4IDC"] - paper_cider["CLIP-FT"], 2)},
+              "paper": round(paper_cider["CLIP4IDC"] - paper_cider["CLIP-FT"], 2), "metric": "CIDEr-D",
+              "metric_kind": "difference", "runs": {"variants": ["CLIP4IDC", "CLIP-FT"]}},
     notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
            f"CLIP: {results[0]['clip']}.", *notes,
            f"Spot-the-Diff column: {spot.data.description}; CLIP: {spot_results[0]['clip']}.", *spot_notes,
            *collapse_notes])
+legend(["CIDEr-D", "distinct captions", "no-learning baseline", "within noise", "–"])
+
+# %%
 report_summary(path)

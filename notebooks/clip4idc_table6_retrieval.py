@@ -43,88 +43,74 @@ ier_root = None        # None: SynthIER of the profile; else a real Image-Editin
 # %%
 import time
 
-import pandas as pd
-from IPython.display import display
-
 from idckit import paths
-from idckit.experiments import clip4idc
-from idckit.experiments import reporting
-from idckit.plots import retrieval_bars
-from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.experiments import clip4idc  # noqa: F401  (names the notebook's paper for idckit doctor)
+from idckit.experiments import retrieval_table
+from idckit.report import paper_value, report_summary, write_report
+from idckit.report_format import Notes, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
-setup = clip4idc.setup(profile, clevr_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
-                       device=device)
-adapted = clip4idc.runs(setup, ["adapt"], seeds)
-print(setup.data.description, "|", adapted[0]["clip"])
+common = dict(runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained, device=device)
+clevr = retrieval_table.build(profile, clevr_root, "clevr-change", seeds, **common)
+spot = retrieval_table.build(profile, spot_root, "spot-the-diff", seeds, **common)
+ier = retrieval_table.build(profile, ier_root, "editing-request", seeds, **common)
 
 # %% [markdown]
-# ## The paper's CLEVR row and the kit's (R@K in percent, ranks 1-based)
-# The last row is chance: a random ranking of the test pairs (R@K = K / pairs, median rank (pairs + 1) / 2).
+# ## CLEVR-Change: the paper's row, the kit's encoder before and after adaptation, plain CLIP and chance
+# Chance is a random ranking of the test pairs (R@K = K / pairs, median rank (pairs + 1) / 2).
 
 # %%
-rows = reporting.retrieval_rows(adapted, n_pairs=clip4idc.test_pairs_retrieved(setup))
-paper = [r for r in paper_table("clip4idc.table6")["rows"] if r.get("dataset") == "clevr_change"]
-side_by_side(rows, paper, metrics=reporting.RETRIEVAL_KEYS).round(1)
+clevr.comparison()
+
+# %%
+fig = clevr.bars(seeds[0])
 
 # %% [markdown]
-# ## R@K before and after adaptation, beside chance
+# ## Val retrieval during adaptation (the checkpoint is chosen here)
 
 # %%
-fig = retrieval_bars([r for r in rows if r.get("seed") in (seeds[0], None)])
+clevr.history()
 
 # %% [markdown]
-# ## Val text->pair R@1 during adaptation (the checkpoint is chosen here)
+# ## Spot-the-Diff (the paper reports R@10/20/50)
 
 # %%
-pd.DataFrame([{**h, "seed": a["seed"]} for a in adapted for h in a["history"]]).round(3)
+spot.comparison()
 
 # %%
+fig = spot.bars(seeds[0])
+
 # %% [markdown]
-# ## The Spot-the-Diff and Image-Editing-Request rows (R@K in percent; each set's last row is its chance)
+# ## Image Editing Request
 
 # %%
-PAPER_KEYS = {"spot-the-diff": ("t2p_R@10", "t2p_R@20", "t2p_R@50", "p2t_R@10", "p2t_R@20", "p2t_R@50"),
-              "editing-request": ("t2p_R@1", "t2p_R@5", "t2p_R@10", "p2t_R@1", "p2t_R@5", "p2t_R@10")}
-other_rows, other_notes, other_adapted = {}, [], []
-for name, root in (("spot-the-diff", spot_root), ("editing-request", ier_root)):
-    s = clip4idc.setup(profile, root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,
-                       device=device, dataset=name)
-    ad = clip4idc.runs(s, ["adapt"], seeds)
-    other_adapted += ad
-    n_pairs = clip4idc.test_pairs_retrieved(s)
-    other_rows[name] = [{**r, "dataset": name} for r in
-                        reporting.retrieval_rows(ad, n_pairs=n_pairs, keys=clip4idc.retrieval_keys(s))]
-    keys = PAPER_KEYS[name]
-    chance = other_rows[name][-1]["metrics"]
-    above = ", ".join(f"{k} {ad[0]['test'][k]:.1f} (chance {chance[k]:.1f}, before adaptation "
-                      f"{ad[0]['test_unadapted'][k]:.1f})" for k in keys)
-    other_notes.append(f"{s.data.description}, {n_pairs} test pairs, seed {ad[0]['seed']}: adapted {above}.")
-    paper_rows = [r for r in paper_table("clip4idc.table6")["rows"] if r.get("dataset") == name.replace("-", "_")]
-    print(s.data.description)
-    display(side_by_side(other_rows[name], paper_rows, metrics=keys).round(1))
-    fig = retrieval_bars([r for r in other_rows[name] if r.get("seed") in (seeds[0], None)], keys=keys)
-for n in other_notes:
-    print(n)
+ier.comparison()
 
 # %%
-gain = [a["test"]["t2p_R@1"] - a["test_unadapted"]["t2p_R@1"] for a in adapted]
-gain_plain = [a["test"]["t2p_R@1"] - a["test_plain_clip"]["t2p_R@1"] for a in adapted]
-verdict = ("Adaptation raised" if min(gain) > 0 else "Adaptation did NOT raise") + \
-    " text->pair R@1 over the un-adapted split encoder: " + ", ".join(f"{g:+.1f}" for g in gain) + \
-    " points (same seed, same test set); over plain CLIP: " + ", ".join(f"{g:+.1f}" for g in gain_plain) + "."
-print(verdict)
+fig = ier.bars(seeds[0])
+
+# %% [markdown]
+# ## Did adaptation raise retrieval? (gaps read against the noise of R@1 on this many test pairs)
+
+# %%
+verdicts = [t.verdict() for t in (clevr, spot, ier)]
+Notes(verdicts)
+
+# %%
+head_variant = clevr.rows[0]["variant"]
 path = write_report(
-    report_dir, "clip4idc_table6_retrieval", "clip4idc.table6",
-    rows + [r for rs in other_rows.values() for r in rs],
-    clip4idc.provenance(setup, adapted + other_adapted, seeds, time.time() - t0, selection="val (text->pair R@1)"),
-    headline={"label": "CLIP4IDC text->pair R@1, test", "kit": round(adapted[0]["test"]["t2p_R@1"], 2),
-              "paper": paper_value("clip4idc.table6", "t2p_R@1", model="CLIP4IDC", dataset="clevr_change")},
+    report_dir, "clip4idc_table6_retrieval", "clip4idc.table6", clevr.rows + spot.rows + ier.rows,
+    clip4idc.provenance(clevr.setup, clevr.adapted + spot.adapted + ier.adapted, seeds, time.time() - t0,
+                        selection="val (text->pair R@1)"),
+    headline={"label": "CLIP4IDC text->pair R@1, test", "kit": round(clevr.adapted[0]["test"]["t2p_R@1"], 2),
+              "paper": paper_value("clip4idc.table6", "t2p_R@1", model="CLIP4IDC", dataset="clevr_change"),
+              "metric": "t2p_R@1", "runs": {"variants": [head_variant]}},
     notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {adapted[0]['clip']}.", verdict,
-           f"Chance text->pair R@1 on these {clip4idc.test_pairs_retrieved(setup)} test pairs: "
-           f"{rows[-1]['metrics']['t2p_R@1']:.1f} %.",
-           "Templated captions cap R@1: several pairs share one caption (ties count against the query).",
-           *other_notes])
+           f"CLIP: {clevr.adapted[0]['clip']}.", *verdicts,
+           f"Chance text->pair R@1 on these {clevr.n_pairs} test pairs: {clevr.rows[-1]['metrics']['t2p_R@1']:.2f} %.",
+           "Templated captions cap R@1: several pairs share one caption (ties count against the query)."])
+legend(["R@K", "median / mean rank", "within noise", "–"])
+
+# %%
 report_summary(path)

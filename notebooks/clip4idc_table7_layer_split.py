@@ -44,14 +44,13 @@ pretrained = None      # None: the profile's weights; e.g. openai or a checkpoin
 # %%
 import time
 
-import pandas as pd
-
 from idckit import paths
 from idckit.experiments import clip4idc
-from idckit.experiments import reporting
-from idckit.experiments.runs import captions_by_run, collapse_check
-from idckit.plots import show_pairs
-from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.experiments import reporting, yardsticks
+from idckit.experiments.analytics import captions_by_run, collapse_check
+from idckit.plots import show_pairs, source_panels
+from idckit.report import paper_table, paper_value, report_summary, write_report
+from idckit.report_format import Table, comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -62,8 +61,8 @@ splits = clip4idc.layer_splits(setup)
 adapted = [clip4idc.adapt(setup, sp["n_intra"], seed) for sp in splits]
 captioned = [clip4idc.run_variant(setup, "clip4idc", seed, n_intra=sp["n_intra"], freeze_visual=True)
              for sp in splits]
-print(setup.data.description, "|", adapted[0]["clip"])
-pd.DataFrame(splits)
+dataset = yardsticks.dataset_title(setup.data)
+Table(splits, caption="The layer splits (the kit's ViT depth, and the paper's split each stands for)")
 
 # %% [markdown]
 # ## Retrieval and captioning per split (R@K and captioning x100; ranks 1-based)
@@ -72,21 +71,20 @@ pd.DataFrame(splits)
 # %%
 n_pairs = clip4idc.test_pairs_retrieved(setup)
 rows = reporting.layer_split_rows(splits, adapted, captioned, n_pairs)
-side_by_side(rows + [reporting.chance_row(n_pairs)], paper_table("clip4idc.table7")["rows"],
-             metrics=("p2t_R@1", "t2p_R@1", "t2p_MnR", "Bleu_4", "CIDEr-D")).round(1)
+yardsticks.add_bootstrap(rows, captioned, setup.data.dataset().references("test"))
+comparison(rows + [reporting.chance_row(n_pairs)], paper_table("clip4idc.table7")["rows"],
+           ("p2t_R@1", "t2p_R@1", "t2p_MnR", "Bleu_4", "CIDEr-D"), caption=f"Table 7: layer splits ({dataset}), test")
 
 # %% [markdown]
-# ## Against the depth fraction N_intra / depth, beside the paper's
+# ## Against the depth fraction N_intra / depth: the kit's curves and the paper's, each on its own axes
 
 # %%
-import seaborn as sns
-
-curve = [{"N_intra / depth": sp["relative_depth"], "source": "idckit", "metric": m, "value": r["metrics"][m]}
-         for sp, r in zip(splits, rows) for m in ("t2p_R@1", "CIDEr-D")]
-curve += [{"N_intra / depth": r["n_intra"] / 12, "source": "paper (real data)", "metric": m, "value": r["metrics"][m]}
-          for r in paper_table("clip4idc.table7")["rows"] for m in ("t2p_R@1", "CIDEr-D")]
-grid = sns.relplot(data=pd.DataFrame(curve), x="N_intra / depth", y="value", hue="source", col="metric",
-                   kind="line", marker="o", facet_kws={"sharey": False}, height=3.2)
+points = [{"source": f"idckit ({dataset})", "N_intra / depth": sp["relative_depth"],
+           **{m: r["metrics"][m] for m in ("t2p_R@1", "CIDEr-D")}} for sp, r in zip(splits, rows)]
+points += [{"source": "paper (real CLEVR-Change)", "N_intra / depth": r["n_intra"] / 12,
+            **{m: r["metrics"][m] for m in ("t2p_R@1", "CIDEr-D")}} for r in paper_table("clip4idc.table7")["rows"]]
+fig = source_panels(points, x="N_intra / depth", metrics=("t2p_R@1", "CIDEr-D"),
+                    title="Table 7: test text->pair R@1 and CIDEr-D against the layer split")
 
 # %% [markdown]
 # ## Does the captioner look at the images?
@@ -95,32 +93,27 @@ grid = sns.relplot(data=pd.DataFrame(curve), x="N_intra / depth", y="value", hue
 # %%
 by_split = [{**c, "label": f"split {sp['label']}"} for sp, c in zip(splits, captioned)]
 diversity, collapse_notes = collapse_check(setup.runs_dir, by_split)
-pd.DataFrame(diversity)
+diversity
 
 # %% [markdown]
 # ## A few test pairs: the references and what each run wrote
-# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
 
 # %%
 fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, by_split))
 
 # %%
-best = max(rows, key=lambda r: r["metrics"]["CIDEr-D"])
-# when every split's captioner scores the same (e.g. all wrote one sentence), no split is best
-tied = len({round(r["metrics"]["CIDEr-D"], 6) for r in rows}) == 1
-if tied:
-    collapse_notes.append("Every split scores the same test CIDEr-D, so the best split is undetermined "
-                          "(the headline is left empty).")
+best, which = yardsticks.best_split(rows, setup.depth)
 no_inter = next(r for r in rows if r["n_intra"] == setup.depth)
 paper_best = max(paper_table("clip4idc.table7")["rows"], key=lambda r: r["metrics"]["CIDEr-D"])
 path = write_report(
     report_dir, "clip4idc_table7_layer_split", "clip4idc.table7", rows,
     clip4idc.provenance(setup, captioned, [seed], time.time() - t0,
                         selection="val (text->pair R@1 for adaptation, CIDEr-D for captioning)"),
-    headline={"label": "best split by test CIDEr-D, as N_intra / depth" + (" (undetermined: all tie)" if tied else ""),
-              "kit": None if tied else round(best["n_intra"] / setup.depth, 3), "paper": round(paper_best["n_intra"] / (paper_best["n_intra"] + paper_best["n_inter"]), 3)},
+    headline={"label": "best split by test CIDEr-D, as N_intra / depth" + (f" ({which})" if best is None else ""),
+              "kit": best, "paper": round(paper_best["n_intra"] / (paper_best["n_intra"] + paper_best["n_inter"]), 3),
+              "metric": "split_ratio", "runs": {"variants": [r["variant"] for r in rows]}},
     notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {adapted[0]['clip']}.",
+           f"CLIP: {adapted[0]['clip']}.", f"Best split by test CIDEr-D: {which} (one seed: a bootstrap over test pairs).",
            f"The kit's ViT has {setup.depth} layers, the paper's ViT-B/32 12: the kit's split k/{setup.depth}-k sits "
            f"at the paper's 12k/{setup.depth} (splits: " + ", ".join(
                f"{sp['label']} = paper {sp['paper_split'] or 'none'}" for sp in splits) + ").",
@@ -128,4 +121,7 @@ path = write_report(
            f"(paper {paper_value('clip4idc.table7', 't2p_R@1', variant='12/0'):.1f} at 12/0): the pair vector then "
            "cannot see the change.",
            "Captioning here keeps the adapted encoder frozen (paper table 7).", *collapse_notes])
+legend(["R@K", "median / mean rank", "CIDEr-D", "within noise", "–"])
+
+# %%
 report_summary(path)

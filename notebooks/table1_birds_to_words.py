@@ -39,21 +39,21 @@ device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 # %%
 import time
 
-import pandas as pd
-
 from idckit import paths
 from idckit.experiments import birds
-from idckit.experiments import reporting
-from idckit.experiments.runs import captions_by_run, collapse_check
+from idckit.experiments import reporting, yardsticks
+from idckit.experiments.analytics import captions_by_run, collapse_check
 from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, write_report
+from idckit.report_format import Notes, Table, comparison, legend
+from idckit.report_stats import ordering_notes
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 setup = birds.setup(profile, birds_root, runs_dir=runs_dir, device=device)
 results = birds.runs(setup, ["b2w", "both"], seeds)
 base = birds.baselines(setup)
-print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.meta["weights"])
+test_refs = birds.loaded_data(setup, "b2w").splits["test"].references
 
 # %% [markdown]
 # ## The paper's table and the kit's runs (x100)
@@ -63,9 +63,12 @@ print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.met
 
 # %%
 METRICS = ["Bleu_4", "METEOR", "CIDEr-D", "ROUGE_L", "verified_share", "difference_recall"]
-rows = reporting.rows(results, labels=birds.TABLE1_LABELS, percent=birds.GRAMMAR) + reporting.baseline_rows(base, percent=birds.GRAMMAR)
+rows = reporting.rows(results, labels=birds.TABLE1_LABELS, percent=birds.GRAMMAR)
+yardsticks.add_bootstrap(rows, results, test_refs, metrics=("ROUGE_L", "CIDEr-D"), tokenize=False)
+rows += reporting.baseline_rows(base, percent=birds.GRAMMAR)
 paper = paper_table("pcl.table1")
-side_by_side(rows, paper["rows"], METRICS).round(1)
+comparison(rows, paper["rows"], METRICS, caption="Table 1: the paper (real Birds-to-Words) and the kit "
+           f"({yardsticks.dataset_title(setup.data)}), test")
 
 # %% [markdown]
 # ## ROUGE-L, the paper's rows and the kit's (each on its own axis: the data differ)
@@ -74,13 +77,15 @@ side_by_side(rows, paper["rows"], METRICS).round(1)
 kit_rouge = reporting.per_variant(rows, "ROUGE_L")
 paper_rouge = {r["model"]: r["metrics"]["ROUGE_L"] for r in paper["rows"]}
 order = list(paper_rouge) + [k for k in kit_rouge if k not in paper_rouge]
-fig = side_by_side_bars(kit_rouge, paper_rouge, order, value="ROUGE-L", paper_label="paper (real Birds-to-Words)")
+fig = side_by_side_bars(kit_rouge, paper_rouge, order, value="ROUGE-L", paper_label="paper (real Birds-to-Words)",
+                        kit_label=f"idckit ({yardsticks.dataset_title(setup.data)})",
+                        title="Table 1: test ROUGE-L, the paper's rows and the kit's")
 
 # %% [markdown]
 # ## ROUGE-L per pivot-branch selection (how far apart the two birds are in the taxonomy)
 
 # %%
-pd.DataFrame(reporting.selection_rows(results)).round(1)
+Table(reporting.selection_rows(results), caption="Test ROUGE-L (x100) per pivot-branch selection")
 
 # %% [markdown]
 # ## Does the model look at the images?
@@ -88,7 +93,7 @@ pd.DataFrame(reporting.selection_rows(results)).round(1)
 
 # %%
 diversity, collapse_notes = collapse_check(setup.runs_dir, results)
-pd.DataFrame(diversity)
+diversity
 
 # %% [markdown]
 # ## A few test pairs: the references and what each run wrote
@@ -98,29 +103,28 @@ captions = {**captions_by_run(setup.runs_dir, results), "nearest neighbour": bas
 fig = show_pairs(birds.shown_pairs(setup), captions=captions, references=1, sides=("animal1", "animal2"))
 
 # %% [markdown]
-# ## The ordering against the paper, in words
+# ## The ordering against the paper and the baselines, read against the noise
+# The noise is the seed sd, or with one seed a 95 % bootstrap interval over the test pairs.
 
 # %%
-order_notes = reporting.ordering_notes({k: kit_rouge[k] for k in birds.TABLE1_LABELS.values()},
-                             {k: paper_rouge[k] for k in birds.TABLE1_LABELS.values()}, "ROUGE-L")
-for n in order_notes:
-    print(n)
+order_notes = ordering_notes(rows, {k: paper_rouge[k] for k in birds.TABLE1_LABELS.values()}, "ROUGE_L")
+margins = [n for v in birds.TABLE1_LABELS.values() for m in ("ROUGE_L", "CIDEr-D")
+           for n in yardsticks.standing_notes([r for r in rows if r["variant"] == v
+                                               or r["model"] == reporting.BASELINE_MODEL], v, m)]
+Notes(order_notes + margins)
 
 # %%
-model_rows = [r for r in rows if r["model"] == "IDC-PCL (idckit)"]
-kit_cider = reporting.per_variant(model_rows, "CIDEr-D")
-best_base = max(reporting.baseline_rows(base, percent=birds.GRAMMAR), key=lambda r: r["metrics"]["ROUGE_L"])
-margins = [f"{v} (test, mean of {len(seeds)} seed(s)): ROUGE-L {kit_rouge[v]:.1f} and CIDEr-D {kit_cider[v]:.1f} "
-           f"against the best baseline ({best_base['variant']}) {best_base['metrics']['ROUGE_L']:.1f} and "
-           f"{best_base['metrics']['CIDEr-D']:.1f}." for v in birds.TABLE1_LABELS.values()]
 path = write_report(
     report_dir, "table1_birds_to_words", "pcl.table1", rows,
     birds.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "IDC-PCL ROUGE-L, test", "kit": round(kit_rouge["IDC-PCL"], 2),
-              "paper": paper_value("pcl.table1", "ROUGE_L", model="IDC-PCL")},
+    headline=yardsticks.headline(rows, "IDC-PCL", "IDC-PCL ROUGE-L, test",
+                                 paper_value("pcl.table1", "ROUGE_L", model="IDC-PCL"), metric="ROUGE_L"),
     notes=["Synthetic-data numbers (unless birds_root is real) are not comparable with the paper's real-data numbers.",
            "Scored without PTB tokenisation, as the text is pre-tokenised.",
            f"Checkpoint: {birds.selection(setup)}; the paper selects on val ROUGE-L (docs/birds.md says why the "
            "cpu profile does not)."]
     + margins + order_notes + collapse_notes)
+legend(["CIDEr-D", "distinct captions", "no-learning baseline", "within noise", "–"])
+
+# %%
 report_summary(path)

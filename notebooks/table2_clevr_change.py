@@ -39,10 +39,11 @@ import time
 from idckit import paths
 from idckit.experiments import pcl
 from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
-from idckit.experiments import reporting
-from idckit.experiments.runs import captions_by_run, collapse_check
+from idckit.experiments import reporting, yardsticks
+from idckit.experiments.analytics import captions_by_run, collapse_check
 from idckit.plots import show_pairs, val_curve
-from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, write_report
+from idckit.report_format import Notes, comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -54,55 +55,70 @@ hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)
 duda_setup = duda.setup(profile, clevr_root, runs_dir=runs_dir, backbone=backbone, device=device)
 duda_results = duda.runs(duda_setup, ["duda"], seeds)
 _, duda_hard = duda.hard_runs(duda_setup, ["duda"], seeds)
-print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.meta["weights"])
-if hard:
-    print("hard rows:", hard.data.description)
+# the no-learning baselines on the same test pairs: most frequent caption, nearest pixel difference, judge oracle
+base = yardsticks.clevr_baselines(setup.data, setup.runs_dir)
+dataset = yardsticks.dataset_title(setup.data)
+FULL = "MLM + MVCL + FDA (full)"
 
 # %% [markdown]
-# ## The paper's table and the kit's run (x100)
+# ## The paper's table, the kit's runs and the no-learning baselines (x100)
 
 # %%
-rows = [row for rs in (results, hard_results, duda_results, duda_hard) for row in reporting.rows(rs)]
-paper = paper_table("pcl.table2")
-side_by_side(rows, paper["rows"]).round(1)
+rows = yardsticks.clevr_rows(setup, results + duda_results)
+hard_rows = reporting.rows(hard_results) + reporting.rows(duda_hard)
+base_rows = yardsticks.baseline_rows(base)
+comparison(rows + hard_rows + base_rows, paper_table("pcl.table2")["rows"],
+           caption=f"Table 2: the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %% [markdown]
-# ## Val CIDEr-D against training minutes (the checkpoint is chosen here, never on test)
-# Minutes of fine-tuning on this machine (pre-training came before: see the provenance). Where the curve is still
-# rising at the end, more minutes buy more CIDEr-D; the `paper` profile trains for days on a GPU.
+# ## Does it describe the change, or only tell a change from no change?
+# CIDEr-D on the changed (semantic) and the distractor pairs apart, the judge's accuracy, and how often the
+# captions name the right change type and the changed object (read against each scene's change record).
 
 # %%
-import pandas as pd
+yardsticks.describe_table(rows + hard_rows + base_rows, caption=f"What the captions say ({dataset}, test)")
 
-fig, curve = val_curve(results, title="val CIDEr-D (x100) against minutes of fine-tuning")
-curve[["seed", "step", "minutes", "CIDEr-D"] + [c for c in ("judge_accuracy",) if c in curve]].round(3)
+# %% [markdown]
+# ## Where IDC-PCL stands against DUDA and the baselines (gaps read against the noise)
+
+# %%
+standing = yardsticks.standing_notes(rows + base_rows, FULL)
+Notes(standing)
+
+# %% [markdown]
+# ## Val CIDEr-D against fine-tuning steps (the checkpoint is chosen here, never on test)
+
+# %%
+fig, curve = val_curve(results, title=f"IDC-PCL (full): val CIDEr-D, {dataset}")
+curve
 
 # %% [markdown]
 # ## Does the model look at the images?
-# Distinct test captions per run. A run that writes one sentence for every pair is scored on that sentence alone
-# (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
+# Distinct test captions per run: a run that writes one sentence for every pair is scored on that sentence alone.
 
 # %%
 diversity, collapse_notes = collapse_check(setup.runs_dir, results + hard_results + duda_results + duda_hard)
-pd.DataFrame(diversity)
+diversity
 
 # %% [markdown]
-# ## A few test pairs: the references and what each run wrote
-# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
+# ## A few test pairs: the references and what each run and the judge oracle wrote
 
 # %%
-fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results + duda_results))
+shown = {**captions_by_run(setup.runs_dir, results + duda_results), "judge oracle": base[2]["predictions"]}
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=shown)
 
 # %%
-mean = next(r for r in rows if r["seed"] == "mean") if len(results) > 1 else rows[0]
 hard_notes = [f"Rows marked [hard data] ran on {hard.data.description}: CLEVR-Change's own camera and lamp jitter, "
               "kept beside the learnable default so the table shows what the difficulty changes."] if hard else []
-baseline_notes = reporting.duda_notes(results, duda_results) + reporting.duda_notes(hard_results, duda_hard)
 path = write_report(
-    report_dir, "table2_clevr_change", "pcl.table2", rows,
+    report_dir, "table2_clevr_change", "pcl.table2", rows + hard_rows + base_rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "IDC-PCL CIDEr-D, test total", "kit": round(mean["metrics"]["CIDEr-D"], 2),
-              "paper": paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL")},
+    headline=yardsticks.headline(rows + base_rows, FULL, "IDC-PCL CIDEr-D, test total",
+                                 paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL")),
     notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
-           f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."] + hard_notes + baseline_notes + collapse_notes)
+           f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."]
+    + hard_notes + standing + collapse_notes)
+legend()
+
+# %%
 report_summary(path)

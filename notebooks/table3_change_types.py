@@ -31,16 +31,15 @@ backbone = None        # None: the profile default (efficientnet_lite0)
 # %%
 import time
 
-import pandas as pd
-
 from idckit import paths
 from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.experiments import pcl
 from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
-from idckit.experiments import reporting
-from idckit.experiments.runs import captions_by_run
+from idckit.experiments import reporting, yardsticks
+from idckit.experiments.analytics import captions_by_run
 from idckit.plots import per_type_bars, show_pairs
 from idckit.report import paper_table, report_summary, write_report
+from idckit.report_format import comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -51,51 +50,56 @@ hard, hard_results = pcl.hard_runs(setup, ["full"], seeds)   # the faithful jitt
 duda_setup = duda.setup(profile, clevr_root, runs_dir=runs_dir, backbone=backbone, device=device)
 duda_results = duda.runs(duda_setup, ["duda"], seeds)
 _, duda_hard = duda.hard_runs(duda_setup, ["duda"], seeds)
+# the no-learning baselines per change type (cached: table 2 computed them on the same data)
+base = yardsticks.clevr_baselines(setup.data, setup.runs_dir)
+dataset = yardsticks.dataset_title(setup.data)
+FULL = "MLM + MVCL + FDA (full)"
 
 # %% [markdown]
-# ## CIDEr-D (x100) per change type: the paper's rows, then the kit's
+# ## CIDEr-D (x100) per change type: the paper's rows, the kit's runs and the no-learning baselines
 
 # %%
-rows = reporting.per_type_rows(results + duda_results)
+rows = yardsticks.type_rows(setup, results + duda_results)
 hard_rows = reporting.per_type_rows(hard_results + duda_hard)
+base_rows = yardsticks.baseline_type_rows(base)
 paper = paper_table("pcl.table3")
-table = pd.DataFrame([{"source": "paper (real data)", "model": r["model"], **r["metrics"]} for r in paper["rows"]]
-                     + [{"source": "idckit (this run)", "model": f"{r['model']} seed {r['seed']}", **r["metrics"]}
-                        for r in rows]
-                     + [{"source": "idckit, hard data", "model": f"{r['model']} seed {r['seed']}", **r["metrics"]}
-                        for r in hard_rows]).set_index(["source", "model"])
-table.round(1)
+comparison(rows + hard_rows + base_rows, paper["rows"], metrics=reporting.TYPES,
+           caption=f"Table 3: CIDEr-D per change type, the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %%
-long = pd.DataFrame([{"model": m if src.startswith("paper") else f"{m} ({src})", "type": t, "CIDEr-D": v}
-                     for (src, m), rec in table.iterrows() for t, v in rec.items()
-                     if m.startswith(("IDC-PCL", "DUDA"))])
-fig = per_type_bars(long, title="CIDEr-D by change type: paper (real data) vs the kit")
+bars = [{"model": f"{r['model']} {r['variant']}" if r["model"] == reporting.BASELINE_MODEL else r["model"],
+         "type": t, "CIDEr-D": v} for r in rows + base_rows if r.get("seed") in (seeds[0], None)
+        for t, v in r["metrics"].items()]
+fig = per_type_bars(bars, title=f"Table 3, {dataset}: test CIDEr-D per change type (seed {seeds[0]})")
 
 # %% [markdown]
-# ## A few test pairs: the references and what each run wrote
-# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
+# ## Does the caption name the change type? (per type, beside guessing the most common type)
 
 # %%
-fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results + duda_results))
+yardsticks.type_describe_table(rows + base_rows, caption=f"Change type named, % of the changed test pairs ({dataset})")
+
+# %% [markdown]
+# ## A few test pairs: the references and what each run and the judge oracle wrote
 
 # %%
-kit_types = pd.DataFrame([r["metrics"] for r in rows if r["model"].startswith("IDC-PCL")]).mean()
-paper_types = pd.Series(next(r for r in paper["rows"] if r["model"] == "IDC-PCL")["metrics"])
-semantic = [t for t in CHANGE_TYPES if t in kit_types]  # tiny test splits lack some
-hardest_kit, hardest_paper = kit_types[semantic].idxmin(), paper_types[semantic].idxmin()
-notes = [f"Hardest change type: {hardest_paper} in the paper, {hardest_kit} in the kit's run "
-         + ("(agrees)." if hardest_kit == hardest_paper else "(differs; the synthetic scenes differ from CLEVR's)."),
-         "Synthetic-data numbers are not comparable with the paper's real-data numbers."]
+shown = {**captions_by_run(setup.runs_dir, results + duda_results), "judge oracle": base[2]["predictions"]}
+fig = show_pairs(setup.data.dataset().pairs("test"), captions=shown)
+
+# %%
+paper_types = next(r for r in paper["rows"] if r["model"] == "IDC-PCL")["metrics"]
+semantic = [t for t in CHANGE_TYPES if all(t in r["metrics"] for r in rows)]  # tiny test splits lack some
+notes = yardsticks.hardest_type_notes(rows, paper_types, FULL, semantic) + [
+    "Synthetic-data numbers are not comparable with the paper's real-data numbers."]
 if hard:
-    notes.append(f"The 'idckit, hard data' rows ran on {hard.data.description}: CLEVR-Change's own jitter, kept "
+    notes.append(f"Rows marked [hard data] ran on {hard.data.description}: CLEVR-Change's own jitter, kept "
                  "beside the learnable default so the table shows what the difficulty changes.")
-for n in notes:
-    print(n)
 path = write_report(
-    report_dir, "table3_change_types", "pcl.table3", rows + hard_rows,
+    report_dir, "table3_change_types", "pcl.table3", rows + hard_rows + base_rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "IDC-PCL CIDEr-D, mean of the five change types",
-              "kit": round(float(kit_types[semantic].mean()), 2), "paper": round(float(paper_types[semantic].mean()), 2)},
+    headline=yardsticks.type_headline(rows + base_rows, FULL, "IDC-PCL CIDEr-D, mean of the five change types",
+                                      paper_types, semantic),
     notes=notes)
+legend()
+
+# %%
 report_summary(path)

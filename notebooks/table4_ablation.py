@@ -33,87 +33,89 @@ backbone = None        # None: the profile default (efficientnet_lite0)
 # %%
 import time
 
-import pandas as pd
-
 from idckit import paths
 from idckit.experiments import pcl
 from idckit.eval.probe import difference_probe
-from idckit.experiments import recipes, reporting
-from idckit.experiments.runs import captions_by_run, collapse_check
+from idckit.experiments import recipes, yardsticks
+from idckit.experiments.analytics import captions_by_run, collapse_check
 from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.report import paper_table, paper_value, report_summary, write_report
+from idckit.report_format import Notes, comparison, legend
+from idckit.report_stats import ordering_notes
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 setup = pcl.setup(profile, clevr_root, runs_dir=runs_dir, backbone=backbone, device=device)
 results = pcl.runs(setup, recipes.variants("pcl"), seeds)   # every pcl/* recipe: `idckit list pcl/*`
+base = yardsticks.clevr_baselines(setup.data, setup.runs_dir)   # the no-learning baselines (cached with table 2's)
+dataset = yardsticks.dataset_title(setup.data)
 
 # %% [markdown]
-# ## The ladder: the paper's rows, then the kit's (x100)
+# ## The ladder: the paper's rows, the kit's and the no-learning baselines (x100)
 
 # %%
-rows = reporting.rows(results)
+rows = yardsticks.clevr_rows(setup, results)
+base_rows = yardsticks.baseline_rows(base)
 paper = paper_table("pcl.table4")
-side_by_side(rows, paper["rows"]).round(1)
+comparison(rows + base_rows, paper["rows"], caption=f"Table 4: the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %%
 order = [recipes.get_recipe(v, "pcl").label for v in recipes.variants("pcl")]
-kit = pd.DataFrame([{"row": r["variant"], "CIDEr-D": r["metrics"]["CIDEr-D"]} for r in rows if r["seed"] != "mean"])
-kit_mean = kit.groupby("row")["CIDEr-D"].mean().to_dict()
+kit = {r["variant"]: r["metrics"]["CIDEr-D"] for r in rows if r["seed"] in ("mean", seeds[0]) or len(seeds) == 1}
 paper_by = dict(zip(order, [p["metrics"]["CIDEr-D"] for p in paper["rows"]]))
-fig = side_by_side_bars(kit_mean, paper_by, order)
+fig = side_by_side_bars(kit, paper_by, order, title=f"Table 4 ablation: test CIDEr-D, paper vs the kit ({dataset})")
+
+# %% [markdown]
+# ## What each row says about the change
+# CIDEr-D on the changed (semantic) and the distractor pairs apart, the judge, distinct captions, and how often the
+# captions name the change type and the changed object.
+
+# %%
+yardsticks.describe_table(rows + base_rows, caption=f"What the captions say ({dataset}, test)")
 
 # %% [markdown]
 # ## Does the kit's ladder have the paper's shape?
-# Each pair of rows the paper orders is checked against the kit's run; sentences marked DIFFERS are where the
-# synthetic data (or the cpu budget) does not show the paper's effect.
+# Each pair of rows the paper orders is read against the kit's noise (seed sd, or a bootstrap interval over test
+# pairs with one seed): "within noise" where the gap is not larger.
 
 # %%
 key_pairs = [(order[3], order[0]), (order[3], order[4]), (order[3], order[5]), (order[2], order[1]), (order[1], order[0])]
-notes = [n for a, b in key_pairs for n in reporting.ordering_notes({a: kit_mean[a], b: kit_mean[b]},
-                                                             {a: paper_by[a], b: paper_by[b]})]
-for n in notes:
-    print(n)
+notes = [n for a, b in key_pairs for n in ordering_notes(rows, {a: paper_by[a], b: paper_by[b]})]
+notes += yardsticks.standing_notes(rows + base_rows, order[3])
+Notes(notes)
 
 # %% [markdown]
 # ## How hard are the features themselves?
 # A linear probe on per-region feature distances tells real changes from distractors this well (chance is 50 %).
-# Distractor judging, and with it every row's distractor captions, cannot beat the features by much at this budget.
 
 # %%
 probe = difference_probe(pcl.loaded_data(setup))
-print(f"change vs distractor from feature distances: {100 * probe['test_accuracy']:.1f} % on test (chance {100 * probe['chance']:.0f} %)")
-print("judge accuracy of the trained rows:", {r["label"]: r["judge_accuracy"] for r in results if r["judge_accuracy"] is not None})
 notes.append(f"A linear probe on per-region feature distances separates changes from distractors at "
              f"{100 * probe['test_accuracy']:.1f} % on test (chance {100 * probe['chance']:.0f} %).")
+Notes(notes[-1:])
 
 # %% [markdown]
 # ## Does the model look at the images?
-# Distinct test captions per run. A run that writes one sentence for every pair is scored on that sentence alone
-# (a "no change" sentence alone earns a high CIDEr-D on the distractor half), so read its numbers with this table.
+# Distinct test captions per run: a run that writes one sentence for every pair is scored on that sentence alone.
 
 # %%
 diversity, collapse_notes = collapse_check(setup.runs_dir, results)
-if collapse_notes:
-    collapse_notes.insert(0, f"{len(collapse_notes)} of {len(diversity)} rows are COLLAPSED (below): an 'agrees', "
-                             "'TIES' or 'DIFFERS' above that involves one of them says which sentence a run settled on, not "
-                             "whether the method works.")
-    print(collapse_notes[0])
-pd.DataFrame(diversity)
+diversity
 
 # %% [markdown]
 # ## A few test pairs: the references and what each run wrote
-# Pairs spread over the change types, distractors included; a caption equal to a reference is marked.
 
 # %%
 fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, results))
 
 # %%
-full = next(r for r in rows if r["variant"] == order[3] and r["seed"] != "mean")
 path = write_report(
-    report_dir, "table4_ablation", "pcl.table4", rows,
+    report_dir, "table4_ablation", "pcl.table4", rows + base_rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "full model CIDEr-D, test total", "kit": round(full["metrics"]["CIDEr-D"], 2),
-              "paper": paper_value("pcl.table4", "CIDEr-D", model="IDC-PCL", variant="MLM+MVCL+FDA")},
+    headline=yardsticks.headline(rows + base_rows, order[3], "full model CIDEr-D, test total",
+                                 paper_value("pcl.table4", "CIDEr-D", model="IDC-PCL", variant="MLM+MVCL+FDA")),
     notes=notes + collapse_notes + ["Synthetic-data numbers are not comparable with the paper's real-data numbers."])
+legend()
+
+# %%
 report_summary(path)

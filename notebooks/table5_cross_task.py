@@ -41,21 +41,21 @@ device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 # %%
 import time
 
-import pandas as pd
-
 from idckit import paths
 from idckit.experiments import birds
-from idckit.experiments import recipes, reporting
-from idckit.experiments.runs import captions_by_run, collapse_check
-from idckit.plots import show_pairs
-from idckit.report import paper_table, paper_value, report_summary, side_by_side, write_report
+from idckit.experiments import recipes, reporting, yardsticks
+from idckit.experiments.analytics import captions_by_run, collapse_check
+from idckit.plots import seed_dots, show_pairs
+from idckit.report import paper_table, paper_value, report_summary, write_report
+from idckit.report_format import Notes, comparison, legend
+from idckit.report_stats import ordering_notes
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 setup = birds.setup(profile, birds_root, runs_dir=runs_dir, device=device)
 results = birds.runs(setup, recipes.variants("pcl-birds"), seeds)   # `idckit list pcl-birds/*`
 base = birds.baselines(setup)   # what the rows must beat: the most frequent paragraph, the nearest pair's paragraph
-print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.meta["weights"])
+dataset = yardsticks.dataset_title(setup.data)
 
 # %% [markdown]
 # ## The paper's table and the kit's runs (x100; `mean` rows carry the standard deviation over seeds)
@@ -63,44 +63,30 @@ print(setup.data.description, "|", setup.store.meta["backbone"], setup.store.met
 # %%
 METRICS = ["Bleu_4", "METEOR", "CIDEr-D", "ROUGE_L", "verified_share", "difference_recall"]
 rows = reporting.rows(results, percent=birds.GRAMMAR)
+if len(seeds) == 1:
+    yardsticks.add_bootstrap(rows, results, birds.loaded_data(setup, "b2w").splits["test"].references,
+                             metrics=("ROUGE_L", "CIDEr-D"), tokenize=False)
+base_rows = reporting.baseline_rows(base, percent=birds.GRAMMAR)
 paper = paper_table("pcl.table5")
-side_by_side(rows, paper["rows"], METRICS).round(1)
-
-# %%
-spread = pd.DataFrame([{"variant": r["variant"], "seeds": r.get("n_seeds", 1),
-                        **{f"{m} sd": r.get("sd", {}).get(m, float("nan")) for m in ("ROUGE_L", "CIDEr-D")}}
-                       for r in rows if r["seed"] == "mean" or len(seeds) == 1])
-spread.round(2)
+comparison(rows + base_rows, paper["rows"], METRICS,
+           caption=f"Table 5: the paper (real Birds-to-Words + CUB + NABirds) and the kit ({dataset}), test")
 
 # %% [markdown]
-# ## ROUGE-L and CIDEr-D per seed (each dot one run; grey lines: the two baselines; the paper's IDC-PCL rows as crosses on the right axis)
+# ## ROUGE-L and CIDEr-D per seed
+# Each dot is one seed's run, the grey lines the two baselines; the paper's number (real data, its own scale) is in
+# each variant's label, not on the kit's axis.
 
 # %%
-import matplotlib.pyplot as plt
-
 labels = [recipes.get_recipe(v, "pcl-birds").label for v in recipes.variants("pcl-birds")]
 paper_idc = {r["variant"]: r["metrics"] for r in paper["rows"] if r["model"] == "IDC-PCL"}
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-for ax, metric in zip(axes, ("ROUGE_L", "CIDEr-D")):
-    for i, label in enumerate(labels):
-        ys = [100 * r["test"]["total"][metric] for r in results if r["label"] == label]
-        ax.scatter([i] * len(ys), ys, color="steelblue")
-    for b, style in zip(base, ("--", ":")):
-        ax.axhline(100 * b["test"]["total"][metric], color="grey", linestyle=style, label=b["label"])
-    ax.set_xticks(range(len(labels)), labels, rotation=20)
-    ax.set_ylabel(f"kit {metric} (synthetic unless birds_root)")
-    twin = ax.twinx()
-    twin.scatter(range(len(labels)), [paper_idc[lb][metric] for lb in labels], marker="x", color="darkorange")
-    twin.set_ylabel(f"paper {metric} (real data)")
-axes[0].legend(loc="lower left", fontsize=8)
-fig.tight_layout()
+fig = seed_dots(results, labels, base, paper_idc, title=f"Table 5: test scores per seed ({dataset})")
 
 # %% [markdown]
 # ## Does the model look at the images?
 
 # %%
 diversity, collapse_notes = collapse_check(setup.runs_dir, results)
-pd.DataFrame(diversity)
+diversity
 
 # %% [markdown]
 # ## A few test pairs: the references and what each run wrote (first seed)
@@ -114,25 +100,28 @@ fig = show_pairs(birds.shown_pairs(setup), captions=captions_by_run(setup.runs_d
 # ## The ordering against the paper, in words, and whether extra data helps here
 
 # %%
-kit_rouge = reporting.per_variant(rows, "ROUGE_L")
-order_notes = reporting.ordering_notes(kit_rouge, {lb: paper_idc[lb]["ROUGE_L"] for lb in labels}, "ROUGE-L")
+order_notes = ordering_notes(rows, {lb: paper_idc[lb]["ROUGE_L"] for lb in labels}, "ROUGE_L")
 # the paper judges on ROUGE-L; CIDEr-D and the grammar's truth check say whether the descriptions improve too
 judged = {"ROUGE_L": "ROUGE-L", "CIDEr-D": "CIDEr-D"}
 if setup.data.synthetic:
     judged["verified_share"] = "verified claims (%)"
 helps = reporting.gap_notes(rows, "B2W", labels[1:], judged, subject="the extra data", n_seeds=len(seeds))
-for n in order_notes + helps:
-    print(n)
+standing = yardsticks.standing_notes(rows + base_rows, "B2W + CUB + NABirds", "ROUGE_L")
+Notes(order_notes + helps + standing)
 
 # %%
 path = write_report(
-    report_dir, "table5_cross_task", "pcl.table5", rows,
+    report_dir, "table5_cross_task", "pcl.table5", rows + base_rows,
     birds.provenance(setup, results, seeds, time.time() - t0),
-    headline={"label": "B2W + CUB + NABirds ROUGE-L, test", "kit": round(kit_rouge["B2W + CUB + NABirds"], 2),
-              "paper": paper_value("pcl.table5", "ROUGE_L", model="IDC-PCL", variant="B2W + CUB + NABirds")},
+    headline=yardsticks.headline(rows + base_rows, "B2W + CUB + NABirds", "B2W + CUB + NABirds ROUGE-L, test",
+                                 paper_value("pcl.table5", "ROUGE_L", model="IDC-PCL", variant="B2W + CUB + NABirds"),
+                                 metric="ROUGE_L"),
     notes=["Synthetic-data numbers (unless birds_root is real) are not comparable with the paper's real-data numbers.",
            "Scored without PTB tokenisation, as the text is pre-tokenised.",
            f"Checkpoint: {birds.selection(setup)}; the paper selects on val ROUGE-L (docs/birds.md says why the "
            "cpu profile does not)."]
-    + helps + order_notes + collapse_notes)
+    + helps + order_notes + standing + collapse_notes)
+legend(["CIDEr-D", "distinct captions", "no-learning baseline", "within noise", "–"])
+
+# %%
 report_summary(path)
