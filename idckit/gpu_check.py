@@ -66,13 +66,11 @@ def _kwargs(fn: Callable, section: dict, **given) -> dict:
     return {**{k: v for k, v in section.items() if k in names and k not in given}, **given}
 
 
-class _Vocab:
-    """Words w0..wN after the kit's specials, for random captions."""
+def _vocab(size: int):
+    """The kit's specials, then words w0, w1, ... up to ``size`` entries: the vocabulary of random captions."""
+    from idckit.text.vocab import SPECIALS, Vocab
 
-    def __init__(self, size: int):
-        from idckit.text.vocab import SPECIALS, Vocab
-
-        self.vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(size - len(SPECIALS))])
+    return Vocab(list(SPECIALS) + [f"w{i}" for i in range(size - len(SPECIALS))])
 
 
 def pcl_data(n_pairs: int, max_len: int, feat_dim: int, n_regions: int, vocab_size: int = 80, seed: int = 0):
@@ -81,7 +79,7 @@ def pcl_data(n_pairs: int, max_len: int, feat_dim: int, n_regions: int, vocab_si
     from idckit.tasks.pcl import PCLData, SplitData
 
     g = torch.Generator().manual_seed(seed)
-    vocab = _Vocab(vocab_size).vocab
+    vocab = _vocab(vocab_size)
     words = torch.randint(vocab.n_special, vocab_size, (n_pairs, max_len), generator=g)
     length = min(12, max_len)
     words[:, 0], words[:, length:] = vocab.bos_id, vocab.pad_id
@@ -120,7 +118,7 @@ def duda_model(dry: bool, vocab_size: int = 80):
     from idckit.experiments.config import model_config
     from idckit.models.duda import DUDA
 
-    vocab = _Vocab(vocab_size).vocab
+    vocab = _vocab(vocab_size)
     return DUDA(model_config(f"duda-{_profile(dry)}", vocab_size=vocab_size, feat_dim=feat_dim(dry),
                              n_regions=49), vocab)
 

@@ -103,3 +103,21 @@ def test_sdpa_backends_reads_the_kernel():
     assert with_dropout == {"math": 1}
     plain = gpu_check.sdpa_backends(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
     assert sum(plain.values()) == 1
+
+
+def test_make_target_and_doctor_flag(monkeypatch, tmp_path):
+    import subprocess
+
+    from idckit import doctor
+    from idckit.cli import main as cli
+
+    made = subprocess.run(["make", "-n", "gpu-check", "DEVICE=cpu", f"GPU_CHECK_OUT={tmp_path}"],
+                          cwd=gpu_check.Path(gpu_check.__file__).resolve().parents[1], capture_output=True,
+                          text=True, check=True).stdout
+    assert f"-m idckit.gpu_check --out {tmp_path} --device cpu" in made
+    calls = []
+    monkeypatch.setattr(doctor, "report", lambda *a, **k: [(True, "fine")])
+    monkeypatch.setattr(gpu_check, "main", lambda argv: calls.append(argv) or 1)
+    assert cli(["doctor", "--gpu-check", "--out", str(tmp_path)]) == 1      # a failed check fails doctor
+    assert calls == [["--out", str(tmp_path)]]
+    assert cli(["doctor"]) == 0 and len(calls) == 1

@@ -124,6 +124,10 @@ def test_ier_missing_truncated_short_split(copy):
     assert found["corrupt"] == [f"images/{train[1]['img1']}"]
     assert sorted(f.detail.split(":")[0] for f in res.findings if f.kind == "count") == ["pairs", "sentences"]
     assert {f.where for f in res.findings if f.kind == "count"} == {"test split"}
+    assert verify_data.main(root, "ier", json_out=root / "findings.json") == 1
+    saved = json.loads((root / "findings.json").read_text())
+    assert saved["ok"] is False and saved["decoded"] == saved["images"] - 1
+    assert sorted(f["kind"] for f in saved["findings"]) == ["corrupt", "count", "count", "missing"]
 
 
 def test_birds_missing_truncated_short_split(copy):
