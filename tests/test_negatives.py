@@ -376,8 +376,8 @@ def test_deterministic_regardless_of_dict_order(clevr, clevr_negs):
 
 def test_cache_hit_does_not_recompute(tmp_path, birds, monkeypatch):
     calls = []
-    compute = N._compute
-    monkeypatch.setattr(N, "_compute", lambda *a, **k: calls.append(1) or compute(*a, **k))
+    build = N._Builder.build
+    monkeypatch.setattr(N._Builder, "build", lambda self: calls.append(1) or build(self))
     before = 0
     first = build_negatives(birds, tagger="lexicon", cache_dir=tmp_path, progress=False)
     assert len(calls) == before + 1 and first.stats["cache"] == "miss"

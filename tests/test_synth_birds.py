@@ -273,6 +273,8 @@ def test_cli_passes_every_option_through(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(birds, "generate", lambda out, **kw: seen.update(out=out, **kw))
     assert main(["generate", "birds", "--out", str(tmp_path / "o"), "--pairs", "90", "--cub-per-class", "3",
-                 "--nabirds-per-class", "4", "--size", "96", "--seed", "7", "--workers", "1", "--overwrite"]) == 0
+                 "--nabirds-per-class", "4", "--size", "96", "--seed", "7", "--workers", "1", "--overwrite",
+                 "--tree", "2", "2", "2", "3", "--profile", "smoke"]) == 0
     assert seen == {"out": tmp_path / "o", "n_pairs": 90, "cub_per_class": 3, "nabirds_per_class": 4, "size": 96,
-                    "seed": 7, "workers": 1, "overwrite": True}
+                    "seed": 7, "workers": 1, "overwrite": True, "tree": [2, 2, 2, 3], "profile": "smoke",
+                    "force": False}

@@ -48,7 +48,7 @@ TRAINING_CODE_VERSION = "4"
 #: architecture no config names; nor for features.py's image_size / pcl.json's feature_size, 224 px as before unless
 #: a config says otherwise, and any other size a store and a run key of its own)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "1b46a22e4fc08efd"
+TRAINING_CODE_FINGERPRINT = "f7e3762d859ddb62"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text and features
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",

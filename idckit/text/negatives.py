@@ -597,10 +597,11 @@ def build_negatives(
             except (json.JSONDecodeError, KeyError):
                 pass  # a damaged cache file is rebuilt below
 
-    result = _compute(refs, vocab_refs, targets, ratio=ratio, seed=int(seed), tagger=tagger, min_df=min_df,
-                      top_fraction=top_fraction, synonyms=options["synonyms"],
-                      paraphrase_classes=options["paraphrase_classes"], referents=options["referents"],
-                      generic_words=options["generic_words"], progress=progress)
+    builder = _Builder(refs, vocab_refs, targets, ratio=ratio, seed=int(seed), tagger=tagger, min_df=min_df,
+                       top_fraction=top_fraction, synonyms=options["synonyms"],
+                       paraphrase_classes=options["paraphrase_classes"], referents=options["referents"],
+                       generic_words=options["generic_words"], progress=progress)
+    result = builder.build()
     if cache_file is not None:
         fileio.write_json(cache_file, {"options": options, "tagger": result.tagger, "stats": result.stats,
                                        "negatives": result.negatives, "sources": result.sources})
@@ -608,156 +609,161 @@ def build_negatives(
     return result
 
 
-def _compute(refs: dict[str, list[str]], vocab_refs: dict[str, list[str]], targets: list[str], *,
-             ratio: tuple[int, int, int], seed: int, tagger: str | Tagger, min_df: int, top_fraction: float,
-             synonyms, paraphrase_classes, referents, generic_words, progress: bool) -> NegativeSet:
-    from tqdm import tqdm
+class _Builder:
+    """One build's shared state (TF-IDF, POS tags, the candidate pool, every pair's forbidden set and retrieval
+    ranking), then :meth:`build`: per pair, each strategy's quota from its generator, the documented fill order
+    for what a strategy could not give, and the statistics."""
 
-    t0 = time.perf_counter()
-    train_docs = [c for pid in sorted(vocab_refs) for c in vocab_refs[pid]]
-    tfidf = TfIdf(train_docs)
-    tagger_obj = get_tagger(tagger, train_docs) if isinstance(tagger, str) else tagger
+    def __init__(self, refs: dict[str, list[str]], vocab_refs: dict[str, list[str]], targets: list[str], *,
+                 ratio: tuple[int, int, int], seed: int, tagger: str | Tagger, min_df: int, top_fraction: float,
+                 synonyms, paraphrase_classes, referents, generic_words, progress: bool):
+        self.t0 = time.perf_counter()
+        self.refs, self.targets, self.ratio, self.seed, self.progress = refs, targets, ratio, seed, progress
+        self.want = dict(zip(STRATEGIES, ratio))
+        train_docs = [c for pid in sorted(vocab_refs) for c in vocab_refs[pid]]
+        self.tfidf = TfIdf(train_docs)
+        self.tagger = get_tagger(tagger, train_docs) if isinstance(tagger, str) else tagger
+        self._tag_all(sorted(set(train_docs) | {c for r in refs.values() for c in r}))
+        self.replacer = Replace(self.tfidf, self.tags_of, train_docs, min_df=min_df, top_fraction=top_fraction,
+                                synonyms=synonyms, exclude=[*generic_words, *(w for pair in referents for w in pair)]) \
+            if self.want["replace"] else None
+        self.confuser = Confuse(self.tags_of, referents=[tuple(r) for r in referents], synonyms=synonyms) \
+            if self.want["confuse"] else None
+        # Comparison key: whitespace, case and synonyms folded, so "the tiny red block turned blue" counts as
+        # equal to the reference "the small red cube turned blue" (it would be a true caption, not a negative).
+        self.canon = {w: sorted(g)[0] for g in synonyms for w in g}
+        self._forbidden(vocab_refs, paraphrase_classes)
+        self._pool()
+        self._rank()
+        self.replaced_words: list[int] = []
+        self.replaced_lengths: list[int] = []
+        self.exchange_memo: dict[tuple[str, int], list[str]] = {}
+        self.fallbacks, self.filled_by, self.produced, self.rules = Counter(), Counter(), Counter(), Counter()
 
-    # Tag every distinct caption once (stanza is much faster on batches).
-    to_tag = sorted(set(train_docs) | {c for r in refs.values() for c in r})
-    tag_cache: dict[str, list[str]] = {}
-    for s in tqdm(range(0, len(to_tag), 4096), desc="FDA POS tagging", disable=not progress or len(to_tag) < 20000):
-        chunk = to_tag[s:s + 4096]
-        for text, tags in zip(chunk, tagger_obj.tag_many([c.split() for c in chunk])):
-            tag_cache[text] = tags
+    # -- shared state ---------------------------------------------------------------------------------------
+    def _tag_all(self, texts: list[str]) -> None:
+        """Tag every distinct caption once (stanza is much faster on batches)."""
+        from tqdm import tqdm
 
-    def tags_of(text: str) -> list[str]:
-        tags = tag_cache.get(text)
+        self.tag_cache: dict[str, list[str]] = {}
+        for s in tqdm(range(0, len(texts), 4096), desc="FDA POS tagging",
+                      disable=not self.progress or len(texts) < 20000):
+            chunk = texts[s:s + 4096]
+            for text, tags in zip(chunk, self.tagger.tag_many([c.split() for c in chunk])):
+                self.tag_cache[text] = tags
+
+    def tags_of(self, text: str) -> list[str]:
+        tags = self.tag_cache.get(text)
         if tags is None:
-            tags = tag_cache[text] = tagger_obj.tag(text.split())
+            tags = self.tag_cache[text] = self.tagger.tag(text.split())
         return tags
 
-    want = dict(zip(STRATEGIES, ratio))
-    replacer = Replace(tfidf, tags_of, train_docs, min_df=min_df, top_fraction=top_fraction, synonyms=synonyms,
-                       exclude=[*generic_words, *(w for pair in referents for w in pair)]) \
-        if want["replace"] else None
-    confuser = Confuse(tags_of, referents=[tuple(r) for r in referents], synonyms=synonyms) \
-        if want["confuse"] else None
+    def key(self, text: str) -> str:
+        return " ".join(self.canon.get(w, w) for w in normalize(text).lower().split())
 
-    # Comparison key: whitespace, case and synonyms folded, so "the tiny red block turned blue" counts as
-    # equal to the reference "the small red cube turned blue" (it would be a true caption, not a negative).
-    canon = {w: sorted(g)[0] for g in synonyms for w in g}
-
-    def _key(text: str) -> str:
-        return " ".join(canon.get(w, w) for w in normalize(text).lower().split())
-
-    # Forbidden sets: own references + references of pairs sharing one (one hop) + paraphrase classes.
-    neighbours: dict[str, set[str]] = defaultdict(set)
-    for mapping in (refs, vocab_refs) if vocab_refs is not refs else (refs,):
-        for r in mapping.values():
-            keys = {_key(c) for c in r}
+    def _forbidden(self, vocab_refs: dict[str, list[str]], paraphrase_classes) -> None:
+        """Forbidden sets: own references + references of pairs sharing one (one hop) + paraphrase classes."""
+        neighbours: dict[str, set[str]] = defaultdict(set)
+        for mapping in (self.refs, vocab_refs) if vocab_refs is not self.refs else (self.refs,):
+            for r in mapping.values():
+                keys = {self.key(c) for c in r}
+                for k in keys:
+                    neighbours[k] |= keys
+        classes: dict[str, set[str]] = defaultdict(set)
+        for cls in paraphrase_classes:
+            keys = {self.key(k) for k in cls}
             for k in keys:
-                neighbours[k] |= keys
-    classes: dict[str, set[str]] = defaultdict(set)
-    for cls in paraphrase_classes:
-        keys = {_key(k) for k in cls}
-        for k in keys:
-            classes[k] |= keys
+                classes[k] |= keys
 
-    def forbidden_of(pid: str) -> set[str]:
-        out: set[str] = set()
-        for c in refs[pid]:
-            k = _key(c)
-            out |= neighbours[k] | classes.get(k, set()) | {k}
-        return out
+        def forbidden_of(pid: str) -> set[str]:
+            out: set[str] = set()
+            for c in self.refs[pid]:
+                k = self.key(c)
+                out |= neighbours[k] | classes.get(k, set()) | {k}
+            return out
 
-    pool_by_key: dict[str, str] = {}
-    for pid in sorted(refs):
-        for c in refs[pid]:
-            k = _key(c)
-            pool_by_key[k] = min(pool_by_key.get(k, c), c)  # one text per key, independent of input order
-    pool_keys = sorted(pool_by_key)
-    pool_index = {k: i for i, k in enumerate(pool_keys)}
-    pool_text = [pool_by_key[k] for k in pool_keys]
-    forbidden = {pid: forbidden_of(pid) for pid in targets}
+        self.forbidden = {pid: forbidden_of(pid) for pid in self.targets}
 
-    # Retrieval ranking: deep enough for the quota, the fallbacks and rule C's partner search.
-    need_ranking = bool(want["retrieve"] or want["confuse"])
-    depth = 4 * sum(ratio) + 40
-    rankings: dict[str, np.ndarray] = {}
-    retriever = None
-    if need_ranking:
-        retriever = Retrieve(tfidf, pool_text)
+    def _pool(self) -> None:
+        pool_by_key: dict[str, str] = {}
+        for pid in sorted(self.refs):
+            for c in self.refs[pid]:
+                k = self.key(c)
+                pool_by_key[k] = min(pool_by_key.get(k, c), c)  # one text per key, independent of input order
+        pool_keys = sorted(pool_by_key)
+        self.pool_index = {k: i for i, k in enumerate(pool_keys)}
+        self.pool_text = [pool_by_key[k] for k in pool_keys]
+
+    def _forbidden_rows(self, pid: str) -> list[int]:
+        return [self.pool_index[k] for k in sorted(self.forbidden[pid]) if k in self.pool_index]
+
+    def _rank(self) -> None:
+        """Retrieval rankings, deep enough for the quota, the fallbacks and rule C's partner search."""
+        self.depth = 4 * sum(self.ratio) + 40
+        self.rankings: dict[str, np.ndarray] = {}
+        self.retriever = None
+        if not (self.want["retrieve"] or self.want["confuse"]):
+            return
+        self.retriever = Retrieve(self.tfidf, self.pool_text)
         # Pairs with the same reference set (CLEVR's no-change pairs) share one ranking: rank each set once.
         groups: dict[tuple[str, ...], list[str]] = defaultdict(list)
-        for pid in targets:
-            groups[tuple(sorted({_key(c) for c in refs[pid]}))].append(pid)
+        for pid in self.targets:
+            groups[tuple(sorted({self.key(c) for c in self.refs[pid]}))].append(pid)
         firsts = [members[0] for members in groups.values()]
-        ranked = retriever.rank([refs[pid] for pid in firsts],
-                                [[pool_index[k] for k in sorted(forbidden[pid]) if k in pool_index]
-                                 for pid in firsts], depth, progress=progress and len(firsts) > 2000)
-        rankings = {pid: ranking for members, ranking in zip(groups.values(), ranked) for pid in members}
+        ranked = self.retriever.rank([self.refs[pid] for pid in firsts], [self._forbidden_rows(pid) for pid in firsts],
+                                     self.depth, progress=self.progress and len(firsts) > 2000)
+        self.rankings = {pid: ranking for members, ranking in zip(groups.values(), ranked) for pid in members}
 
-    def full_ranking(pid: str) -> np.ndarray:
-        """All allowed candidates, for the rare pair whose top-``depth`` list runs out."""
-        forb = [pool_index[k] for k in sorted(forbidden[pid]) if k in pool_index]
-        return retriever.rank([refs[pid]], [forb], None)[0]
-
-    # ---- per-pair generators (each yields candidate negatives; the caller filters forbidden ones) ----
-    def gen_retrieve(pid: str, rng) -> Iterator[tuple[str, str]]:
-        ranking = rankings[pid]
+    # -- per-pair generators (each yields candidate negatives; the caller filters forbidden ones) ------------
+    def retrieve(self, pid: str, rng) -> Iterator[tuple[str, str]]:
+        ranking = self.rankings[pid]
         for i in ranking:
-            yield pool_text[i], "retrieve"
-        if len(ranking) >= depth:
-            for i in full_ranking(pid)[len(ranking):]:
-                yield pool_text[i], "retrieve"
+            yield self.pool_text[i], "retrieve"
+        if len(ranking) >= self.depth:    # the rare pair whose top-depth list runs out: every allowed candidate
+            for i in self.retriever.rank([self.refs[pid]], [self._forbidden_rows(pid)], None)[0][len(ranking):]:
+                yield self.pool_text[i], "retrieve"
 
-    def sources_of(pid: str, rng) -> list[str]:
-        distinct = sorted(set(refs[pid]))
+    def _sources(self, pid: str, rng) -> list[str]:
+        distinct = sorted(set(self.refs[pid]))
         return [distinct[i] for i in rng.permutation(len(distinct))]
 
-    replaced_words: list[int] = []
-    replaced_lengths: list[int] = []
-
-    def gen_replace(pid: str, rng) -> Iterator[tuple[str, str]]:
-        srcs = sources_of(pid, rng)
-        for attempt in range(12 * max(1, sum(ratio))):
+    def replace(self, pid: str, rng) -> Iterator[tuple[str, str]]:
+        srcs = self._sources(pid, rng)
+        for attempt in range(12 * max(1, sum(self.ratio))):
             src = srcs[attempt % len(srcs)]
-            out = replacer.replace(src, rng)
+            out = self.replacer.replace(src, rng)
             if out is not None:
                 yield out[0], f"replace:{out[1]}:{sum(_is_word(t) for t in src.split())}"
 
-    exchange_memo: dict[tuple[str, int], list[str]] = {}
-
-    def gen_confuse(pid: str, rng) -> Iterator[tuple[str, str]]:
-        srcs = sources_of(pid, rng)
+    def confuse(self, pid: str, rng) -> Iterator[tuple[str, str]]:
+        srcs = self._sources(pid, rng)
         for src in srcs:
-            out = confuser.in_sentence(src)
+            out = self.confuser.in_sentence(src)
             if out is not None:
                 yield out
-        if retriever is None:
+        if self.retriever is None:
             return
-        ranking = rankings[pid]
+        ranking = self.rankings[pid]
         for src in srcs:
-            if confuser.subject(src) is None:
+            if self.confuser.subject(src) is None:
                 continue
             # Pairs with the same references share the ranking object, so their exchanges are computed once.
             memo_key = (src, id(ranking))
-            if memo_key not in exchange_memo:
-                outs = (confuser.exchange(src, pool_text[i]) for i in ranking)
-                exchange_memo[memo_key] = [o for o in outs if o is not None]
-            for out in exchange_memo[memo_key]:
+            if memo_key not in self.exchange_memo:
+                outs = (self.confuser.exchange(src, self.pool_text[i]) for i in ranking)
+                self.exchange_memo[memo_key] = [o for o in outs if o is not None]
+            for out in self.exchange_memo[memo_key]:
                 yield out, "subject_exchange"
 
-    gens = {"retrieve": gen_retrieve, "replace": gen_replace, "confuse": gen_confuse}
-    negatives: dict[str, list[str]] = {}
-    sources: dict[str, list[str]] = {}
-    fallbacks = Counter()
-    filled_by = Counter()
-    produced = Counter()
-    rules = Counter()
-    total = sum(ratio)
-    for pid in tqdm(targets, desc="FDA negatives", unit="pair", disable=not progress or len(targets) < 2000):
-        rng = np.random.default_rng([seed, _stable_int(pid)])
-        seen = set(forbidden[pid])
+    # -- one pair, then all ----------------------------------------------------------------------------------
+    def pair(self, pid: str) -> tuple[list[str], list[str]]:
+        """(negatives, the strategy of each) for ``pid``: each strategy's quota, then the documented fill order."""
+        rng = np.random.default_rng([self.seed, _stable_int(pid)])
+        seen = set(self.forbidden[pid])
         chosen: list[str] = []
         chosen_src: list[str] = []
-        live = {s: gens[s](pid, rng) for s in STRATEGIES if want[s]}
+        gens = {"retrieve": self.retrieve, "replace": self.replace, "confuse": self.confuse}
+        live = {s: gens[s](pid, rng) for s in STRATEGIES if self.want[s]}
 
         def take(strategy: str, n: int) -> int:
             got = 0
@@ -767,7 +773,7 @@ def _compute(refs: dict[str, list[str]], vocab_refs: dict[str, list[str]], targe
                 if item is None:
                     break
                 text, how = item
-                k = _key(text)
+                k = self.key(text)
                 if k in seen:
                     continue
                 seen.add(k)
@@ -775,51 +781,62 @@ def _compute(refs: dict[str, list[str]], vocab_refs: dict[str, list[str]], targe
                 chosen_src.append(strategy)
                 if how.startswith("replace:"):
                     _, n_rep, n_len = how.split(":")
-                    replaced_words.append(int(n_rep))
-                    replaced_lengths.append(int(n_len))
+                    self.replaced_words.append(int(n_rep))
+                    self.replaced_lengths.append(int(n_len))
                 elif strategy == "confuse":
-                    rules[how] += 1
+                    self.rules[how] += 1
                 got += 1
             return got
 
+        total = sum(self.ratio)
         for s in STRATEGIES:
-            if want[s]:
-                got = take(s, want[s])
-                produced[s] += got
-                fallbacks[s] += want[s] - got
+            if self.want[s]:
+                got = take(s, self.want[s])
+                self.produced[s] += got
+                self.fallbacks[s] += self.want[s] - got
         for s in STRATEGIES:  # the documented fill order
-            if want[s] and len(chosen) < total:
+            if self.want[s] and len(chosen) < total:
                 got = take(s, total - len(chosen))
-                filled_by[s] += got
-                produced[s] += got
+                self.filled_by[s] += got
+                self.produced[s] += got
         if len(chosen) < total:
             raise DatasetError(
                 f"pair {pid!r}: only {len(chosen)} of {total} distinct negatives could be built "
-                f"(strategies {[s for s in STRATEGIES if want[s]]}); the corpus is too small or too uniform",
+                f"(strategies {[s for s in STRATEGIES if self.want[s]]}); the corpus is too small or too uniform",
                 fix="add captions, or enable retrieve in the ratio")
-        negatives[pid] = chosen
-        sources[pid] = chosen_src
+        return chosen, chosen_src
 
-    stats: dict[str, Any] = {
-        "pairs": len(targets),
-        "ratio": dict(want),
-        "per_strategy": {s: produced[s] for s in STRATEGIES},
-        "fallbacks": {s: fallbacks[s] for s in STRATEGIES},
-        "filled_by": {s: filled_by[s] for s in STRATEGIES},
-        "confuse_rules": dict(sorted(rules.items())),
-        "tagger": tagger_obj.name,
-        "tfidf_vocabulary": len(tfidf.words),
-        "candidate_pool": len(pool_text),
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
-    if replacer is not None:
-        n = len(replaced_words)
-        stats["replace"] = {
-            "negatives": n,
-            "avg_replaced_words": sum(replaced_words) / n if n else 0.0,
-            "avg_length": sum(replaced_lengths) / n if n else 0.0,
-            "percent": 100.0 * sum(replaced_words) / max(1, sum(replaced_lengths)),
-            "vocab_sizes": {t: len(ws) for t, ws in replacer.vocabularies.items()},
+    def build(self) -> NegativeSet:
+        from tqdm import tqdm
+
+        negatives: dict[str, list[str]] = {}
+        sources: dict[str, list[str]] = {}
+        for pid in tqdm(self.targets, desc="FDA negatives", unit="pair",
+                        disable=not self.progress or len(self.targets) < 2000):
+            negatives[pid], sources[pid] = self.pair(pid)
+        return NegativeSet(negatives=negatives, tagger=self.tagger.name, stats=self.stats(), sources=sources,
+                           references={pid: self.refs[pid] for pid in self.targets})
+
+    def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = {
+            "pairs": len(self.targets),
+            "ratio": dict(self.want),
+            "per_strategy": {s: self.produced[s] for s in STRATEGIES},
+            "fallbacks": {s: self.fallbacks[s] for s in STRATEGIES},
+            "filled_by": {s: self.filled_by[s] for s in STRATEGIES},
+            "confuse_rules": dict(sorted(self.rules.items())),
+            "tagger": self.tagger.name,
+            "tfidf_vocabulary": len(self.tfidf.words),
+            "candidate_pool": len(self.pool_text),
+            "seconds": round(time.perf_counter() - self.t0, 3),
         }
-    return NegativeSet(negatives=negatives, tagger=tagger_obj.name, stats=stats, sources=sources,
-                       references={pid: refs[pid] for pid in targets})
+        if self.replacer is not None:
+            n = len(self.replaced_words)
+            stats["replace"] = {
+                "negatives": n,
+                "avg_replaced_words": sum(self.replaced_words) / n if n else 0.0,
+                "avg_length": sum(self.replaced_lengths) / n if n else 0.0,
+                "percent": 100.0 * sum(self.replaced_words) / max(1, sum(self.replaced_lengths)),
+                "vocab_sizes": {t: len(ws) for t, ws in self.replacer.vocabularies.items()},
+            }
+        return stats
