@@ -71,7 +71,7 @@ def test_paper_profile_holds_the_public_switches_and_cpu_smoke_the_kits(family):
     assert {k: getattr(paper, k) for k in SWITCHES} == parity.PAPER_SWITCHES
     kit = {"visual_activation": "none", "norm": "torch", "input_norm": False, "final_norm": True,
            "scale_words": False, "mvcl_head": "untied", "special_tokens": "distinct", "pos_table": "vaswani",
-           "attend_padding": False, "init": "kit"}
+           "attend_padding": False, "init": "kit", "mvcl_negatives": "paper"}
     for profile in ("cpu", "smoke"):
         cfg = model_config(f"{family}-{profile}", **sizes)
         assert {k: getattr(cfg, k) for k in SWITCHES} == kit, profile
@@ -415,3 +415,33 @@ def test_paper_size_is_the_public_models():
     mvcl = sum(p.numel() for p in m.mvcl_head.parameters()) + m.mvcl_bias.numel()
     assert mvcl == 512 * 512 + 512 + 2 * 512 + 2048
     assert n - mvcl == 16_900_688 + 2 * 512 + 2 * 513 - 512
+
+
+def test_switch_mvcl_negatives_picks_the_public_nce_in_the_pretraining_task():
+    """At "public" the task's MVCL loss is the public code's (the NCE parity-tested on the recording above: the
+    other masked regions' targets and the regression outputs at the unmasked regions are negatives); at "paper"
+    the unmasked raw features are."""
+    from ddp_worker import MODEL, PRETRAIN, tiny_pcl_data
+    from idckit.tasks.pcl import PretrainTask
+
+    data = tiny_pcl_data()
+    losses = {}
+    for negatives in ("public", "paper"):
+        task = PretrainTask(data, {**MODEL, "mvcl_negatives": negatives}, batch_size=6, ratios={"mvcl": 1},
+                            **PRETRAIN)
+        batch = next(iter(task.batches(0, torch.Generator().manual_seed(0))))
+        torch.manual_seed(0)
+        model = task.build_model().eval()
+        with torch.no_grad():
+            losses[negatives], _ = task.train_step(model, batch, 0)
+            f1, f2 = data.pair_features("train", batch["pairs"])
+            regions = batch["regions"]
+            out = model(f1, f2, batch["text"], mode="pretrain", region_mask=regions)
+            n = regions.shape[2]
+            visual = torch.stack([out.visual[:, 1:1 + n], out.visual[:, 2 + n:2 + 2 * n]], 1)
+            original = torch.stack([f1, f2], 1)
+            pred = model.mvcl_regress(visual[regions])
+            pool = model.mvcl_regress(visual[~regions]) if negatives == "public" else original[~regions]
+            want = mvcl_nce(pred, original[regions], pool, PRETRAIN["tau_mvcl"], in_batch_targets=negatives == "public")
+        close(losses[negatives], want)
+    assert abs(float(losses["public"] - losses["paper"])) > 1e-3

@@ -55,6 +55,9 @@ checkpoint gives their logits to 1e-5 and their greedy tokens: tests/test_parity
   outputs depend on how far a caption was padded); False, padding is masked as keys everywhere.
 - ``init``: ``public`` keeps PyTorch's defaults (theirs); ``kit`` draws N(0, 0.02) with zero biases and unit-scale
   word vectors (see ``__init__``).
+- ``mvcl_negatives`` (the pre-training task reads it): ``public``, each masked region's NCE also counts the other
+  masked regions' original features and the regression head's outputs at every unmasked region as negatives
+  (their ``mfm_nce``); ``paper``, the unmasked regions' raw features of the batch (the paper's eq. 8).
 
 ``pos_table`` and ``attend_padding`` at their public values are bugs that contradict the paper; reports carry the
 whole model section in their provenance, so the numbers say which function produced them.
@@ -87,7 +90,7 @@ T_IMG1, T_REG1, T_IMG2, T_REG2, T_CLS, T_TEXT = range(6)
 SPECIAL_KEYS = ("pad", "bos", "eos", "mask", "img1", "img2", "cls")
 #: the PCLConfig fields that choose between the public code's function and the kit's (see the module docstring)
 SWITCHES = ("visual_activation", "norm", "input_norm", "final_norm", "scale_words", "mvcl_head", "special_tokens",
-            "pos_table", "attend_padding", "init")
+            "pos_table", "attend_padding", "init", "mvcl_negatives")
 
 
 @dataclass
@@ -123,6 +126,9 @@ class PCLConfig:
     pos_table: str                  # "public" (exponents 4k/d and 2(2k+1)/d) or "vaswani" (2k/d)
     attend_padding: bool            # True: [PAD] is a key like any other (the public code)
     init: str                       # "public" (PyTorch's defaults) or "kit" (N(0, 0.02), unit word vectors)
+    mvcl_negatives: str             # MVCL's NCE (read by the pre-training task): "public" (the other masked regions'
+                                    # targets and the regression outputs at the unmasked ones) or "paper" (the
+                                    # unmasked regions' raw features)
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
@@ -131,7 +137,7 @@ class PCLConfig:
             raise ConfigError(f"visual_activation must be 'sigmoid' or 'none', got {self.visual_activation!r}")
         for name, allowed in (("norm", ("public", "torch")), ("mvcl_head", ("tied", "untied")),
                               ("special_tokens", ("shared_cls", "distinct")), ("pos_table", ("public", "vaswani")),
-                              ("init", ("public", "kit"))):
+                              ("init", ("public", "kit")), ("mvcl_negatives", ("public", "paper"))):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.n_layers < 1:

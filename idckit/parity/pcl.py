@@ -135,7 +135,7 @@ def paper_config_fields(authors_sd: Mapping[str, torch.Tensor]) -> dict[str, Any
 #: the PCLConfig switches at which the kit computes the public code's function (the ``paper`` profile's)
 PAPER_SWITCHES = {"norm": "public", "input_norm": True, "final_norm": False, "visual_activation": "sigmoid",
                   "scale_words": True, "mvcl_head": "tied", "special_tokens": "shared_cls", "pos_table": "public",
-                  "attend_padding": True, "init": "public"}
+                  "attend_padding": True, "init": "public", "mvcl_negatives": "public"}
 
 
 # -- recording -------------------------------------------------------------------------------------------------

@@ -354,7 +354,10 @@ class PretrainTask(_PCLTask):
             visual = torch.stack([out.visual[:, 1:1 + n], out.visual[:, 2 + n:2 + 2 * n]], dim=1)  # [B, 2, n, d]
             original = torch.stack([f1, f2], dim=1)                                                 # [B, 2, n, F]
             pred = model.mvcl_regress(visual[regions])
-            if "negative_pairs" in batch:      # a rank's shard: the negatives are those of the whole batch
+            public = model.cfg.mvcl_negatives == "public"
+            if public:                         # the regression outputs at this process's unmasked regions
+                neg_pairs, free, pool = batch["pairs"], ~regions, None
+            elif "negative_pairs" in batch:    # a rank's shard: the negatives are those of the whole batch
                 neg_pairs, free = batch["negative_pairs"], ~batch["negative_regions"].to(dev)
                 g1, g2 = self.data.pair_features("train", neg_pairs, dev, batch.get("negative_features"))
                 pool = torch.stack([g1, g2], dim=1)
@@ -364,8 +367,10 @@ class PretrainTask(_PCLTask):
                 blank = self.data.splits["train"].after[neg_pairs] == self.data.blank_row
                 free = free.clone()
                 free[:, 1] &= ~blank.to(dev)[:, None]
+            negatives = model.mvcl_regress(visual[free]) if public else pool[free]
             loss = distributed.global_mean(
-                mvcl_nce(pred, original[regions], pool[free], tau=self.tau_mvcl, reduction="sum"), int(regions.sum()))
+                mvcl_nce(pred, original[regions], negatives, tau=self.tau_mvcl, reduction="sum",
+                         in_batch_targets=public), int(regions.sum()))
         elif task == "fda":
             out = model(f1, f2, batch["text"].to(dev), mode="pretrain")
             sims = model.fda_similarity(out).view(-1, batch["groups"])
