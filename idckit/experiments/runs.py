@@ -187,21 +187,6 @@ def test_captions(run_dir: str | Path) -> dict[str, str]:
                               "and decodes test anew") from e
 
 
-def captions_by_run(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
-    """``{run label: {pair id: test caption}}`` for finished captioning runs; the label names the seed when the
-    results hold several seeds of one variant (what :func:`idckit.plots.show_pairs` prints beside the images)."""
-    labels = Counter(r.get("label", r["run"]) for r in results)
-    out = {}
-    for r in results:
-        label = r.get("label", r["run"])
-        if labels[label] > 1 and r.get("seed") is not None:
-            label = f"{label}, seed {r['seed']}"
-        captions = test_captions(Path(runs_dir) / r["run"])
-        if captions:
-            out[label] = captions
-    return out
-
-
 def caption_counts(run_dir: str | Path) -> dict[str, int | None]:
     """``{"distinct_test_captions", "test_pairs"}`` of a captioning run (None before it decoded test)."""
     captions = test_captions(run_dir)
@@ -228,49 +213,6 @@ def variant_result(model: str, recipe, seed: int, run: Run, *, train_seconds: st
             "run": run.dir.name, "run_dir": str(run.dir), **extra, **metrics,
             "train_seconds": metrics.get(train_seconds), "judge_accuracy": metrics.get("judge_accuracy"),
             **caption_counts(run.dir)}
-
-
-def output_diversity(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per finished captioning run: how many distinct captions it wrote for its test pairs.
-
-    A short run can collapse to one caption for every pair; its scores then measure which sentence it settled on,
-    not what it saw, and a table should say so beside the number."""
-    out = []
-    for r in results:
-        captions = list(test_captions(Path(runs_dir) / r["run"]).values())
-        if not captions:
-            continue
-        top = Counter(captions).most_common(1)[0]
-        out.append({"run": r["run"], "label": r.get("label", r["run"]), "seed": r.get("seed"),
-                    "pairs": len(captions), "distinct": len(set(captions)), "top_caption": top[0],
-                    "top_share": top[1] / len(captions)})
-    return out
-
-
-def diversity_notes(diversity: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Report sentences for runs whose test output collapsed (:func:`idckit.report.is_collapsed`: too few distinct
-    captions, or one caption for most pairs)."""
-    from idckit.report import is_collapsed
-
-    notes = []
-    for d in diversity:
-        if is_collapsed(d["distinct"], d["pairs"], d["top_share"]):
-            seed = f", seed {d['seed']}" if d.get("seed") is not None else ""
-            notes.append(f"COLLAPSED: {d['label']}{seed} wrote \"{d['top_caption']}\" for "
-                         f"{100 * d['top_share']:.0f} % of the {d['pairs']} test pairs ({d['distinct']} distinct "
-                         "captions); its scores reflect those few sentences, not the images.")
-    return notes
-
-
-def collapse_check(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]],
-                                                                                       list[str]]:
-    """What a table notebook shows under "Does the model look at the images?": the per-run diversity rows, and
-    the COLLAPSED notes (also printed) that go into its report."""
-    diversity = output_diversity(runs_dir, results)
-    notes = diversity_notes(diversity)
-    for n in notes:
-        print(n)
-    return diversity, notes
 
 
 def hard_twin_runs(s, setup, runs, variants: Sequence[str], seeds: Sequence[int], *, progress: bool = True):

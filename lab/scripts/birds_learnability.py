@@ -27,7 +27,7 @@ def run(variant: str, seed: int, data_root: Path | None, runs_dir: Path | None, 
     import torch
 
     from idckit.experiments import birds
-    from idckit.experiments.runs import output_diversity
+    from idckit.experiments.analytics import output_diversity
     from idckit.report import git_commit
 
     torch.set_num_threads(threads)

@@ -89,7 +89,7 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
         pretrain_steps: int | None = None) -> dict:
     import torch
 
-    from idckit.experiments.runs import output_diversity
+    from idckit.experiments.analytics import output_diversity
     from idckit.report import git_commit
 
     torch.set_num_threads(threads)

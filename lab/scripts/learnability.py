@@ -37,7 +37,7 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
     from lab.scripts.budget_curve import text_baseline
     from idckit.eval.probe import difference_probe
     from idckit.experiments import pcl
-    from idckit.experiments.runs import output_diversity
+    from idckit.experiments.analytics import output_diversity
     from idckit.report import git_commit
 
     torch.set_num_threads(threads)
@@ -143,7 +143,7 @@ def run_clip4idc(data_root: Path, threads: int, seed: int, runs_dir: Path | None
 
     from lab.scripts.budget_curve import text_baseline
     from idckit.experiments import clip4idc
-    from idckit.experiments.runs import output_diversity
+    from idckit.experiments.analytics import output_diversity
     from idckit.report import git_commit
 
     torch.set_num_threads(threads)
