@@ -345,16 +345,17 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return False
 
 
-def refuse_input_as_output(out: str | Path, flag: str, inputs: Sequence[str | Path], *, fix: str) -> None:
+def refuse_input_as_output(out: str | Path, flag: str, inputs: Sequence[str | Path], *, fix: str,
+                           error: type | None = None) -> None:
     """An output path that is one of the command's inputs, or lies inside an input folder, is refused."""
     out_r = Path(out).expanduser().resolve()
     for src in inputs:
         src_r = Path(src).expanduser().resolve()
         if out_r == src_r or same_file(out_r, src_r):
-            raise _error(f"{flag} is a file this command reads; it would be overwritten", out, fix)
+            raise _error(f"{flag} is a file this command reads; it would be overwritten", out, fix, error)
         if src_r.is_dir() and src_r in out_r.parents:
             raise _error(f"{flag} lies inside {src_r}, which this command reads; outputs never go into its inputs",
-                         out, fix)
+                         out, fix, error)
 
 
 @contextmanager
@@ -389,3 +390,16 @@ def wait_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def claim_file(path: str | Path, flag: str, *, inputs: Sequence[str | Path] = (),
+               recognise: Callable[[Path], bool] | None = None, what: str, error: type | None = None) -> Path:
+    """An output file resolved and checked before any work: never one of the command's inputs nor inside an input
+    folder, and an existing file only when ``recognise`` says it is this command's own earlier output (``what``);
+    a file the kit did not write is never replaced (no flag overrides this: replacing it would delete it)."""
+    path = resolve_out(path, flag, directory=False, error=error)
+    refuse_input_as_output(path, flag, inputs, fix=f"choose a {flag} path outside the command's inputs", error=error)
+    if path.exists() and not (recognise is not None and recognise(path)):
+        raise _error(f"{flag} is an existing file that is not {what}; nothing was written", path,
+                     f"choose a new file for {flag}, or move that one away", error)
+    return path

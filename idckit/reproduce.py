@@ -90,12 +90,8 @@ def _recognise_reports(d: Path) -> dict | None:
     index page, ``NAME.json`` reports of notebook NAME with their ``NAME.html``, and other profiles' report
     folders inside it."""
     owned = []
-    status = d / "status.json"
-    try:
-        doc = json.loads(status.read_text(encoding="utf-8")) if status.is_file() else None
-    except (OSError, ValueError):
-        doc = None
-    if isinstance(doc, dict) and all(isinstance(v, dict) and "status" in v for v in doc.values()):
+    doc = _read_status(d / "status.json")      # a damaged one is named as such, not called foreign
+    if (d / "status.json").is_file() and all(isinstance(v, dict) and "status" in v for v in doc.values()):
         owned.append("status.json")
     try:
         if INDEX_TITLE in (d / "index.html").read_text(encoding="utf-8", errors="replace")[:2000]:

@@ -246,8 +246,8 @@ CASES = [
     Case("features-out-other-backbone", cli("features", CLEVR, "--out", lambda c: c.store(
         {"backbone": "resnet101", "weights": "ImageNet", "complete": True})), DatasetError, "'resnet101'"),
     Case("features-out-other-weights", cli("features", CLEVR, "--out", lambda c: c.store(
-        {"backbone": "efficientnet_lite0", "weights": "random (untrained; for tests only)", "complete": True})),
-        DatasetError, "random (untrained"),
+        {"backbone": "efficientnet_lite0", "weights": "random (untrained; for tests only)", "complete": True,
+         "data": _data_identity(c.clevr)})), DatasetError, "random (untrained"),
     Case("features-out-foreign-dir", cli("features", CLEVR, "--out", lambda c: c.file("mine/thesis.tex").parent),
          DatasetError, lambda c: c.tmp / "mine"),
     Case("features-data-missing", cli("features", lambda c: c.tmp / "nowhere"), DatasetError,
@@ -448,7 +448,121 @@ CASES = [
         lambda c: c.tmp / "runs" / "toy-run" / "test" / "total_results.json"),
     Case("api-features-no-images", lambda c: lambda: _mod("idckit.data.features").extract_features(
         c.clevr, images=[], out_dir=c.tmp / "store", progress=False), DatasetError, lambda c: c.clevr),
+    # -- issue 41: nothing of the user's overwritten or trusted by mistake ----------------------------------
+    Case("generate-out-dangling-link", cli("generate", "clevr-change", "--out", lambda c: _link(c, "ds", "nowhere")),
+         DatasetError, "dangling"),
+    Case("generate-out-symlink-loop", cli("generate", "clevr-change", "--out", lambda c: _link(c, "ds", "ds")),
+         DatasetError, "loop"),
+    Case("generate-out-under-a-loop", cli("generate", "spot-the-diff", "--out", lambda c: _link(c, "l", "l") / "ds"),
+         DatasetError, lambda c: c.tmp / "l" / "ds"),
+    Case("generate-pairs-10e12", cli("generate", "clevr-change", "--out", lambda c: c.tmp / "ds", "--pairs",
+                                     str(10**12)), DatasetError, "--pairs 1000000000000"),
+    Case("generate-birds-pairs-10e12", cli("generate", "birds", "--out", lambda c: c.tmp / "ds", "--pairs",
+                                           str(10**12)), DatasetError, "--pairs 1000000000000"),
+    Case("generate-editing-request-pairs-10e12", cli("generate", "editing-request", "--out", lambda c: c.tmp / "ds",
+                                                     "--pairs", str(10**12)), DatasetError, "1000000000000"),
+    Case("generate-another-kind-even-forced", cli("generate", "editing-request", "--out", lambda c: _fake_dataset(c),
+                                                  "--pairs", "12", "--overwrite", "--force"), DatasetError,
+         "SynthCLEVR-Change dataset"),
+    Case("generate-overwrite-keeps-users-notes", cli("generate", "clevr-change", "--out", lambda c: (
+        _fake_dataset(c), c.file("ds/NOTES.txt"), c.tmp / "ds")[2], "--pairs", "20", "--overwrite"), DatasetError,
+        "NOTES.txt"),
+    Case("generate-overwrite-keeps-features", cli("generate", "spot-the-diff", "--out", lambda c: (
+        _fake_dataset(c, "changes.json"), c.file("ds/features/efficientnet_lite0/meta.json", "{}"), c.tmp / "ds")[2],
+        "--pairs", "12", "--overwrite"), DatasetError, "features"),
+    Case("generate-force-blocked-by-a-foreign-entry-of-its-name", cli("generate", "editing-request", "--out",
+                                                                       lambda c: c.file("ds/images/mine.jpg").parent.parent,
+                                                                       "--pairs", "12", "--force"),
+         DatasetError, "images"),
+    Case("generate-out-dot-foreign", lambda c: _in_dir(c.file("thesis/thesis.tex").parent, [
+        "generate", "clevr-change", "--out", ".", "--overwrite"]), DatasetError, "thesis.tex"),
+    Case("evaluate-json-onto-the-datasets-captions", cli("evaluate", RESULTS, "--data", CLEVR, "--no-meteor", "--json",
+                                                         lambda c: c.clevr / "change_captions.json"),
+         ConfigError, lambda c: c.clevr / "change_captions.json"),
+    Case("evaluate-json-inside-data", cli("evaluate", RESULTS, "--data", CLEVR, "--no-meteor", "--json",
+                                          lambda c: c.clevr / "scores.json"), ConfigError, lambda c: c.clevr),
+    Case("evaluate-json-onto-the-results", cli("evaluate", lambda c: c.file("r.json", json.dumps(
+        [{"image_id": i, "caption": "x"} for i in TEST_IDS])), "--data", CLEVR, "--no-meteor", "--json",
+        lambda c: c.tmp / "r.json"), ConfigError, "reads"),
+    Case("evaluate-json-foreign-file", cli("evaluate", RESULTS, "--data", CLEVR, "--no-meteor", "--json",
+                                           lambda c: c.file("thesis.json", '{"chapter": 1}')), ConfigError,
+         lambda c: c.tmp / "thesis.json"),
+    Case("evaluate-json-dangling-link", cli("evaluate", RESULTS, "--data", CLEVR, "--no-meteor", "--json",
+                                            lambda c: _link(c, "s.json", "gone/s.json")), ConfigError, "dangling"),
+    Case("pretrain-clip-out-foreign-file", cli("pretrain-clip", "--profile", "smoke", "--data-root", CLEVR,
+                                               "--runs-dir", lambda c: c.tmp / "runs", "--out",
+                                               lambda c: c.file("clip.pt", "my own file")), ConfigError,
+         lambda c: c.tmp / "clip.pt"),
+    Case("pretrain-clip-out-inside-data", cli("pretrain-clip", "--profile", "smoke", "--data-root", CLEVR,
+                                              "--runs-dir", lambda c: c.tmp / "runs", "--out",
+                                              lambda c: c.clevr / "clip.pt"), ConfigError, lambda c: c.clevr),
+    Case("pretrain-clip-out-symlink-loop", cli("pretrain-clip", "--profile", "smoke", "--data-root", CLEVR,
+                                               "--runs-dir", lambda c: c.tmp / "runs", "--out",
+                                               lambda c: _link(c, "clip.pt", "clip.pt")), ConfigError, "loop"),
+    Case("features-out-other-data", cli("features", CLEVR, "--out", lambda c: c.store(
+        {"backbone": "efficientnet_lite0", "weights": "ImageNet", "complete": True, "data": "0123456789abcdef"})),
+        DatasetError, "other data"),
+    Case("features-out-older-store-without-data", cli("features", CLEVR, "--out", lambda c: c.store(
+        {"backbone": "efficientnet_lite0", "weights": "ImageNet", "complete": True})), DatasetError,
+        "no data identity"),
+    Case("features-out-dangling-link", cli("features", CLEVR, "--out", lambda c: _link(c, "store", "gone")),
+         DatasetError, "dangling"),
+    Case("features-out-symlink-loop", cli("features", CLEVR, "--out", lambda c: _link(c, "store", "store")),
+         DatasetError, "loop"),
+    Case("features-store-with-users-files", cli("features", CLEVR, "--weights", "random", "--out", lambda c: (
+        c.store({"backbone": "efficientnet_lite0", "weights": "random (untrained; for tests only)",
+                 "data": _data_identity(c.clevr), "complete": False}), c.file("store/notes.txt"), c.tmp / "store")[2]),
+        DatasetError, "notes.txt"),
+    Case("reproduce-report-dir-foreign-index", cli("reproduce", "00_walkthrough", "--report-dir", lambda c: c.reports(
+        {"index.html": "<html>my site</html>"})), ConfigError, "index.html"),
+    Case("reproduce-report-dir-foreign-status", cli("reproduce", "00_walkthrough", "--report-dir", lambda c: c.reports(
+        {"status.json": '{"visits": 3}'})), ConfigError, "status.json"),
+    Case("reproduce-report-dir-foreign-index-forced", cli("reproduce", "00_walkthrough", "--force", "--report-dir",
+                                                          lambda c: c.reports({"index.html": "<html>mine</html>"})),
+         ConfigError, "index.html"),
+    Case("reproduce-report-dir-users-files", cli("reproduce", "00_walkthrough", "--report-dir", lambda c: c.reports(
+        {"t.json": REPORT, "thesis.tex": "chapter 1"})), ConfigError, "thesis.tex"),
+    Case("reproduce-report-dir-dangling-link", cli("reproduce", "00_walkthrough", "--report-dir",
+                                                   lambda c: _link(c, "rep", "gone")), ConfigError, "dangling"),
+    Case("readme-partial-report-set", cli("readme", "--report-dir", lambda c: (
+        (c.tmp / "repo" / "README.md").write_text(README.replace("\nold\n", "\n" + "\n".join(
+            f"| [{n}](reports/{n}.html) | x |" for n in ("t", "u", "v")) + "\n")), c.reports({"t.json": REPORT}))[1]),
+        ConfigError, "u, v"),
 ]
+
+
+def _link(c: Ctx, name: str, target: str) -> Path:
+    """A symbolic link ``name`` -> ``target`` under the case's directory (dangling, or a loop onto itself)."""
+    (c.tmp / name).symlink_to(c.tmp / target)
+    return c.tmp / name
+
+
+def _fake_dataset(c: Ctx, telltale: str = "type_mapping.json") -> Path:
+    """What a generator's dataset looks like to the write policy: its marker and the file naming its generator."""
+    c.file("ds/synth_info.json", '{"synthetic": true, "generator": 1, "pairs": 20, "seed": 0}')
+    c.file(f"ds/{telltale}", "{}")
+    return c.tmp / "ds"
+
+
+def _in_dir(directory: Path, argv: list[str]):
+    """A thunk running the CLI inside ``directory`` (``--out .``); a non-zero exit raises what the command raised."""
+    def run():
+        from idckit import cli
+
+        old = os.getcwd()
+        os.chdir(directory)
+        try:
+            caught = []
+            real = cli.main
+            try:
+                args = cli.build_parser().parse_args(argv)
+                return args.func(args)
+            except BaseException as e:
+                caught.append(e)
+                raise
+        finally:
+            os.chdir(old)
+    return run
 
 
 def _later(setup, call):
@@ -471,6 +585,12 @@ def _run_with_metrics(c: Ctx, text: str):
     return Run(run, "run", {})
 
 
+def _data_identity(root: Path) -> str:
+    from idckit.data.features import clevr_change_images, data_identity
+
+    return data_identity(root, clevr_change_images(root))
+
+
 def _open_store(directory: Path):
     return _mod("idckit.data.features").FeatureStore.open(directory)
 
@@ -480,7 +600,8 @@ def snapshot(*roots: Path) -> dict[str, str]:
     out = {}
     for root in roots:
         for p in sorted(root.rglob("*")):
-            out[str(p)] = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+            out[str(p)] = (f"link -> {os.readlink(p)}" if p.is_symlink() else "dir" if p.is_dir()
+                           else hashlib.sha256(p.read_bytes()).hexdigest())
     return out
 
 

@@ -51,13 +51,13 @@ def test_non_default_profiles_report_into_their_own_directory(tmp_path, monkeypa
     assert paths.reports_dir("smoke") == tmp_path / "reports" / "smoke"
     nbs = tmp_path / "nbs"
     nbs.mkdir()
-    (nbs / "t.ipynb").write_text("{}")
+    (nbs / "00_walkthrough.ipynb").write_text("{}")   # a name the table manifest knows
     seen = []
     monkeypatch.setattr(rp, "run_one", lambda nb, **kw: seen.append(kw["report_dir"]) or Outcome(nb.stem, True, 1.0))
     monkeypatch.setattr(rp, "write_index", lambda d: None)
     rp.reproduce(profile="smoke", runs_dir=tmp_path / "runs", notebooks_dir=nbs)
     assert seen == [tmp_path / "reports" / "smoke"]
-    assert json.loads((tmp_path / "reports" / "smoke" / "status.json").read_text())["t"]["profile"] == "smoke"
+    assert json.loads((tmp_path / "reports" / "smoke" / "status.json").read_text())["00_walkthrough"]["profile"] == "smoke"
     assert not (tmp_path / "reports" / "status.json").exists()
 
 

@@ -33,6 +33,7 @@ mean/std. ``image_size`` changes the square side the images are resized to (and 
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -211,29 +212,63 @@ def _read_meta(directory: Path) -> dict:
     return meta
 
 
-def _check_out(out: Path, backbone: str) -> dict | None:
-    """The store already at ``out`` (its meta), None for a fresh place; refuses anything the kit must not overwrite."""
-    if out.exists() and not out.is_dir():
-        raise DatasetError("--out names a file, not a directory", path=out, fix="choose a directory path for --out")
-    if not (out / "meta.json").is_file():
-        if out.is_dir() and any(out.iterdir()):
-            raise DatasetError("--out is a non-empty directory without a feature store (no meta.json); "
-                               "nothing was written", path=out, fix="choose an empty or new directory for --out")
-        return None
-    meta = _read_meta(out)
+STORE_FILES = ("meta.json", "index.json", "features.npy")
+
+
+def _recognise_store(directory: Path) -> dict | None:
+    return {"kind": "features", "what": "feature store", "entries": list(STORE_FILES)} \
+        if (directory / "meta.json").is_file() else None
+
+
+def _check_out(out: Path, backbone: str, flag: str = "--out") -> tuple["fileio.Claim", dict | None]:
+    """The claim on ``out`` and the store already there (its meta; None for a fresh place); refuses anything the kit
+    must not overwrite: a file, a link loop, a folder it did not write, another backbone's store."""
+    claim = fileio.claim_dir(out, "features", flag=flag, recognise=_recognise_store, will_write=STORE_FILES,
+                             what="feature store", check=False, error=DatasetError)
+    if claim.previous is None:
+        return claim, None
+    meta = _read_meta(claim.path)
     if meta.get("backbone") != backbone:
-        raise DatasetError(f"--out holds a store of backbone {meta.get('backbone')!r}, not {backbone!r}; "
+        raise DatasetError(f"{flag} holds a store of backbone {meta.get('backbone')!r}, not {backbone!r}; "
                            "nothing was written", path=out,
-                           fix="choose another --out (the default, DATA_ROOT/features/BACKBONE, is one per backbone)")
-    return meta
+                           fix=f"choose another {flag} (the default, DATA_ROOT/features/BACKBONE, is one per backbone)")
+    return claim, meta
+
+
+def data_identity(root: Path, images: Sequence[str]) -> str:
+    """Which data a store was computed from: the image list with each file's size and modification time (a
+    regenerated or other dataset differs; the same files read again do not). Raises naming a missing image."""
+    import hashlib
+
+    h = hashlib.sha256()
+    missing = []
+    for rel in images:
+        try:
+            st = (root / rel).stat()
+        except OSError:
+            missing.append(rel)
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            missing.append(rel)
+            continue
+        h.update(f"{rel}\t{st.st_size}\t{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+    if missing:
+        raise DatasetError(f"{len(missing)} images are missing, e.g. {missing[0]}", path=root / missing[0],
+                           fix="re-download or re-generate the dataset")
+    return h.hexdigest()[:16]
 
 
 def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, weights: str | None = None,
                      images: Sequence[str] | None = None, batch_size: int = 16, out_dir: str | Path | None = None,
                      max_batches: int | None = None, progress: bool = True,
-                     device: str | None = None, image_size: int = IMAGE_SIZE) -> FeatureStore | None:
+                     device: str | None = None, image_size: int = IMAGE_SIZE,
+                     other_data: str = "rebuild", force: bool = False) -> FeatureStore | None:
     """Extract (or resume, or reuse) the store on ``device`` (None: auto); returns it when complete, None when
-    ``max_batches`` stopped it. Under torchrun rank 0 extracts; the other ranks wait, then find the store complete."""
+    ``max_batches`` stopped it. Under torchrun rank 0 extracts; the other ranks wait, then find the store complete.
+
+    A store records the data it was computed from (:func:`data_identity`); one of other data (or of an older idckit
+    that did not record it) is never returned as this data's: ``other_data="rebuild"`` extracts again in its place,
+    ``"refuse"`` raises (the CLI's explicit ``--out``). ``force``: write beside files the store did not write."""
     import torch
     from tqdm.auto import tqdm
 
@@ -244,7 +279,7 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
         return distributed.main_first(lambda: extract_features(
             root, backbone, weights=weights, images=images, batch_size=batch_size, out_dir=out_dir,
             max_batches=max_batches, progress=progress and distributed.is_main(), device=device,
-            image_size=image_size))
+            image_size=image_size, other_data=other_data, force=force))
 
     root = Path(root)
     check_image_size(image_size)
@@ -253,16 +288,30 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
                           fix="pass --batch-size 16 (the default) or any count >= 1")
     if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
         raise ConfigError(f"max_batches must be None or an integer >= 0, got {max_batches!r}")
+    if other_data not in ("rebuild", "refuse"):
+        raise ConfigError(f"other_data must be 'rebuild' or 'refuse', got {other_data!r}")
     images = list(images) if images is not None else clevr_change_images(root)
     if not images:
         raise DatasetError("no images to extract", path=root, fix="check the dataset's splits.json lists indices")
-    missing = [p for p in images if not (root / p).is_file()]
-    if missing:
-        raise DatasetError(f"{len(missing)} images are missing, e.g. {missing[0]}", path=root / missing[0],
-                           fix="re-download or re-generate the dataset")
-    out = Path(out_dir) if out_dir else root / "features" / store_name(backbone, image_size)
+    for rel in images:     # names from the dataset's files stay inside it
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise DatasetError(f"image {rel!r} points outside the dataset", path=root,
+                               fix="image paths must be relative to the dataset root, without '..'")
+    data = data_identity(root, images)
+    claim, meta = _check_out(Path(out_dir) if out_dir else root / "features" / store_name(backbone, image_size),
+                             backbone, "--out" if out_dir else "--out (default DATA_ROOT/features/BACKBONE)")
+    out = claim.path
     meta_path, npy = out / "meta.json", out / "features.npy"
-    meta = _check_out(out, backbone)
+    if meta is not None and meta.get("data") != data:
+        if other_data == "refuse" and not force:
+            raise DatasetError("--out holds a feature store of other data (" + (
+                f"images {meta['data']}, these are {data}" if meta.get("data") else
+                "it records no data identity: written by an older idckit") + "); nothing was written or returned",
+                path=out, fix="choose another --out for this dataset (the default is DATA_ROOT/features/BACKBONE), "
+                              "or pass --force to extract these images into it")
+        meta = None        # extracted again in place: never returned as this data's
+    if meta is None:
+        claim.check(force)  # a write is certain: foreign files and a read-only place refused before the backbone loads
     dev = resolve(device)
     prepare(dev)
     model, forward, label = build_backbone(backbone, weights)
@@ -275,17 +324,21 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
         probe = forward(preprocess([root / images[0]], image_size).to(dev))
     _check_half_range(probe, backbone, label, root / images[0])
     shape = [len(images), probe.shape[2] * probe.shape[3], probe.shape[1]]
-    want = {"backbone": backbone, "weights": label, "image_size": image_size, "shape": shape, "dtype": "float16"}
-    if meta and {k: meta.get(k) for k in want} == want and npy.is_file():
+    want = {"backbone": backbone, "weights": label, "image_size": image_size, "shape": shape, "dtype": "float16",
+            "data": data}
+    if meta and {k: meta.get(k) for k in want} == want and npy.is_file() and meta.get("rows_done", 0) > 0:
         if meta["complete"]:
             return FeatureStore.open(out)
         arr = np.load(npy, mmap_mode="r+")
     else:
+        claim.check(force)      # a write is due: foreign files in the folder and a read-only place refused here
         out.mkdir(parents=True, exist_ok=True)
-        fileio.write_json(out / "index.json", {p: i for i, p in enumerate(images)})
-        arr = np.lib.format.open_memmap(npy, mode="w+", dtype=np.float16, shape=tuple(shape))
+        # the new meta first: a process killed before the first batch leaves a store that says 0 rows, not an old
+        # complete meta beside a truncated array
         meta = {**want, "rows_done": 0, "complete": False, "idckit": __version__}
         fileio.write_json(meta_path, meta, indent=1)
+        fileio.write_json(out / "index.json", {p: i for i, p in enumerate(images)})
+        arr = np.lib.format.open_memmap(npy, mode="w+", dtype=np.float16, shape=tuple(shape))
     start = meta["rows_done"]
     batches = range(start, len(images), batch_size)
     for n, lo in enumerate(tqdm(batches, desc=f"features {backbone}", unit="batch", disable=not progress)):

@@ -382,6 +382,17 @@ def format_table(breakdown: Mapping[str, Mapping[str, float]], counts: Mapping[s
     return df.to_string(float_format=lambda v: f"{v:.2f}")
 
 
+def _is_scores_file(path: Path) -> bool:
+    """``{subset: {metric: number}}`` with the evaluator's metric names: what ``--json`` writes."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and bool(doc) and all(
+        isinstance(v, dict) and "CIDEr-D" in v and all(isinstance(x, (int, float)) for x in v.values())
+        for v in doc.values())
+
+
 def evaluate_cli(args) -> int:
     """``idckit evaluate RESULTS --data ROOT [--split test] [--json OUT] [--no-tokenize] [--no-meteor]``.
 
@@ -389,10 +400,11 @@ def evaluate_cli(args) -> int:
     CIDEr-D unscaled), the scale every other idckit metrics file uses.
     """
     from idckit.data.detect import open_dataset
-    from idckit.fileio import check_output_file, write_json
+    from idckit.fileio import claim_file, write_json
 
-    if args.json is not None:
-        check_output_file(args.json, "--json", "scores.json")  # before minutes of scoring, not after
+    if args.json is not None:  # before minutes of scoring, not after
+        args.json = claim_file(args.json, "--json", inputs=[args.data, args.results], recognise=_is_scores_file,
+                               what="a scores file `idckit evaluate --json` wrote")
     tokenize, meteor = not args.no_tokenize, not args.no_meteor
     breakdown = evaluate_results(args.results, args.data, args.split, tokenize=tokenize, meteor=meteor)
     types = open_dataset(args.data).types(args.split)
