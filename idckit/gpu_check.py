@@ -635,8 +635,9 @@ def run(device: str = "auto", out: str | Path = "gpu_check", *, progress: bool =
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    result: dict[str, Any] = {"dry": dry, "profile": _profile(dry), "rtol": RTOL}
+    result: dict[str, Any] = {"dry": dry, "profile": _profile(dry), "rtol": RTOL, "budget_seconds": BUDGET_S}
     timings: dict[str, float] = {}
+    from idckit.fileio import write_json
 
     def section(name: str, fn: Callable[[], Any]):
         if progress:
@@ -647,6 +648,8 @@ def run(device: str = "auto", out: str | Path = "gpu_check", *, progress: bool =
         except Exception as err:   # noqa: BLE001 - a failing part is a result; the other parts still run
             result[name] = {"error": f"{type(err).__name__}: {err}"}
         timings[name] = round(time.perf_counter() - s, 1)
+        # after every part, so a check stopped by a time limit leaves what it measured
+        write_json(out / "gpu_check.json", {**result, "seconds": timings, "finished": False}, indent=1)
 
     section("device", lambda: device_info(dev))
     section("sdpa", lambda: sdpa_check(dev, dry))
@@ -672,9 +675,8 @@ def run(device: str = "auto", out: str | Path = "gpu_check", *, progress: bool =
     peak = result["matmul_peak_tflops"] if isinstance(result["matmul_peak_tflops"], float) else float("nan")
     section("throughput", lambda: throughput(dev, dry, peak))
     result["seconds"] = {**timings, "total": round(time.perf_counter() - t0, 1)}
+    result["finished"] = True
     result["ok"] = passed(result)
-    from idckit.fileio import write_json
-
     write_json(out / "gpu_check.json", result, indent=1)
     return result
 
@@ -730,7 +732,8 @@ def table(r: dict) -> str:
         lines.append(f"            ({tp['note']})")
     elif tp:
         lines.append(f"throughput  {tp}")
-    lines.append(f"total       {r.get('seconds', {}).get('total')} s; all checks passed: {yes(passed(r))}")
+    lines.append(f"total       {r.get('seconds', {}).get('total')} s (budget {r.get('budget_seconds')} s); all checks "
+                 f"passed: {yes(passed(r))}")
     return "\n".join(lines)
 
 
