@@ -23,6 +23,8 @@ NAMES: dict[str, str] = {
     "distractor": "distractor", "semantic": "semantic", "total": "total",
     "type_named": "change type named (%)", "type_chance": "chance (%)",
     "attributes_named": "changed object named (%)", "attributes_chance": "chance (%)",
+    "n_intra": "intra layers", "n_inter": "inter layers", "label": "split", "paper_split": "the paper's split",
+    "relative_depth": "N_intra / depth", "step": "step", "minutes": "minutes", "seed": "seed",
 }
 for _d, _w in (("t2p", "text→pair"), ("p2t", "pair→text")):
     for _k in (1, 5, 10, 20, 50):
@@ -32,7 +34,7 @@ for _d, _w in (("t2p", "text→pair"), ("p2t", "pair→text")):
 DECIMALS: dict[str, int] = {"judge_accuracy": 3, "distinct": 0, "pairs": 0, "seed": 0, "step": 0,
                             "n_seeds": 0, "test_pairs": 0, "distinct_test_captions": 0, "minutes": 1,
                             # table 7's best split as N_intra / depth: 9/12 is 0.75, not 0.8
-                            "split_ratio": 2}
+                            "split_ratio": 2, "relative_depth": 2}
 
 #: the terms a report may use, explained once
 LEGEND: dict[str, str] = {
