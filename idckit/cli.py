@@ -39,8 +39,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     check_output_dir(args.out, "--out")
     generate(args.out, n_pairs=args.pairs, seed=args.seed, size=args.size, camera_jitter=args.camera_jitter,
-             lamp_jitter=args.lamp_jitter, objects=args.objects, workers=args.workers, overwrite=args.overwrite,
-             force=args.force)
+             lamp_jitter=args.lamp_jitter, objects=args.objects, workers=args.workers, profile=args.profile,
+             overwrite=args.overwrite, force=args.force)
     return 0
 
 
@@ -49,7 +49,7 @@ def cmd_generate_birds(args: argparse.Namespace) -> int:
 
     generate(args.out, n_pairs=args.pairs, cub_per_class=args.cub_per_class,
              nabirds_per_class=args.nabirds_per_class, size=args.size, seed=args.seed, workers=args.workers,
-             overwrite=args.overwrite, force=args.force)
+             tree=args.tree, profile=args.profile, overwrite=args.overwrite, force=args.force)
     return 0
 
 
@@ -57,7 +57,7 @@ def cmd_generate_spot_the_diff(args: argparse.Namespace) -> int:
     from idckit.data.synth.spot_the_diff import generate
 
     print(generate(args.out, n_pairs=args.pairs, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
-                   light_change=args.light_change, force=args.force))
+                   light_change=args.light_change, profile=args.profile, force=args.force))
     return 0
 
 
@@ -65,7 +65,7 @@ def cmd_generate_editing_request(args: argparse.Namespace) -> int:
     from idckit.data.synth.editing_request import generate
 
     print(generate(args.out, n_pairs=args.pairs, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
-                   force=args.force))
+                   profile=args.profile, force=args.force))
     return 0
 
 
@@ -167,6 +167,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    import json
+
+    from idckit.manifest import CONFIGS
+    from idckit.settings import resolved_with_sources
+
+    rows = resolved_with_sources(list(CONFIGS[args.family]), args.profile, dataset=args.dataset)
+    if args.json:
+        print(json.dumps([{"setting": k, "value": v, "from": w} for k, v, w in rows], indent=1))
+        return 0
+    width = max(len(k) for k, _, _ in rows)
+    print(f"# {args.family} at profile {args.profile}" + (f", dataset {args.dataset}" if args.dataset else "")
+          + ": every setting, resolved, and the layer that set it (idckit/experiments/configs/)")
+    for key, value, where in rows:
+        print(f"{key:<{width}}  {json.dumps(value):<24}  {where}")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from idckit.experiments.recipes import describe
 
@@ -211,53 +229,53 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="write a synthetic dataset in a real dataset's on-disk format")
     gsub = g.add_subparsers(dest="dataset", required=True)
-    gc = gsub.add_parser("clevr-change", help="SynthCLEVR-Change in the official CLEVR-Change layout")
-    gc.add_argument("--out", type=Path, required=True, help="output directory (created)")
-    gc.add_argument("--pairs", type=int, default=2000, help="number of before images (each gives 2 pairs)")
-    gc.add_argument("--seed", type=int, default=0)
-    gc.add_argument("--size", type=_size, default=(240, 160), help="WxH, default 240x160 (half the real 480x320)")
-    gc.add_argument("--camera-jitter", type=float, default=1.0,
+    # every setting's default is the profile's in configs/synth_*.json (None here: generate() reads the file)
+    def _synth(parser: argparse.ArgumentParser, config: str) -> argparse.ArgumentParser:
+        parser.add_argument("--out", type=Path, required=True, help="output directory (created)")
+        parser.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES,
+                            help=f"whose settings the options left out take (idckit/experiments/configs/{config}.json; "
+                                 f"default {paths.DEFAULT_PROFILE})")
+        parser.add_argument("--seed", type=int, default=None)
+        parser.add_argument("--workers", type=int, default=None,
+                            help="processes drawing the images (the output does not depend on it)")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="replace another dataset of this generator at --out (only one the kit wrote: its "
+                                 "synth_info.json)")
+        parser.add_argument("--force", action="store_true",
+                            help="write beside files in --out that the generator did not write (they are kept, never "
+                                 "deleted)")
+        return parser
+
+    gc = _synth(gsub.add_parser("clevr-change", help="SynthCLEVR-Change in the official CLEVR-Change layout"),
+                "synth_clevr_change")
+    gc.add_argument("--pairs", type=int, default=None, help="number of before images (each gives 2 pairs)")
+    gc.add_argument("--size", type=_size, default=None, help="WxH (the real release: 480x320)")
+    gc.add_argument("--camera-jitter", type=float, default=None,
                     help="CLEVR's camera jitter L: each image moves the camera by U(-L, L) per axis (CLEVR-Change: "
                          "1.0, CLEVR's argparse default 0.5); smaller is easier")
-    gc.add_argument("--lamp-jitter", type=float, default=1.0,
+    gc.add_argument("--lamp-jitter", type=float, default=None,
                     help="CLEVR's lamp jitter L for the key, fill and back lamps (CLEVR-Change: 1.0)")
-    gc.add_argument("--objects", type=_objects, default=(3, 10),
+    gc.add_argument("--objects", type=_objects, default=None,
                     help="fewest-most objects in a before scene, e.g. 2-4 (CLEVR and CLEVR-Change: 3-10)")
-    gc.add_argument("--workers", type=int, default=2, help="rendering processes (output does not depend on it)")
-    gc.add_argument("--overwrite", action="store_true",
-                    help="replace an existing dataset at --out (only one the kit generated: its synth_info.json)")
-    gc.add_argument("--force", action="store_true",
-                    help="write beside files in --out that the generator did not write (they are kept, never deleted)")
     gc.set_defaults(func=cmd_generate)
-    gb = gsub.add_parser("birds", help="SynthBirds: Birds-to-Words, CUB-200-2011 (+ captions) and NABirds layouts")
-    gb.add_argument("--out", type=Path, required=True, help="output directory (created)")
-    gb.add_argument("--pairs", type=int, default=600, help="Birds-to-Words pairs (4-5 paragraphs each)")
-    gb.add_argument("--cub-per-class", type=int, default=6, help="CUB images per species (200 species)")
-    gb.add_argument("--nabirds-per-class", type=int, default=6, help="NABirds images per leaf class")
-    gb.add_argument("--size", type=int, default=128, help="square image side in pixels")
-    gb.add_argument("--seed", type=int, default=0)
-    gb.add_argument("--workers", type=int, default=2, help="rendering processes (output does not depend on it)")
-    gb.add_argument("--overwrite", action="store_true",
-                    help="replace SynthBirds made with other arguments (never a directory the kit did not write)")
-    gb.add_argument("--force", action="store_true",
-                    help="write beside files in --out that the generator did not write (they are kept, never deleted)")
+    gb = _synth(gsub.add_parser("birds", help="SynthBirds: Birds-to-Words, CUB-200-2011 (+ captions) and NABirds "
+                                              "layouts"), "synth_birds")
+    gb.add_argument("--pairs", type=int, default=None, help="Birds-to-Words pairs (4-5 paragraphs each)")
+    gb.add_argument("--cub-per-class", type=int, default=None, help="CUB images per species")
+    gb.add_argument("--nabirds-per-class", type=int, default=None, help="NABirds images per leaf class")
+    gb.add_argument("--size", type=int, default=None, help="square image side in pixels")
+    gb.add_argument("--tree", type=int, nargs=4, default=None, metavar=("ORDERS", "FAMILIES", "GENERA", "SPECIES"),
+                    help="the taxonomy: orders, families per order, genera per family, species per genus")
     gb.set_defaults(func=cmd_generate_birds)
-    for name, helptext, default, func in (
-            ("spot-the-diff", "SynthSpot-the-Diff (street and parking-lot cameras) in the Spot-the-Diff layout", 1000,
-             cmd_generate_spot_the_diff),
+    for name, helptext, config, func in (
+            ("spot-the-diff", "SynthSpot-the-Diff (street and parking-lot cameras) in the Spot-the-Diff layout",
+             "synth_spot_the_diff", cmd_generate_spot_the_diff),
             ("editing-request", "SynthIER (edited procedural photos, raw requests) in the Image-Editing-Request "
-                                "layout", 1000, cmd_generate_editing_request)):
-        gx = gsub.add_parser(name, help=helptext)
-        gx.add_argument("--out", type=Path, required=True, help="output directory (created)")
-        gx.add_argument("--pairs", type=int, default=default, help="number of image pairs (ids 0..N-1)")
-        gx.add_argument("--seed", type=int, default=0)
-        gx.add_argument("--workers", type=int, default=2, help="drawing processes (output does not depend on it)")
-        gx.add_argument("--overwrite", action="store_true",
-                        help="replace another synthetic dataset at --out (never a folder without synth_info.json)")
-        gx.add_argument("--force", action="store_true",
-                        help="write beside files in --out that the generator did not write (they are kept, never deleted)")
+                                "layout", "synth_editing_request", cmd_generate_editing_request)):
+        gx = _synth(gsub.add_parser(name, help=helptext), config)
+        gx.add_argument("--pairs", type=int, default=None, help="number of image pairs (ids 0..N-1)")
         if name == "spot-the-diff":
-            gx.add_argument("--light-change", type=float, default=1.0,
+            gx.add_argument("--light-change", type=float, default=None,
                             help="how much the light differs between the two frames (1.0: up to 12 %% in gain where "
                                  "nothing else changed; 0: the same light, only sensor noise)")
         gx.set_defaults(func=func)
@@ -338,6 +356,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--runs-dir", type=Path, default=None)
     _device_option(t, "default: the configs' device")
     t.set_defaults(func=cmd_train)
+
+    cf = sub.add_parser("config", help="print a family's resolved settings at a profile, each with the JSON layer "
+                                       "that set it")
+    cf.add_argument("family", choices=list(FAMILIES))
+    cf.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
+    cf.add_argument("--dataset", default=None, choices=["spot-the-diff", "editing-request"],
+                    help="also the config files' block for this dataset (CLIP4IDC's Spot-the-Diff / IER settings)")
+    cf.add_argument("--json", action="store_true", help="a JSON list of {setting, value, from}")
+    cf.set_defaults(func=cmd_config)
 
     ls = sub.add_parser("list", help="the named recipes (pcl/full, clip4idc/clip-ft, ...): what each trains and "
                                      "which paper tables have a row from it")
