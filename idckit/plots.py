@@ -184,8 +184,10 @@ def retrieval_bars(rows: Sequence[Mapping[str, Any]], keys: Sequence[str] = ("t2
     import pandas as pd
     import seaborn as sns
 
+    from idckit.report_format import name
+
     bars = pd.DataFrame([{"encoder": "chance" if r["model"] == "chance" else r["variant"].split(" (")[0],
-                          "metric": k, "R@K": r["metrics"][k]} for r in rows for k in keys if k in r["metrics"]])
+                          "metric": name(k), "R@K": r["metrics"][k]} for r in rows for k in keys if k in r["metrics"]])
     fig, ax = plt.subplots(figsize=(9, 3.6))
     sns.barplot(data=bars, x="metric", y="R@K", hue="encoder", ax=ax, errorbar=None)
     ax.set_title(title)
