@@ -28,6 +28,8 @@ from idckit.errors import ConfigError
 CONVERTERS: dict[str, str] = {
     "idc-pcl": "idckit.checkpoint_import:import_idc_pcl",
     "idc-pcl-birds": "idckit.checkpoint_import:import_idc_pcl_birds",
+    "clip4idc-adapt": "idckit.parity.clip4idc:import_adapt",
+    "clip4idc-caption": "idckit.parity.clip4idc:import_caption",
 }
 #: what an imported IDC-PCL run directory holds
 RUN_FILES = ("best.pt", "vocab.json", "config.json", "import.json")

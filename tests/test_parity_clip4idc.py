@@ -312,3 +312,59 @@ def test_checkpoint_errors_say_what_is_wrong(tmp_path):
     wrong = dict(adapt, **{"clip.visual.ln_mid.weight": torch.ones(3)})
     with pytest.raises(ConfigError, match="ln_mid"):
         parity.retrieval_from_checkpoint(wrong)
+
+
+# --- idckit import-checkpoint --from clip4idc-adapt|clip4idc-caption --------------------------------------------
+
+def test_import_checkpoint_writes_a_caption_run_that_computes_their_function(tmp_path):
+    import json
+
+    from idckit.cli import main
+
+    rec = recording("caption")
+    state = dict(their_state("caption"))
+    for key in recording("adapt")["fp16"]["keys"]:       # their CLIP matrices are fp16 in a saved checkpoint
+        state[key] = state[key].half()
+    ckpt = _write(tmp_path / "pytorch_model.bin.19", state)
+    heads = rec["meta"]["decoder_config"]["num_attention_heads"]
+    out = tmp_path / "runs" / "clip4idc-released"
+    assert main(["import-checkpoint", "--from", "clip4idc-caption", str(ckpt), "--out", str(out),
+                 "--heads", str(heads)]) == 0
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(parity.RUN_FILES)
+    record = json.loads((out / "import.json").read_text())
+    assert record["precision"] == "fp16 tensors upcast to fp32" and record["n_intra"] == 3
+    assert record["dropped"] and all(k.startswith("clip.") and not k.startswith("clip.visual.")
+                                     for k in record["dropped"])              # CLIP's text tower only
+    config = json.loads((out / "config.json").read_text())
+    assert config["captioner"]["freeze_clip_embeddings"] and config["clip_model"] is None   # tiny, not ViT-B/32
+    model = parity.load_imported(out)
+    fp32 = parity.captioner_from_checkpoint(parity.read_checkpoint(ckpt), 3, heads=heads)
+    assert torch.equal(teacher_forced(model), teacher_forced(fp32))
+
+
+def test_import_checkpoint_adaptation_run_feeds_a_kit_captioner(tmp_path):
+    from idckit.checkpoint_import import import_checkpoint
+
+    ckpt = _write(tmp_path / "pytorch_model.bin.clevr", their_state("adapt"))
+    done = import_checkpoint("clip4idc-adapt", ckpt, tmp_path / "adapt", n_intra=1)
+    assert done["stage"] == "adaptation" and done["dropped"] == [] and done["n_intra"] == 1
+    model = parity.load_imported(tmp_path / "adapt")
+    rec = recording("adapt")
+    with torch.no_grad():
+        close(model.encode_pair(rec["inputs"]["before"], rec["inputs"]["after"]), rec["splits"][1]["pair"][:, 0])
+    best = torch.load(tmp_path / "adapt" / "best.pt", weights_only=True)      # what CaptionTask's init_from reads
+    assert any(k.startswith("pair_encoder.") for k in best)
+
+
+def test_import_checkpoint_refuses_wrong_kinds_and_options(tmp_path):
+    from idckit.checkpoint_import import import_checkpoint
+    from idckit.errors import ConfigError
+
+    adapt = _write(tmp_path / "adapt.bin", their_state("adapt"))
+    with pytest.raises(ConfigError, match="--from clip4idc-adapt"):
+        import_checkpoint("clip4idc-caption", adapt, tmp_path / "a")
+    with pytest.raises(ConfigError, match="--vocab is for IDC-PCL"):
+        import_checkpoint("clip4idc-adapt", adapt, tmp_path / "b", vocab=tmp_path / "dict.json")
+    with pytest.raises(ConfigError, match="caption model"):
+        import_checkpoint("clip4idc-adapt", adapt, tmp_path / "c", n_heads=8)
+    assert not any((tmp_path / d).exists() for d in "abc")                    # nothing written on refusal

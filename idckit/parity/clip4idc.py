@@ -140,9 +140,13 @@ def clip_from_authors_state(state: Mapping[str, torch.Tensor]):
     """An open_clip CLIP with the sizes of an authors' state dict: OpenAI's ViT layout (heads = width / 64,
     QuickGELU, as OpenAI's CLIP the authors start from), randomly initialised; load converted weights into the kit
     model built on it."""
+    return clip_from_sizes(clip_sizes(state))
+
+
+def clip_from_sizes(z: Mapping[str, int]):
+    """The open_clip CLIP of :func:`clip_sizes`' dict (what an imported run's config.json records)."""
     import open_clip
 
-    z = clip_sizes(state)
     return open_clip.CLIP(
         embed_dim=z["embed_dim"], quick_gelu=True,
         vision_cfg=dict(layers=z["vision_layers"], width=z["vision_width"], head_width=64,
@@ -223,7 +227,7 @@ def captioner_sizes(state: Mapping[str, Any]) -> dict[str, int]:
     return dict(hidden=fc.shape[1], ffn=fc.shape[0], enc_layers=n("encoder"), dec_layers=n("decoder"))
 
 
-def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+def read_checkpoint(path: str | Path, upcast: bool = True) -> dict[str, torch.Tensor]:
     """Their checkpoint file (``torch.save(model.state_dict())``, fp16 CLIP matrices) loaded safely
     (``weights_only``: tensors and containers only, no code runs) as a plain dict; a ``{"state_dict": ...}``
     wrapper is unwrapped. Clear errors for a missing, truncated or foreign file."""
@@ -243,7 +247,7 @@ def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     if not isinstance(state, Mapping) or not any(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConfigError("the file holds no state dict of tensors", path=path,
                           fix="pass a CLIP4IDC checkpoint (their pytorch_model.bin.<epoch>)")
-    return _float32(state)
+    return _float32(state) if upcast else dict(state)
 
 
 def default_n_intra(state: Mapping[str, torch.Tensor]) -> int:
@@ -254,11 +258,13 @@ def default_n_intra(state: Mapping[str, torch.Tensor]) -> int:
     return three_quarters(clip_sizes(state)["vision_layers"])
 
 
-def retrieval_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | None = None):
-    """The kit's :class:`~idckit.models.clip4idc.CLIP4IDCRetrieval` holding an adaptation checkpoint's weights."""
+def retrieval_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | None = None, *,
+                              path: str | Path | None = None):
+    """The kit's :class:`~idckit.models.clip4idc.CLIP4IDCRetrieval` holding an adaptation checkpoint's weights
+    (``path``: the file, named in errors)."""
     from idckit.models.clip4idc import CLIP4IDCRetrieval
 
-    with _as_config_error("clip4idc-adapt"):
+    with _as_config_error("clip4idc-adapt", path):
         n_intra = default_n_intra(state) if n_intra is None else n_intra
         model = CLIP4IDCRetrieval(clip_from_authors_state(state), n_intra=n_intra)
         model.load_state_dict(convert_retrieval(state), strict=True)
@@ -266,14 +272,15 @@ def retrieval_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | 
 
 
 def captioner_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | None = None, *,
-                              profile: str = "paper", heads: int | None = None, max_len: int | None = None):
+                              profile: str = "paper", heads: int | None = None, max_len: int | None = None,
+                              path: str | Path | None = None):
     """The kit's :class:`~idckit.models.clip4idc.CLIP4IDCCaptioner` (config ``clip4idc-<profile>`` with the
     checkpoint's sizes) holding a caption checkpoint's weights. Heads are not in the weights: the profile's (8 at
     paper, their ``decoder_config.json``) unless given."""
     from idckit.experiments.config import model_config
     from idckit.models.clip4idc import CLIP4IDCCaptioner
 
-    with _as_config_error("clip4idc-caption"):
+    with _as_config_error("clip4idc-caption", path):
         if "decoder.classifier.cls.predictions.bias" not in state:
             raise KeyError("no decoder.* weights: an adaptation-stage checkpoint, not a caption-stage one")
         fields = dict(captioner_sizes(state), n_intra=default_n_intra(state) if n_intra is None else n_intra)
@@ -288,7 +295,7 @@ def captioner_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | 
 
 
 @contextlib.contextmanager
-def _as_config_error(kind: str) -> Iterator[None]:
+def _as_config_error(kind: str, path: str | Path | None = None) -> Iterator[None]:
     """A checkpoint of the wrong stage, a foreign one or one whose tensors disagree in size -> the kit's error."""
     from idckit.errors import ConfigError
 
@@ -297,7 +304,109 @@ def _as_config_error(kind: str) -> Iterator[None]:
     except (KeyError, RuntimeError, ValueError) as e:
         other = "clip4idc-adapt" if kind == "clip4idc-caption" else "clip4idc-caption"
         raise ConfigError(f"not a {kind} checkpoint of the public CLIP4IDC code: {str(e).strip(chr(39))[:300]}",
+                          path=path,
                           fix=f"check the file; a checkpoint of the other stage imports with --from {other}") from e
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# `idckit import-checkpoint --from clip4idc-adapt|clip4idc-caption` (registered in idckit.checkpoint_import)
+# ---------------------------------------------------------------------------------------------------------------
+
+#: what an imported CLIP4IDC run directory holds
+RUN_FILES = ("best.pt", "config.json", "import.json")
+#: OpenAI's ViT-B/32, the CLIP of the released checkpoints, by its open_clip name (QuickGELU, as trained)
+VIT_B_32 = ("ViT-B-32-quickgelu", dict(embed_dim=512, image_resolution=224, vision_layers=12, vision_width=768,
+                                       vision_patch_size=32, context_length=77, vocab_size=49408,
+                                       transformer_width=512, transformer_heads=8, transformer_layers=12))
+
+
+def import_adapt(checkpoint: Path, out: Path, *, force: bool = False, **options: Any) -> dict[str, Any]:
+    """An adaptation-stage checkpoint (their ``ckpts/pretrained/pytorch_model.bin.{clevr,spot}``) as a kit run:
+    ``best.pt`` holds :class:`~idckit.models.clip4idc.CLIP4IDCRetrieval`'s weights, so it also serves as a kit
+    captioning run's ``init_from``. ``n_intra``: the split (not in the weights; default 3/4 of the depth, their 9)."""
+    return _import("clip4idc-adapt", Path(checkpoint), Path(out), force=force, **options)
+
+
+def import_caption(checkpoint: Path, out: Path, *, force: bool = False, **options: Any) -> dict[str, Any]:
+    """A caption-stage checkpoint (their ``ckpts/trained/...``) as a kit run holding
+    :class:`~idckit.models.clip4idc.CLIP4IDCCaptioner`'s weights at the ``paper`` switches. Options: ``n_intra``,
+    ``n_heads`` (the caption model's heads, not in the weights: default the paper's 8), ``max_len`` (default 32)."""
+    return _import("clip4idc-caption", Path(checkpoint), Path(out), force=force, **options)
+
+
+def _import(kind: str, checkpoint: Path, out: Path, *, force: bool, n_intra: int | None = None,
+            n_heads: int | None = None, max_len: int | None = None, vocab: Any = None) -> dict[str, Any]:
+    import dataclasses
+
+    from idckit import fileio
+    from idckit.errors import ConfigError
+
+    if vocab is not None:
+        raise ConfigError("--vocab is for IDC-PCL: CLIP4IDC captions with CLIP's own BPE vocabulary",
+                          fix=f"drop --vocab for --from {kind}")
+    if kind == "clip4idc-adapt" and (n_heads is not None or max_len is not None):
+        raise ConfigError("--heads and --max-len set the caption model; an adaptation checkpoint has none",
+                          fix="drop them, or import a caption-stage checkpoint with --from clip4idc-caption")
+    claim = fileio.claim_dir(out, "imported-checkpoint", force=force, will_write=RUN_FILES,
+                             what="imported checkpoint")
+    raw = read_checkpoint(checkpoint, upcast=False)
+    half = any(isinstance(v, torch.Tensor) and v.dtype == torch.float16 for v in raw.values())
+    state = _float32(raw)
+    del raw
+    with _as_config_error(kind, checkpoint):
+        sizes = clip_sizes(state)
+    if kind == "clip4idc-adapt":
+        model = retrieval_from_checkpoint(state, n_intra, path=checkpoint)
+        config: dict[str, Any] = {"kind": kind, "n_intra": model.pair_encoder.n_intra}
+        dropped = [k for k in state if not k.startswith("clip.")]
+    else:
+        model = captioner_from_checkpoint(state, n_intra, heads=n_heads, max_len=max_len, path=checkpoint)
+        cfg = dataclasses.asdict(model.cfg)
+        config = {"kind": kind, "max_len": cfg.pop("max_len"), "captioner": cfg}
+        # CLIP's text tower: the caption stage runs it on a dummy input and never uses the result
+        dropped = [k for k in state if not k.startswith(("clip.visual.", "decoder."))
+                   and k not in ("clip.token_embedding.weight", "clip.positional_embedding")]
+    name = VIT_B_32[0] if sizes == VIT_B_32[1] else None
+    config.update({"imported_from": kind, "profile": "paper", "clip_model": name, "clip_sizes": sizes})
+    summary = {"kind": kind, "checkpoint": str(checkpoint), "sha256": _sha256(checkpoint),
+               "stage": "adaptation" if kind == "clip4idc-adapt" else "captioning",
+               "parameters": sum(p.numel() for p in model.parameters()), "n_intra": model.pair_encoder.n_intra,
+               "dropped": sorted(dropped), "precision": "fp16 tensors upcast to fp32" if half else "fp32"}
+    with claim.staging() as tmp:
+        torch.save(model.state_dict(), tmp / "best.pt")
+        fileio.write_json(tmp / "config.json", config, indent=1)
+        fileio.write_json(tmp / "import.json", summary, indent=1)
+    return {**summary, "out": str(out)}
+
+
+def load_imported(run: str | Path):
+    """The kit model of a run directory written by :func:`import_adapt` / :func:`import_caption`, in eval mode."""
+    import json
+
+    from idckit.errors import ConfigError
+    from idckit.models.clip4idc import CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval
+
+    run = Path(run)
+    missing = [f for f in RUN_FILES if not (run / f).is_file()]
+    if missing:
+        raise ConfigError(f"not an imported CLIP4IDC run: {', '.join(missing)} missing", path=run,
+                          fix="write it with idckit import-checkpoint --from clip4idc-adapt|clip4idc-caption")
+    config = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    clip = clip_from_sizes(config["clip_sizes"])
+    if config["kind"] == "clip4idc-adapt":
+        model = CLIP4IDCRetrieval(clip, n_intra=config["n_intra"])
+    else:
+        model = CLIP4IDCCaptioner(clip, CaptionerConfig(**config["captioner"], max_len=config["max_len"]))
+    model.load_state_dict(torch.load(run / "best.pt", map_location="cpu", weights_only=True), strict=True)
+    return model.eval()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------------------
