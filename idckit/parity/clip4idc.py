@@ -18,10 +18,12 @@ which the tests recompute (:func:`authors_state`). What is stored: the key -> (p
   of every row, and a fixed random projection of all columns), their training loss (``CLIP4IDC.forward``) and
   ``greedy_decode`` of ``main_task_caption.py`` (32 steps).
 
-Converters (also what ``idckit import-checkpoint --from clip4idc-adapt|clip4idc-caption`` uses):
-:func:`clip_from_authors_state` builds the open_clip CLIP of a state dict's sizes, :func:`convert_retrieval` and
-:func:`convert_captioner` rename their keys to the kit's :class:`~idckit.models.clip4idc.CLIP4IDCRetrieval` /
-:class:`~idckit.models.clip4idc.CLIP4IDCCaptioner` (fp16 tensors upcast to fp32).
+Converters: :func:`clip_from_authors_state` builds the open_clip CLIP of a state dict's sizes, :func:`convert_retrieval`
+and :func:`convert_captioner` rename their keys to the kit's :class:`~idckit.models.clip4idc.CLIP4IDCRetrieval` /
+:class:`~idckit.models.clip4idc.CLIP4IDCCaptioner` (fp16 tensors upcast to fp32). On them: :func:`read_checkpoint`,
+:func:`retrieval_from_checkpoint` / :func:`captioner_from_checkpoint`, and ``idckit import-checkpoint --from
+clip4idc-adapt|clip4idc-caption`` (:func:`import_adapt`, :func:`import_caption`; :func:`load_imported` reads the run
+back).
 """
 from __future__ import annotations
 
