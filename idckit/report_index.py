@@ -10,6 +10,7 @@ from pathlib import Path
 
 from idckit import fileio
 from idckit.report_card import PAPERS, Summary, status_class, summary
+from idckit.report_format import fmt
 from idckit.report_status import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_LEARNED_FACTOR
 
 COLUMNS = ("report", "headline", "idckit", "no-learning baseline", "paper", "status", "data", "seeds", "time")
@@ -66,7 +67,9 @@ def render(report_dir: str | Path) -> str:
                        f'<br><span class="detail">{e(s.title)}</span>'),
             "headline": e(s.label),
             "idckit": e(s.kit_text()),
-            "no-learning baseline": e(s.baseline_text()),
+            "no-learning baseline": ("–" if not s.baseline else
+                                     f'{e(fmt(s.baseline["kit"], s.metric))}<br><span class="detail">'
+                                     f'{e(s.baseline["label"])}</span>'),
             "paper": e(s.paper_text()),
             "status": _status_cell(s, st),
             "data": f'<span title="{e(s.data)}">{keys[f"{s.data}; backbone {s.backbone}"]}</span>',
@@ -90,7 +93,8 @@ def render(report_dir: str | Path) -> str:
  th, td {{ border: 1px solid #ccc; padding: 0.25rem 0.4rem; text-align: left; vertical-align: top; }}
  th {{ background: #f0f0f0; }} th.c-status {{ background: #dde8f5; }}
  tr.group th {{ background: #e4e4e4; font-size: 0.9rem; }}
- td.c-idckit, td.c-no-learning, td.c-paper {{ text-align: right; white-space: nowrap; }}
+ td.c-idckit, td.c-paper {{ text-align: right; white-space: nowrap; }}
+ td.c-no-learning {{ text-align: right; max-width: 9rem; }}
  .stale, .flag {{ color: #b00; font-weight: bold; }} .learned {{ color: #070; font-weight: bold; }}
  .ran {{ color: #555; font-weight: bold; }} .detail {{ font-size: 0.75rem; color: #555; }}
  p.note, ul.legend {{ font-size: 0.85rem; }}
