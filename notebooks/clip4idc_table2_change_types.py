@@ -32,6 +32,11 @@ clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu
 pretrained = None      # None: the profile's weights; e.g. openai or a checkpoint file
 
 # %%
+from idckit.notebook_params import check_parameters
+
+check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
+
+# %%
 import time
 
 from idckit import paths
@@ -41,7 +46,7 @@ from idckit.experiments import reporting, yardsticks
 from idckit.experiments.analytics import captions_by_run
 from idckit.plots import per_type_bars, show_pairs
 from idckit.report import paper_table, report_summary, write_report
-from idckit.report_format import comparison, legend
+from idckit.report_format import Notes, comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -90,12 +95,16 @@ paper_row = next(r for r in paper if r["model"] == "CLIP4IDC")
 semantic = [t for t in CHANGE_TYPES if t in kit_row["metrics"]]
 head = yardsticks.type_headline(rows + base_rows, results[0]["label"], "CLIP4IDC move CIDEr-D, test",
                                 paper_row["metrics"], ["move"] if "move" in semantic else semantic)
+notes = (yardsticks.hardest_type_notes(rows, paper_row["metrics"], results[0]["label"], semantic)
+         + yardsticks.type_standing_notes(rows + base_rows, results[0]["label"], semantic))
 path = write_report(
     report_dir, "clip4idc_table2_change_types", "clip4idc.table2", rows + base_rows,
     clip4idc.provenance(setup, results, seeds, time.time() - t0), headline=head,
     notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {results[0]['clip']}.",
-           *yardsticks.hardest_type_notes(rows, paper_row["metrics"], results[0]["label"], semantic)])
+           f"CLIP: {results[0]['clip']}.", *notes])
+Notes(notes)
+
+# %%
 legend()
 
 # %%

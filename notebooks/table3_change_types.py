@@ -29,6 +29,11 @@ device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 backbone = None        # None: the profile default (efficientnet_lite0)
 
 # %%
+from idckit.notebook_params import check_parameters
+
+check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
+
+# %%
 import time
 
 from idckit import paths
@@ -39,7 +44,7 @@ from idckit.experiments import reporting, yardsticks
 from idckit.experiments.analytics import captions_by_run
 from idckit.plots import per_type_bars, show_pairs
 from idckit.report import paper_table, report_summary, write_report
-from idckit.report_format import comparison, legend
+from idckit.report_format import Notes, comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
@@ -88,7 +93,8 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=shown)
 # %%
 paper_types = next(r for r in paper["rows"] if r["model"] == "IDC-PCL")["metrics"]
 semantic = [t for t in CHANGE_TYPES if all(t in r["metrics"] for r in rows)]  # tiny test splits lack some
-notes = yardsticks.hardest_type_notes(rows, paper_types, FULL, semantic) + [
+notes = yardsticks.hardest_type_notes(rows, paper_types, FULL, semantic) + yardsticks.type_standing_notes(
+    rows + base_rows, FULL, semantic) + [
     "Synthetic-data numbers are not comparable with the paper's real-data numbers."]
 if hard:
     notes.append(f"Rows marked [hard data] ran on {hard.data.description}: CLEVR-Change's own jitter, kept "
@@ -99,6 +105,9 @@ path = write_report(
     headline=yardsticks.type_headline(rows + base_rows, FULL, "IDC-PCL CIDEr-D, mean of the five change types",
                                       paper_types, semantic),
     notes=notes)
+Notes(notes)
+
+# %%
 legend()
 
 # %%

@@ -57,3 +57,10 @@ def test_per_type_headline_and_the_hardest_type():
 def test_dataset_title():
     assert yardsticks.dataset_title(type("D", (), {"description": "synthetic: SynthCLEVR-Change (60 pairs)"})) == \
         "SynthCLEVR-Change"
+
+
+def test_type_standing_reads_the_mean_over_types():
+    rows = [{**_run("full", 0), "metrics": {"color": 10.0, "move": 30.0}},
+            {**_base("judge oracle", 0), "metrics": {"color": 50.0, "move": 50.0}}]
+    (note,) = yardsticks.type_standing_notes(rows, "full", ["color", "move"])
+    assert note.startswith("full is below judge oracle on CIDEr-D, mean of color/move: gap -30.0")

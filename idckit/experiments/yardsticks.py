@@ -170,6 +170,21 @@ def type_headline(rows: Sequence[Mapping[str, Any]], variant: str, label: str, p
     return out
 
 
+def type_standing_notes(rows: Sequence[Mapping[str, Any]], variant: str, types: Sequence[str]) -> list[str]:
+    """:func:`standing_notes` on the mean CIDEr-D over ``types`` of per-type rows (the seed sd of that mean where
+    several seeds ran; with one seed no spread is measured per type, and the sentence says so)."""
+    metric = "CIDEr-D, mean of " + "/".join(types)
+    flat = []
+    for r in rows:
+        if not all(t in r["metrics"] for t in types):
+            continue
+        row = {**r, "metrics": {metric: type_mean(r, types)}}
+        if r.get("sd"):
+            row["sd"] = {metric: type_mean({"metrics": r["sd"]}, types)}
+        flat.append(row)
+    return standing_notes(flat, variant, metric)
+
+
 def type_describe_table(rows: Sequence[Mapping[str, Any]], *, caption: str):
     """Per captioning row and change type: how often its captions name that change type (%), and the chance of
     guessing the most common type."""
@@ -292,6 +307,6 @@ def add_bootstrap(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any
 
 
 __all__ = ["BASELINES_VERSION", "ORACLES", "clevr_baselines", "baseline_rows", "baseline_type_rows",
-           "best_baseline", "dataset_title", "headline", "type_rows", "type_mean", "type_headline", "type_describe_table",
+           "best_baseline", "dataset_title", "headline", "type_rows", "type_mean", "type_headline", "type_standing_notes", "type_describe_table",
            "hardest_type_notes", "best_split", "clevr_rows", "describe_table", "standing_notes",
            "add_describes", "add_bootstrap"]
