@@ -35,7 +35,6 @@ import contextlib
 import copy
 import inspect
 import json
-import math
 import os
 import platform
 import subprocess
@@ -454,11 +453,11 @@ def _flops(step: Callable[[], Any]) -> int:
     return counter.get_total_flops()
 
 
-def _train_step(model, loss_fn, dev, params=None):
+def _train_step(model, loss_fn, dev):
+    """A whole training step: forward under bf16 autocast, backward, an AdamW update of the trainable weights."""
     from idckit import device as devices
 
-    opt = torch.optim.AdamW(params if params is not None else [p for p in model.parameters() if p.requires_grad],
-                            lr=1e-5)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
 
     def step():
         with devices.autocast(dev, True):
@@ -478,10 +477,10 @@ def throughput(dev: torch.device, dry: bool, peak: float) -> dict:
     warm, reps = (1, 1) if dry else (3, 10)
     rows: dict[str, dict] = {}
 
-    def record(name, samples, step, flops_step=None, *, backward=True):
+    def record(name, samples, step):
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
-        flops = _flops(step) if flops_step is None else flops_step
+        flops = _flops(step)      # also the first warm-up
         seconds = _timed(dev, step, warm, reps)
         rows[name] = {"samples": samples, "step_seconds": seconds, "samples_per_s": samples / seconds,
                       "gflop_per_step": flops / 1e9, "tflops": flops / seconds / 1e12,
@@ -722,10 +721,10 @@ def table(r: dict) -> str:
     lines.append(f"peak        bf16 matmul {peak:.3g} TFLOP/s" if isinstance(peak, float) else f"peak        {peak}")
     tp = r.get("throughput") or {}
     if "steps" in tp:
-        lines.append(f"{'step (bf16 autocast)':52s} {'samples/s':>10s} {'GFLOP/step':>11s} {'TFLOP/s':>8s} "
+        lines.append(f"{'step (bf16 autocast)':60s} {'samples/s':>10s} {'GFLOP/step':>11s} {'TFLOP/s':>8s} "
                      f"{'of peak':>8s}")
         for name, s in tp["steps"].items():
-            lines.append(f"{name:52s} {s['samples_per_s']:10.1f} {s['gflop_per_step']:11.1f} {s['tflops']:8.2f} "
+            lines.append(f"{name:60s} {s['samples_per_s']:10.1f} {s['gflop_per_step']:11.1f} {s['tflops']:8.2f} "
                          f"{100 * s['fraction_of_peak']:7.1f}%")
         for name, s in tp["schedules"].items():
             lines.append(f"schedule    {name}: {s['steps']:,} steps x {s['step_seconds']:.3f} s = {s['hours']:.2f} h")
