@@ -35,6 +35,11 @@ device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 n_show = 4
 
 # %%
+from idckit.notebook_params import check_parameters
+
+check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
+
+# %%
 from idckit import paths
 from idckit.experiments import walkthrough
 from idckit.plots import change_type_counts, show_pairs

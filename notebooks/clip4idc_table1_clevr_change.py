@@ -50,6 +50,11 @@ with_pcl = True        # also run (or read from the cache) IDC-PCL's full model 
 with_variant = True    # also the labelled idckit variant clip4idc-diff (not the paper's), first seed only
 
 # %%
+from idckit.notebook_params import check_parameters
+
+check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
+
+# %%
 import time
 
 from idckit import paths

@@ -38,6 +38,11 @@ clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu
 pretrained = None      # None: the profile's weights (the stand-in is pre-trained here); e.g. openai or a file
 
 # %%
+from idckit.notebook_params import check_parameters
+
+check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
+
+# %%
 from idckit import paths
 from idckit.experiments import clip4idc
 from idckit.experiments import pair_table

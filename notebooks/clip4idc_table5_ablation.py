@@ -42,6 +42,11 @@ pretrained = None      # None: the profile's weights; e.g. openai or a checkpoin
 spot_root = None       # None: SynthSpot-the-Diff of the profile; else a real Spot-the-Diff data/ folder
 
 # %%
+from idckit.notebook_params import check_parameters
+
+check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
+
+# %%
 import time
 
 from idckit import paths

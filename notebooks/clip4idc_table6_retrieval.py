@@ -41,6 +41,11 @@ spot_root = None       # None: SynthSpot-the-Diff of the profile; else a real Sp
 ier_root = None        # None: SynthIER of the profile; else a real Image-Editing-Request root
 
 # %%
+from idckit.notebook_params import check_parameters
+
+check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
+
+# %%
 import time
 
 from idckit import paths

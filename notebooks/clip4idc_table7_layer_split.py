@@ -42,6 +42,11 @@ clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu
 pretrained = None      # None: the profile's weights; e.g. openai or a checkpoint file
 
 # %%
+from idckit.notebook_params import check_parameters
+
+check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
+
+# %%
 import time
 
 from idckit import paths

@@ -39,6 +39,11 @@ seeds = [0, 1, 2]
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 
 # %%
+from idckit.notebook_params import check_parameters
+
+check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
+
+# %%
 import time
 
 from idckit import paths

@@ -699,3 +699,66 @@ def test_bad_input_is_the_kits_error_naming_it_with_a_fix_and_no_output(case, tm
 def test_the_table_has_at_least_fifty_distinct_cases():
     assert len(CASES) >= 50 and len({c.id for c in CASES}) == len(CASES)
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
+
+
+# -- notebook parameters: a misspelt -p fails in the first cells ----------------------------------------------
+def _parameters_cell(nb_py: Path) -> str:
+    text = nb_py.read_text()
+    cell = text.split('# %% tags=["parameters"]\n', 1)[1].split("\n# %%", 1)[0]
+    return cell
+
+
+def test_unknown_parameters_are_found_against_the_parameters_cell():
+    from idckit.notebook_params import assigned_names, unknown_parameters
+
+    params = "profile = 'cpu'  # smoke | cpu\nclevr_root = None\nseeds: list = [0]\na = b = 1\n"
+    assert assigned_names(params) == ["profile", "clevr_root", "seeds", "a", "b"]
+    injected = '# Parameters\nprofil = "smoke"\nseeds = [1]\n'
+    assert unknown_parameters(["import x", params, injected]) == (["profil"], ["profile", "clevr_root", "seeds",
+                                                                               "a", "b"])
+    assert unknown_parameters(["import x", params, '# Parameters\nprofile = "smoke"\n']) == ([], assigned_names(params))
+    assert unknown_parameters([params, "x = 1"]) == ([], [])          # run by hand: nothing injected, nothing to check
+
+
+def test_every_notebook_checks_its_parameters_right_after_the_parameters_cell():
+    from idckit import paths
+
+    for nb in sorted(paths.notebooks_dir().glob("*.py")):
+        after = nb.read_text().split('# %% tags=["parameters"]\n', 1)[1].split("\n# %%", 2)
+        assert "check_parameters(globals())" in after[1], f"{nb.name}: no check right after the parameters cell"
+
+
+def test_every_parameter_reproduce_passes_is_one_the_notebook_takes():
+    from idckit import paths, reproduce
+    from idckit.notebook_params import assigned_names
+
+    for nb in sorted(paths.notebooks_dir().glob("*.py")):
+        passed = reproduce.parameters(nb.stem, profile="smoke", roots=None, report_dir=Path("r"), runs_dir=Path("u"),
+                                      extra_parameters={"device": "cpu"})
+        known = assigned_names(_parameters_cell(nb))
+        assert set(passed) <= set(known), f"{nb.name}: reproduce passes {sorted(set(passed) - set(known))}"
+
+
+def test_a_misspelt_papermill_parameter_fails_in_seconds_naming_the_known_ones(tmp_path):
+    import time
+
+    import nbformat
+    import papermill as pm
+
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("profile = 'cpu'\nclevr_root = None")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(
+        "from idckit.notebook_params import check_parameters\ncheck_parameters(globals())"),
+        nbformat.v4.new_code_cell("open('ran', 'w').write('the long work')")]
+    nb.metadata["kernelspec"] = {"name": "idckit", "display_name": "Python (idckit)", "language": "python"}
+    nbformat.write(nb, str(tmp_path / "t.ipynb"))
+    t0 = time.time()
+    with pytest.raises(pm.PapermillExecutionError) as err:
+        pm.execute_notebook(str(tmp_path / "t.ipynb"), str(tmp_path / "out.ipynb"), parameters={"profil": "smoke"},
+                            kernel_name="idckit", cwd=str(tmp_path), progress_bar=False)
+    assert "unknown notebook parameter 'profil'" in str(err.value) and "profile, clevr_root" in str(err.value)
+    assert not (tmp_path / "ran").exists() and time.time() - t0 < 60
+    pm.execute_notebook(str(tmp_path / "t.ipynb"), str(tmp_path / "out.ipynb"), parameters={"profile": "smoke"},
+                        kernel_name="idckit", cwd=str(tmp_path), progress_bar=False)
+    assert (tmp_path / "ran").read_text() == "the long work"
