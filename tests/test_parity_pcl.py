@@ -71,7 +71,8 @@ def test_paper_profile_holds_the_public_switches_and_cpu_smoke_the_kits(family):
     assert {k: getattr(paper, k) for k in SWITCHES} == parity.PAPER_SWITCHES
     kit = {"visual_activation": "none", "norm": "torch", "input_norm": False, "final_norm": True,
            "scale_words": False, "mvcl_head": "untied", "special_tokens": "distinct", "pos_table": "vaswani",
-           "attend_padding": False, "init": "kit", "mvcl_negatives": "paper"}
+           "attend_padding": False, "init": "kit", "mvcl_negatives": "paper",
+           "single_image": "blank"}
     for profile in ("cpu", "smoke"):
         cfg = model_config(f"{family}-{profile}", **sizes)
         assert {k: getattr(cfg, k) for k in SWITCHES} == kit, profile
@@ -222,14 +223,65 @@ def test_paragraph_model_logits_and_greedy_decoding():
     assert _cut(_authors_tokens(model, rec, a_of_k), eos) == _cut(rec["greedy"], eos)
 
 
-def test_cub_stage_losses_from_the_recorded_scores():
-    """The GIC (CUB) stage's losses are the kit's functions of the recorded scores. Its single-image layout
-    ([IMG1, regions, IMG2] with no second image) is not the kit's (a blank second image): docs/parity.md."""
+def test_cub_stage_lone_image_layout_mlm_mvcl_fda():
+    """The GIC (CUB) stage's model: one image, [IMG1, regions, IMG2] (``single_image="lone"``, f2 None)."""
     rec = recording("bird_cub")
-    mv, fda = rec["mvcl"], rec["fda"]
-    labels = torch.arange(len(mv["similarities"]))
-    close(F.cross_entropy(mv["similarities"], labels, reduction="none"), mv["loss"])
-    close(fda_nce(fda["logits"][:, 0], fda["logits"][:, 1:], 1.0), fda["loss"])
+    model, k_of_a, _ = kit_model(rec, family="pcl-birds")
+    mlm, mv, fda = rec["mlm"], rec["mvcl"], rec["fda"]
+    n = rec["sizes"]["regions"]
+    with torch.no_grad():
+        out = model(rec["f1"], None, k_of_a[mlm["cap"]], mode="pretrain")
+        logits = model.mlm_logits(out.text[mlm["cap_label"] != -1])[:, k_of_a]
+        masked = mv["img_mask"]
+        out = model(rec["f1"], None, k_of_a[mv["cap"]], mode="pretrain",
+                    region_mask=torch.stack([masked, torch.zeros_like(masked)], 1))
+        visual = out.visual[:, 1:1 + n]
+        pred = model.mvcl_regress(visual[masked])
+        sims, _ = mvcl_logits(pred, rec["f1"][masked], model.mvcl_regress(visual[~masked]), 1.0, in_batch_targets=True)
+        b, g, length = fda["caps"].shape
+        out = model(rec["f1"].repeat_interleave(g, 0), None, k_of_a[fda["caps"].view(-1, length)], mode="pretrain")
+        scores = model.fda_similarity(out).view(b, g)
+    assert out.visual.shape[1] == 2 + n
+    close(logits, mlm["logits"])
+    close(mlm_loss(logits, mlm["cap_label"][mlm["cap_label"] != -1], "sum"), mlm["loss"].sum())
+    close(pred, mv["pred"])
+    close(sims, mv["similarities"])
+    close(F.cross_entropy(sims, torch.arange(len(sims)), reduction="none"), mv["loss"])
+    close(scores, fda["logits"])
+    close(fda_nce(scores[:, 0], scores[:, 1:], 1.0), fda["loss"])
+
+
+def test_switch_single_image_lone_drops_the_blank_image_from_the_pretraining_task():
+    """At "lone" a batch of single-image captions runs as [IMG1, regions, IMG2]; at "blank" the same batch runs with
+    49 zero regions as its second image, a different function; a batch mixing both is refused."""
+    from ddp_worker import MODEL, PRETRAIN, tiny_pcl_data
+    from idckit.errors import ConfigError
+    from idckit.tasks.pcl import PretrainTask
+
+    data = tiny_pcl_data()
+    blank = len(data.features)
+    data.features = torch.cat([data.features, torch.zeros_like(data.features[:1])])
+    data.blank_row = blank
+    data.splits["train"].after[:] = blank                       # every train pair: a single-image caption
+    seen = {}
+    for layout in ("lone", "blank"):
+        task = PretrainTask(data, {**MODEL, "single_image": layout}, batch_size=6, ratios={"mlm": 1, "mvcl": 1},
+                            **PRETRAIN)
+        torch.manual_seed(0)
+        model = task.build_model().eval()
+        calls = []
+        model.register_forward_pre_hook(lambda mod, args: calls.append(args[1] is None))
+        with torch.no_grad():
+            for batch in task.batches(0, torch.Generator().manual_seed(0)):
+                loss, _ = task.train_step(model, batch, 0)
+                assert math.isfinite(float(loss))
+        seen[layout] = set(calls)
+    assert seen == {"lone": {True}, "blank": {False}}
+    data.splits["train"].after[0] = data.splits["train"].before[1]           # one real pair among them
+    task = PretrainTask(data, {**MODEL, "single_image": "lone"}, batch_size=len(data.splits["train"].sample_pair),
+                        ratios={"mlm": 1}, **PRETRAIN)
+    with pytest.raises(ConfigError, match="mixes single-image captions"):
+        task.train_step(task.build_model(), next(iter(task.batches(0, torch.Generator().manual_seed(0)))), 0)
 
 
 # -- the switches: each changes exactly what it says --------------------------------------------------------------

@@ -16,7 +16,8 @@ def _config(**kw):
                 d_ff=64, n_layers=2, single_layers=1, pair_layers=1, dropout=0.0, difference_encoder=True,
                 distractor_head=True, n_classes=0, visual_activation="none", norm="torch", input_norm=False,
                 final_norm=True, scale_words=False, mvcl_head="untied", special_tokens="distinct", pos_table="vaswani",
-                attend_padding=False, init="kit", mvcl_negatives="paper")
+                attend_padding=False, init="kit", mvcl_negatives="paper",
+                single_image="blank")
     return model.PCLConfig(**{**base, **kw})
 
 

@@ -58,6 +58,9 @@ checkpoint gives their logits to 1e-5 and their greedy tokens: tests/test_parity
 - ``mvcl_negatives`` (the pre-training task reads it): ``public``, each masked region's NCE also counts the other
   masked regions' original features and the regression head's outputs at every unmasked region as negatives
   (their ``mfm_nce``); ``paper``, the unmasked regions' raw features of the batch (the paper's eq. 8).
+- ``single_image`` (the pre-training task reads it): a caption of one image (the birds' GIC stage on CUB) is, at
+  ``lone``, ``[IMG1, regions, IMG2]``: the single-image encoder sees the image, the pair encoder it and a bare [IMG2]
+  (their ``modules_pretrain_cub.py``); at ``blank`` the second image is 49 zero regions like any other image.
 
 ``pos_table`` and ``attend_padding`` at their public values are bugs that contradict the paper; reports carry the
 whole model section in their provenance, so the numbers say which function produced them.
@@ -90,7 +93,7 @@ T_IMG1, T_REG1, T_IMG2, T_REG2, T_CLS, T_TEXT = range(6)
 SPECIAL_KEYS = ("pad", "bos", "eos", "mask", "img1", "img2", "cls")
 #: the PCLConfig fields that choose between the public code's function and the kit's (see the module docstring)
 SWITCHES = ("visual_activation", "norm", "input_norm", "final_norm", "scale_words", "mvcl_head", "special_tokens",
-            "pos_table", "attend_padding", "init", "mvcl_negatives")
+            "pos_table", "attend_padding", "init", "mvcl_negatives", "single_image")
 
 
 @dataclass
@@ -129,6 +132,8 @@ class PCLConfig:
     mvcl_negatives: str             # MVCL's NCE (read by the pre-training task): "public" (the other masked regions'
                                     # targets and the regression outputs at the unmasked ones) or "paper" (the
                                     # unmasked regions' raw features)
+    single_image: str               # a caption of one image (the birds' GIC stage): "lone" ([IMG1, regions, IMG2],
+                                    # no second image) or "blank" (a second image of zero features)
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
@@ -137,7 +142,8 @@ class PCLConfig:
             raise ConfigError(f"visual_activation must be 'sigmoid' or 'none', got {self.visual_activation!r}")
         for name, allowed in (("norm", ("public", "torch")), ("mvcl_head", ("tied", "untied")),
                               ("special_tokens", ("shared_cls", "distinct")), ("pos_table", ("public", "vaswani")),
-                              ("init", ("public", "kit")), ("mvcl_negatives", ("public", "paper"))):
+                              ("init", ("public", "kit")), ("mvcl_negatives", ("public", "paper")),
+                              ("single_image", ("lone", "blank"))):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.n_layers < 1:
@@ -339,22 +345,35 @@ class PCL(nn.Module):
         raw feature, for MVCL) acts before the projection, as in the paper and the public code."""
         return self.encode_images(f1, f2, region_mask)[1]
 
-    def encode_images(self, f1: torch.Tensor, f2: torch.Tensor, region_mask: torch.Tensor | None = None):
+    def encode_images(self, f1: torch.Tensor, f2: torch.Tensor | None, region_mask: torch.Tensor | None = None):
         """(single, pair): ``single`` [B, 2, d] the [IMG] outputs of the single-image encoder for image 1 and 2
-        (None without the difference encoder); ``pair`` [B, 2 + 2n, d] as :meth:`encode_visual`."""
+        (None without the difference encoder); ``pair`` [B, 2 + 2n, d] as :meth:`encode_visual`. ``f2=None``: a
+        lone image (``single_image="lone"``): ``single`` [B, 1, d], ``pair`` [B, 2 + n, d] = [IMG1, regions, IMG2]."""
         n, fd = self.cfg.n_regions, self.cfg.feat_dim
-        if f1.shape != f2.shape or f1.dim() != 3 or tuple(f1.shape[1:]) != (n, fd):
-            raise ConfigError(f"features must be [B, {n}, {fd}], got {tuple(f1.shape)} and {tuple(f2.shape)}")
+        if f1.dim() != 3 or tuple(f1.shape[1:]) != (n, fd) or (f2 is not None and f1.shape != f2.shape):
+            got = tuple(f1.shape), None if f2 is None else tuple(f2.shape)
+            raise ConfigError(f"features must be [B, {n}, {fd}], got {got[0]} and {got[1]}")
         if region_mask is not None:
             if tuple(region_mask.shape) != (f1.shape[0], 2, n):
                 raise ConfigError(f"region_mask must be [B, 2, {n}] bool, got {tuple(region_mask.shape)}")
             f1 = f1.masked_fill(region_mask[:, 0, :, None], 0.0)
-            f2 = f2.masked_fill(region_mask[:, 1, :, None], 0.0)
+            f2 = None if f2 is None else f2.masked_fill(region_mask[:, 1, :, None], 0.0)
         b = f1.shape[0]
         x1 = torch.cat([self._special(self.img1_id, T_IMG1, b), self._regions(f1, T_REG1)], 1)
-        x2 = torch.cat([self._special(self.img2_id, T_IMG2, b), self._regions(f2, T_REG2)], 1)
+        if f2 is None:
+            x2 = self._special(self.img2_id, T_IMG2, b)
+        else:
+            x2 = torch.cat([self._special(self.img2_id, T_IMG2, b), self._regions(f2, T_REG2)], 1)
         if not self.cfg.difference_encoder:
             return None, torch.cat([x1, x2], 1)
+        if f2 is None:                          # the lone image alone, then with a bare [IMG2]
+            x = self.single_in(x1)
+            for blk in self.single:
+                x = blk(x)
+            single, x = x[:, :1], self.pair_in(torch.cat([x, x2], 1))
+            for blk in self.pair:
+                x = blk(x)
+            return single, x
         x = self.single_in(torch.cat([x1, x2], 0))  # the single-image encoder sees each image alone (shared weights)
         for blk in self.single:
             x = blk(x)
@@ -395,7 +414,8 @@ class PCL(nn.Module):
         return self.ln_f(x)
 
     def forward(self, f1, f2, text_ids: torch.Tensor, mode: str = "pretrain", region_mask=None) -> PCLOutput:
-        """f1, f2 [B, n, feat_dim]; text_ids [B, L]. ``mode`` picks the layout and mask (see the module doc)."""
+        """f1, f2 [B, n, feat_dim] (f2 None: a lone image, see :meth:`encode_images`); text_ids [B, L]. ``mode``
+        picks the layout and mask (see the module doc)."""
         if mode not in ("pretrain", "finetune"):
             raise ConfigError(f"mode must be 'pretrain' or 'finetune', got {mode!r}")
         visual = self.encode_visual(f1, f2, region_mask)

@@ -135,7 +135,8 @@ def paper_config_fields(authors_sd: Mapping[str, torch.Tensor]) -> dict[str, Any
 #: the PCLConfig switches at which the kit computes the public code's function (the ``paper`` profile's)
 PAPER_SWITCHES = {"norm": "public", "input_norm": True, "final_norm": False, "visual_activation": "sigmoid",
                   "scale_words": True, "mvcl_head": "tied", "special_tokens": "shared_cls", "pos_table": "public",
-                  "attend_padding": True, "init": "public", "mvcl_negatives": "public"}
+                  "attend_padding": True, "init": "public", "mvcl_negatives": "public",
+                  "single_image": "lone"}
 
 
 # -- recording -------------------------------------------------------------------------------------------------
@@ -397,7 +398,8 @@ def _record_bird(checkout: Path, out: Path) -> list[Path]:
     torch.save({"commit": commit, "sizes": dict(s), "vocab": dict(v),
                 "state_dict": {k: t.clone() for k, t in model.state_dict().items()}, "f1": f1,
                 "mlm": {"cap": cap, "cap_label": label, "loss": mlm_loss, "logits": mlm_logits},
-                "mvcl": {"img_mask": img_mask, "loss": mvcl_loss, "pred": mvcl_pred, "similarities": mvcl_sims},
+                "mvcl": {"cap": x["cap"], "img_mask": img_mask, "loss": mvcl_loss, "pred": mvcl_pred,
+                         "similarities": mvcl_sims},
                 "fda": {"caps": caps, "loss": fda_loss, "logits": fda_scores}}, path)
     paths.append(path)
 

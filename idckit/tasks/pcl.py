@@ -341,6 +341,8 @@ class PretrainTask(_PCLTask):
         if task == "fgvc":
             return self._fgvc_step(model, batch["pairs"], batch.get("features"))
         f1, f2 = self.data.pair_features("train", batch["pairs"], dev, batch.get("features"))
+        if self._lone(model, batch["pairs"]):
+            f2 = None                          # one image each: [IMG1, regions, IMG2] (single_image="lone")
         if task == "mlm":
             out = model(f1, f2, batch["text"].to(dev), mode="pretrain")
             labels = batch["labels"].to(dev)
@@ -351,19 +353,23 @@ class PretrainTask(_PCLTask):
             regions = batch["regions"].to(dev)
             out = model(f1, f2, batch["text"].to(dev), mode="pretrain", region_mask=regions)
             n = regions.shape[2]
-            visual = torch.stack([out.visual[:, 1:1 + n], out.visual[:, 2 + n:2 + 2 * n]], dim=1)  # [B, 2, n, d]
-            original = torch.stack([f1, f2], dim=1)                                                 # [B, 2, n, F]
+            if f2 is None:                     # lone images: the batches mask image 1 of a single-image caption
+                regions = regions[:, :1]
+                visual, original = out.visual[:, None, 1:1 + n], f1[:, None]                        # [B, 1, n, .]
+            else:
+                visual = torch.stack([out.visual[:, 1:1 + n], out.visual[:, 2 + n:2 + 2 * n]], dim=1)  # [B, 2, n, d]
+                original = torch.stack([f1, f2], dim=1)                                                 # [B, 2, n, F]
             pred = model.mvcl_regress(visual[regions])
             public = model.cfg.mvcl_negatives == "public"
             if public:                         # the regression outputs at this process's unmasked regions
                 neg_pairs, free, pool = batch["pairs"], ~regions, None
             elif "negative_pairs" in batch:    # a rank's shard: the negatives are those of the whole batch
-                neg_pairs, free = batch["negative_pairs"], ~batch["negative_regions"].to(dev)
+                neg_pairs, free = batch["negative_pairs"], ~batch["negative_regions"].to(dev)[:, :regions.shape[1]]
                 g1, g2 = self.data.pair_features("train", neg_pairs, dev, batch.get("negative_features"))
-                pool = torch.stack([g1, g2], dim=1)
+                pool = torch.stack([g1, g2], dim=1)[:, :regions.shape[1]]
             else:
                 neg_pairs, free, pool = batch["pairs"], ~regions, original
-            if self.data.blank_row is not None:    # a blank image's zero regions are no negatives
+            if self.data.blank_row is not None and f2 is not None:    # a blank image's zero regions are no negatives
                 blank = self.data.splits["train"].after[neg_pairs] == self.data.blank_row
                 free = free.clone()
                 free[:, 1] &= ~blank.to(dev)[:, None]
@@ -379,6 +385,17 @@ class PretrainTask(_PCLTask):
         else:
             raise ConfigError(f"unknown pre-training task {task!r}")
         return loss, {task: float(loss.detach())}
+
+    def _lone(self, model: PCL, pairs: torch.Tensor) -> bool:
+        """Whether the batch is single-image captions to lay out as lone images (``single_image="lone"``)."""
+        if model.cfg.single_image != "lone" or self.data.blank_row is None:
+            return False
+        blank = self.data.splits["train"].after[pairs] == self.data.blank_row
+        if bool(blank.any()) and not bool(blank.all()):
+            raise ConfigError("a pre-training batch mixes single-image captions with image pairs, which the lone "
+                              "layout cannot batch", fix="set the model's single_image to 'blank', or pre-train "
+                                                         "the single-image captions in a stage of their own")
+        return bool(blank.all())
 
     def _fgvc_step(self, model: PCL, idx: torch.Tensor, read: tuple[torch.Tensor, torch.Tensor] | None):
         """Classification of each image + same-class matching of the pair + in-batch class contrast, summed
