@@ -577,8 +577,10 @@ def throughput(dev: torch.device, dry: bool, peak: float) -> dict:
 def device_info(dev: torch.device) -> dict:
     from idckit import device as devices
 
-    info = {"device": str(dev), "torch": torch.__version__, "cuda_build": torch.version.cuda,
-            "python": platform.python_version(), "bf16": bool(devices.bf16_supported(dev))}
+    major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2])
+    info = {"device": str(dev), "torch": torch.__version__, "torch_supported": (major, minor) >= (2, 4),
+            "cuda_build": torch.version.cuda, "python": platform.python_version(),
+            "bf16": bool(devices.bf16_supported(dev))}
     if dev.type == "cuda":
         p = torch.cuda.get_device_properties(dev)
         info.update(name=p.name, capability=f"{p.major}.{p.minor}", memory_gb=round(p.total_memory / 2**30, 1))
@@ -698,6 +700,8 @@ def table(r: dict) -> str:
     lines.append(f"device      {d.get('name', '?')} ({d.get('device')}), torch {d.get('torch')}, CUDA "
                  f"{d.get('cuda_build')}, bf16 {yes(d.get('bf16'))}" + ("   [DRY MODE: CPU, smoke sizes]"
                                                                        if r.get("dry") else ""))
+    if d.get("torch_supported") is False:
+        lines.append("            torch older than 2.4: the kit is not meant for it (failures below may be that)")
     models = r.get("models") or {}
     if "error" in models:
         lines.append(f"models      {models['error']}")

@@ -35,7 +35,7 @@ def test_dry_run_passes_every_check(result):
     r, log = result
     assert r["dry"] is True and r["profile"] == "smoke" and r["ok"] is True and r["finished"] is True
     assert 0 < r["seconds"]["total"] and r["budget_seconds"] == 480
-    assert r["device"]["device"] == "cpu" and isinstance(r["device"]["bf16"], bool)
+    assert r["device"]["device"] == "cpu" and isinstance(r["device"]["bf16"], bool) and r["device"]["torch_supported"]
     assert set(r["equality"]) == MODELS
     assert all(v["equal"] and v["rel_max_diff"] <= gpu_check.RTOL and v["numel"] > 0 for v in r["equality"].values())
     assert set(r["decoding"]) == {"IDC-PCL", "DUDA", "CLIP4IDC"}
