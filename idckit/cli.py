@@ -203,7 +203,7 @@ def cmd_verify_data(args: argparse.Namespace) -> int:
     from idckit.verify_data import main as verify_main
 
     return verify_main(args.root, args.dataset, sample=args.sample, counts=args.counts, fast=args.fast,
-                       json_out=args.json, limit=args.limit)
+                       json_out=args.json, limit=args.limit, workers=args.workers)
 
 
 def _root_options(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
@@ -392,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "synth_info.json is there, else release")
     vd.add_argument("--json", type=Path, default=None, help="also write the findings here")
     vd.add_argument("--limit", type=int, default=20, help="findings printed per kind (default 20)")
+    vd.add_argument("--workers", type=int, default=None, help="decoding threads (default: the cores, at most 8)")
     vd.set_defaults(func=cmd_verify_data)
 
     rd = sub.add_parser("readme", help="regenerate the README's results table from reports/*.json")

@@ -25,6 +25,7 @@ The fast part (:func:`verify` with ``decode=False``: no image is opened) is what
 from __future__ import annotations
 
 import json
+import os
 import random
 import warnings
 from collections import Counter
@@ -347,21 +348,36 @@ def _extras(res: Result, images: Path, listed: set[str]) -> None:
 
 
 # -- decoding ------------------------------------------------------------------------------------------------------
-def _decode(res: Result, paths: list[Path], sample: int | None, progress: bool, seed: int = 0) -> None:
+def _decode_one(path: Path) -> tuple[tuple[int, int] | None, str | None]:
+    """(size, None) for an image that decodes in full, (None, why) for one that does not."""
     from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            im.load()   # the whole image: a truncated file fails here, not at open()
+            return im.size, None
+    except Exception as err:   # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError... on bad files
+        return None, f"cannot be decoded ({type(err).__name__}: {err})"
+
+
+def _decode(res: Result, paths: list[Path], sample: int | None, progress: bool, workers: int, seed: int = 0) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
     from tqdm.auto import tqdm
 
     todo = sorted(paths)
     if sample is not None and sample < len(todo):
         todo = sorted(random.Random(seed).sample(todo, sample))
     sizes: Counter = Counter()
-    for p in tqdm(todo, desc=f"decoding {res.dataset}", unit="img", disable=not progress):
-        try:
-            with Image.open(p) as im:
-                im.load()   # the whole image: a truncated file fails here, not at open()
-                sizes[im.size] += 1
-        except Exception as err:   # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError... on bad files
-            res.add("corrupt", p, f"cannot be decoded ({type(err).__name__}: {err})")
+    # PIL decodes without the GIL: threads scale a real release's 10^5 images over the cores; findings stay in path
+    # order whatever the number of threads
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        for p, (size, why) in zip(todo, tqdm(pool.map(_decode_one, todo), total=len(todo),
+                                              desc=f"decoding {res.dataset}", unit="img", disable=not progress)):
+            if why is None:
+                sizes[size] += 1
+            else:
+                res.add("corrupt", p, why)
     res.decoded = len(todo)
     res.facts["image_sizes"] = {f"{w}x{h}": n for (w, h), n in sizes.most_common(5)}
     want = RELEASE.get(res.dataset, {}).get("image_size")
@@ -380,7 +396,7 @@ _CHECKS = {
 
 
 def verify(root: str | Path, dataset: str, *, decode: bool = True, sample: int | None = None,
-           counts: str = "auto", progress: bool = True) -> Result:
+           counts: str = "auto", progress: bool = True, workers: int | None = None) -> Result:
     """Check the copy of ``dataset`` at ``root`` (see the module's docstring); never raises for a problem of the
     copy, only for bad arguments."""
     dataset = {"editing-request": "ier"}.get(dataset, dataset)      # the manifest's name of IER
@@ -406,7 +422,7 @@ def verify(root: str | Path, dataset: str, *, decode: bool = True, sample: int |
     else:
         present = _CHECKS[dataset](res, expected)
     if decode:
-        _decode(res, present, sample, progress)
+        _decode(res, present, sample, progress, workers or min(8, os.cpu_count() or 1))
     return res
 
 
@@ -423,8 +439,8 @@ def fast_lines(root: str | Path, dataset: str) -> list[tuple[bool, str]]:
 
 
 def main(root: str | Path, dataset: str, *, sample: int | None = None, counts: str = "auto",
-         fast: bool = False, json_out: str | Path | None = None, limit: int = 20) -> int:
-    res = verify(root, dataset, decode=not fast, sample=sample, counts=counts)
+         fast: bool = False, json_out: str | Path | None = None, limit: int = 20, workers: int | None = None) -> int:
+    res = verify(root, dataset, decode=not fast, sample=sample, counts=counts, workers=workers)
     for line in res.lines(limit=limit):
         print(line)
     if json_out is not None:

@@ -195,6 +195,16 @@ def test_sample_decodes_a_subset(sets):
     assert res.decoded == 7 and res.images == 60 and res.ok
 
 
+def test_threads_find_the_same(copy):
+    root = copy("ier")
+    for image in sorted((root / "images").iterdir())[:3]:
+        truncate(image)
+    one, four = (verify_data.verify(root, "ier", progress=False, workers=w) for w in (1, 4))
+    assert [f.where for f in one.findings] == [f.where for f in four.findings] == sorted(
+        f"images/{p.name}" for p in sorted((root / "images").iterdir())[:3])
+    assert one.facts == four.facts
+
+
 def test_bad_arguments(sets, tmp_path, capsys):
     assert cli(["verify-data", str(tmp_path / "nowhere"), "--dataset", "ier"]) == 2
     assert "ier root is not a directory" in capsys.readouterr().err
