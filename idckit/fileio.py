@@ -153,7 +153,8 @@ def resolve_out(path: str | Path, flag: str, *, directory: bool = True, must_wri
     if resolved == Path(resolved.anchor):
         raise _error(f"{flag} is the filesystem root", raw, f"pass a folder of its own for {flag}", error)
     if directory and resolved.exists() and not resolved.is_dir():
-        raise _error(f"{flag} names a file, not a directory", raw, f"choose a directory path for {flag}", error)
+        raise _error(f"{flag} names a file, not a directory ({resolved.name} is a file)", raw,
+                     f"choose a directory path for {flag}", error)
     if not must_write and resolved.is_dir():   # a folder that may only be read (reused): its writability is checked
         return resolved                         # when a write is due
     return check_output_dir(resolved, flag) if directory else check_output_file(resolved, flag)
@@ -214,6 +215,7 @@ class Claim:
     what: str = ""
     will_write: Sequence[str] = ()
     error: type | None = None        # the error class the command raises for its outputs (default ConfigError)
+    foreign_note: str = ""           # what a folder without the command's marker lacks, said in the refusal
 
     def check(self, force: bool) -> None:
         """Refuse (nothing written or deleted) a folder holding entries the command did not write, unless ``force``
@@ -222,7 +224,7 @@ class Claim:
         if self.foreign and not force:
             shown = ", ".join(self.foreign[:5]) + (f" and {len(self.foreign) - 5} more" if len(self.foreign) > 5 else "")
             whose = f"a {self.what} idckit wrote, and also holds" if self.previous else \
-                "a folder idckit did not write: it holds"
+                f"a folder idckit did not write{self.foreign_note}: it holds"
             raise _error(f"{flag} is {whose} {shown}; nothing was written or deleted", path,
                          f"choose a new or empty folder for {flag}, move those entries away, or pass --force to "
                          "write beside them (they are kept, never replaced)", self.error)
@@ -240,7 +242,8 @@ class Claim:
 
 def claim_dir(path: str | Path, kind: str, *, flag: str = "--out", force: bool = False,
               recognise: Callable[[Path], dict | None] | None = None, will_write: Sequence[str] = (),
-              what: str | None = None, check: bool = True, error: type | None = None) -> Claim:
+              what: str | None = None, check: bool = True, error: type | None = None,
+              foreign_note: str = "") -> Claim:
     """Check, before any work, that the command writing ``kind`` may write into ``path`` (see the policy above).
 
     ``recognise(dir)`` gives an owner record for the command's outputs written before the marker; ``will_write``:
@@ -250,7 +253,7 @@ def claim_dir(path: str | Path, kind: str, *, flag: str = "--out", force: bool =
     what = what or kind
     path = resolve_out(path, flag, must_write=False, error=error)
     if not path.exists():
-        c = Claim(path, kind, None, [], flag, what, tuple(will_write), error)
+        c = Claim(path, kind, None, [], flag, what, tuple(will_write), error, foreign_note)
     else:
         names = [n for n in _entries(path) if not _is_bookkeeping(n)]
         owner = (read_owner(path) or (recognise(path) if recognise else None)) if names else None
@@ -258,7 +261,8 @@ def claim_dir(path: str | Path, kind: str, *, flag: str = "--out", force: bool =
             raise _error(f"{flag} holds a {owner.get('what') or owner.get('kind')} that idckit wrote, not a {what}; "
                          "nothing was written", path, f"choose another {flag} (a new or empty folder)", error)
         owned = set(owner["entries"]) if owner else set()
-        c = Claim(path, kind, owner, [n for n in names if n not in owned], flag, what, tuple(will_write), error)
+        c = Claim(path, kind, owner, [n for n in names if n not in owned], flag, what, tuple(will_write), error,
+                  foreign_note)
     if check:
         c.check(force)
     return c
@@ -403,3 +407,16 @@ def claim_file(path: str | Path, flag: str, *, inputs: Sequence[str | Path] = ()
         raise _error(f"{flag} is an existing file that is not {what}; nothing was written", path,
                      f"choose a new file for {flag}, or move that one away", error)
     return path
+
+
+def inside(base: Path, name: str, *, source: Path, entry: str) -> Path:
+    """``base / name`` for a file name read from a dataset's own files (``source``, at ``entry``), refused when the
+    name is absolute or climbs out of ``base`` with ``..``: a dataset file never makes the kit open another place."""
+    from idckit.errors import DatasetError
+
+    norm = os.path.normpath(name)
+    if os.path.isabs(name) or norm == ".." or norm.startswith(".." + os.sep) or not name.strip():
+        raise DatasetError(f"{entry} names {name!r}, which is not a path inside {base}", path=source,
+                           fix="image names in a dataset's files must be relative paths inside the dataset (no "
+                               "leading /, no ..); correct the entry or re-download the dataset")
+    return base / name

@@ -528,7 +528,35 @@ CASES = [
         (c.tmp / "repo" / "README.md").write_text(README.replace("\nold\n", "\n" + "\n".join(
             f"| [{n}](reports/{n}.html) | x |" for n in ("t", "u", "v")) + "\n")), c.reports({"t.json": REPORT}))[1]),
         ConfigError, "u, v"),
+    # -- names in a dataset's files stay inside it ----------------------------------------------------------
+    Case("ier-image-climbs-out", lambda c: _later(_ier(c, "../../etc/passwd"), lambda root: _mod(
+        "idckit.data.editing_request").EditingRequest(root).pairs("test", check_images=False)), DatasetError,
+        "'../../etc/passwd'"),
+    Case("ier-image-absolute", lambda c: _later(_ier(c, str(c.file("secret.png"))), lambda root: _mod(
+        "idckit.data.editing_request").EditingRequest(root).pairs("test", check_images=False)), DatasetError,
+        "entry 0 img1"),
+    Case("cub-image-climbs-out", lambda c: _later(_cub(c, "../../../x.jpg"), lambda root: _mod(
+        "idckit.data.cub").Cub(root).images()), DatasetError, "'../../../x.jpg'"),
+    Case("cub-image-absolute", lambda c: _later(_cub(c, "/etc/hostname"), lambda root: _mod(
+        "idckit.data.cub").Cub(root).images()), DatasetError, lambda c: c.tmp / "cub" / "images.txt"),
 ]
+
+
+def _ier(c: Ctx, img1: str) -> Path:
+    """An Image-Editing-Request root whose test pair's after image is ``img1``."""
+    for split in ("train", "valid", "test"):
+        c.file(f"ier/{split}.json", json.dumps([{"img0": "a.png", "img1": img1, "sents": ["x"], "uid": "u0"}]))
+    c.file("ier/images/a.png", b"png")
+    return c.tmp / "ier"
+
+
+def _cub(c: Ctx, rel: str) -> Path:
+    """A CUB-200-2011 root listing one image at ``rel``."""
+    for name, text in (("images.txt", f"1 {rel}\n"), ("classes.txt", "1 001.Albatross\n"),
+                       ("image_class_labels.txt", "1 1\n"), ("train_test_split.txt", "1 1\n")):
+        c.file(f"cub/{name}", text)
+    (c.tmp / "cub" / "images").mkdir()
+    return c.tmp / "cub"
 
 
 def _link(c: Ctx, name: str, target: str) -> Path:

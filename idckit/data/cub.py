@@ -22,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 
 from idckit.errors import DatasetError
+from idckit.fileio import inside
 
 REQUIRED = ("images.txt", "classes.txt", "image_class_labels.txt", "train_test_split.txt")
 TEXT_DIRS = ("cvpr2016_cub", "birds/text", "text")
@@ -118,7 +119,8 @@ class Cub:
                 raise DatasetError(f"image {iid} has class {cls}, which classes.txt does not list",
                                    path=self.root / "classes.txt", fix=LAYOUT_HELP)
             class_dir = rel.split("/", 1)[0]
-            out.append(CubImage(iid, rel, self.root / "images" / rel, cls, class_dir, train[iid], boxes.get(iid)))
+            path = inside(self.root / "images", rel, source=p_img, entry=f"image {iid}")
+            out.append(CubImage(iid, rel, path, cls, class_dir, train[iid], boxes.get(iid)))
         return out
 
     def images(self, split: str | None = None) -> list[CubImage]:

@@ -26,6 +26,7 @@ from typing import ClassVar
 
 from idckit.data.clevr_change import Pair, PairDataset
 from idckit.errors import DatasetError
+from idckit.fileio import inside
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 SPLIT_FILES = {"train": "train.json", "val": "valid.json", "test": "test.json"}
@@ -100,7 +101,9 @@ class EditingRequest(PairDataset):
     def pairs(self, split: str, *, check_images: bool = True) -> list[Pair]:
         """One pair per entry, in file order; without ``check_images`` missing ones stay in."""
         split = _split(split)
-        out = [Pair(e["uid"], k, self.image_dir / e["img0"], self.image_dir / e["img1"], tuple(e["sents"]), EDIT)
+        source = self.root / SPLIT_FILES[split]
+        out = [Pair(e["uid"], k, *(inside(self.image_dir, e[key], source=source, entry=f"entry {k} {key}")
+                                   for key in ("img0", "img1")), tuple(e["sents"]), EDIT)
                for k, e in enumerate(self.entries(split))]
         return self.with_images(split, out) if check_images else out
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from idckit.data.cub import _table
 from idckit.errors import DatasetError
+from idckit.fileio import inside
 
 REQUIRED = ("images.txt", "classes.txt", "hierarchy.txt", "image_class_labels.txt", "train_test_split.txt")
 
@@ -136,7 +137,8 @@ class NABirds:
             if labels[u] not in leaves:
                 raise DatasetError(f"image {u} is labelled {labels[u]}, which is not a leaf class of hierarchy.txt",
                                    path=p_lab, fix=LAYOUT_HELP)
-            out.append(NABirdsImage(u, rel, self.root / "images" / rel, labels[u], train[u]))
+            out.append(NABirdsImage(u, rel, inside(self.root / "images", rel, source=p_img, entry=f"image {u}"),
+                                    labels[u], train[u]))
         return out
 
     def images(self, split: str | None = None) -> list[NABirdsImage]:

@@ -83,7 +83,7 @@ def claim(out: Path, kind: str, info: dict, overwrite: bool, force: bool = False
 
     what, _, entries = KINDS[kind]
     c = fileio.claim_dir(out, kind, recognise=_recognise, will_write=entries, what=what, check=False,
-                         error=DatasetError)
+                         error=DatasetError, foreign_note=f" (no {MARKER})")
     if c.previous is not None:
         try:
             old = json.loads((c.path / MARKER).read_text(encoding="utf-8"))
@@ -94,7 +94,8 @@ def claim(out: Path, kind: str, info: dict, overwrite: bool, force: bool = False
         if isinstance(old, dict) and all(old.get(k, legacy.get(k)) == info.get(k, legacy.get(k)) for k in keys):
             return None
         if not overwrite:
-            raise DatasetError(f"output directory holds another {what} (made with other arguments)",
+            raise DatasetError(f"output directory holds another {what} (another synthetic dataset of this "
+                               "generator, made with other arguments)",
                                path=c.path, fix="choose another --out, or pass --overwrite to replace it")
     c.check(force)
     return c
