@@ -70,9 +70,33 @@ def cmd_generate_editing_request(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from idckit.eval.captions import evaluate_cli
+    """``idckit evaluate RESULTS --data ROOT [--split test] [--json OUT] [--no-tokenize] [--no-meteor]``.
 
-    return evaluate_cli(args)
+    Prints the x100 table; ``--json`` writes ``{subset: {metric: value}}`` on pycocoevalcap's raw scale (0-1,
+    CIDEr-D unscaled), the scale every other idckit metrics file uses.
+    """
+    from idckit.data.detect import open_dataset
+    from idckit.eval.captions import TABLE_NOTE, evaluate_results, format_table, is_scores_file, subsets_of
+    from idckit.fileio import claim_file, write_json
+
+    if args.json is not None:  # before minutes of scoring, not after
+        args.json = claim_file(args.json, "--json", inputs=[args.data, args.results], recognise=is_scores_file,
+                               what="a scores file `idckit evaluate --json` wrote")
+    tokenize, meteor = not args.no_tokenize, not args.no_meteor
+    breakdown = evaluate_results(args.results, args.data, args.split, tokenize=tokenize, meteor=meteor)
+    types = open_dataset(args.data).types(args.split)
+    counts = {name: len(ids) for name, ids in subsets_of(types, types).items()}
+    how = ("PTB-tokenised" if tokenize else "untokenised (IDC-PCL's evaluator)") + ("" if meteor else ", no METEOR")
+    print(f"{args.results} on {args.data} [{args.split}], pycocoevalcap 1.2, {how}; {TABLE_NOTE}")
+    print(format_table(breakdown, counts))
+    singletons = [name for name in breakdown if counts.get(name) == 1]
+    if singletons:
+        print(f"note: {', '.join(singletons)} hold one pair; CIDEr-D of a one-pair corpus is 0 by definition "
+              "(its IDF is log 1 = 0)")
+    if args.json is not None:
+        write_json(args.json, breakdown, indent=1)
+        print(f"wrote {args.json} (raw pycocoevalcap scale: 0-1, CIDEr-D unscaled)")
+    return 0
 
 
 def cmd_features(args: argparse.Namespace) -> int:

@@ -382,7 +382,7 @@ def format_table(breakdown: Mapping[str, Mapping[str, float]], counts: Mapping[s
     return df.to_string(float_format=lambda v: f"{v:.2f}")
 
 
-def _is_scores_file(path: Path) -> bool:
+def is_scores_file(path: Path) -> bool:
     """``{subset: {metric: number}}`` with the evaluator's metric names: what ``--json`` writes."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -391,32 +391,3 @@ def _is_scores_file(path: Path) -> bool:
     return isinstance(doc, dict) and bool(doc) and all(
         isinstance(v, dict) and "CIDEr-D" in v and all(isinstance(x, (int, float)) for x in v.values())
         for v in doc.values())
-
-
-def evaluate_cli(args) -> int:
-    """``idckit evaluate RESULTS --data ROOT [--split test] [--json OUT] [--no-tokenize] [--no-meteor]``.
-
-    Prints the x100 table; ``--json`` writes ``{subset: {metric: value}}`` on pycocoevalcap's raw scale (0-1,
-    CIDEr-D unscaled), the scale every other idckit metrics file uses.
-    """
-    from idckit.data.detect import open_dataset
-    from idckit.fileio import claim_file, write_json
-
-    if args.json is not None:  # before minutes of scoring, not after
-        args.json = claim_file(args.json, "--json", inputs=[args.data, args.results], recognise=_is_scores_file,
-                               what="a scores file `idckit evaluate --json` wrote")
-    tokenize, meteor = not args.no_tokenize, not args.no_meteor
-    breakdown = evaluate_results(args.results, args.data, args.split, tokenize=tokenize, meteor=meteor)
-    types = open_dataset(args.data).types(args.split)
-    counts = {name: len(ids) for name, ids in subsets_of(types, types).items()}
-    how = ("PTB-tokenised" if tokenize else "untokenised (IDC-PCL's evaluator)") + ("" if meteor else ", no METEOR")
-    print(f"{args.results} on {args.data} [{args.split}], pycocoevalcap 1.2, {how}; {TABLE_NOTE}")
-    print(format_table(breakdown, counts))
-    singletons = [name for name in breakdown if counts.get(name) == 1]
-    if singletons:
-        print(f"note: {', '.join(singletons)} hold one pair; CIDEr-D of a one-pair corpus is 0 by definition "
-              "(its IDF is log 1 = 0)")
-    if args.json is not None:
-        write_json(args.json, breakdown, indent=1)
-        print(f"wrote {args.json} (raw pycocoevalcap scale: 0-1, CIDEr-D unscaled)")
-    return 0
