@@ -230,6 +230,17 @@ def cmd_verify_data(args: argparse.Namespace) -> int:
                        json_out=args.json, limit=args.limit, workers=args.workers)
 
 
+def cmd_import_checkpoint(args: argparse.Namespace) -> int:
+    from idckit.checkpoint_import import import_checkpoint
+
+    options = {k: v for k, v in (("vocab", args.vocab), ("max_len", args.max_len), ("n_heads", args.heads))
+               if v is not None}
+    done = import_checkpoint(args.kind, args.checkpoint, args.out, force=args.force, **options)
+    print(f"{done['out']}: {done['kind']} {done.get('stage', '')} checkpoint, {done.get('parameters', 0):,} "
+          f"parameters (what was converted: {args.out}/import.json)")
+    return 0
+
+
 def _root_options(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
     """One root per dataset (idckit.manifest.DATASETS): --clevr-root, --spot-root, --ier-root, --birds-root."""
     for d in DATASETS.values():
@@ -418,6 +429,18 @@ def build_parser() -> argparse.ArgumentParser:
     vd.add_argument("--limit", type=int, default=20, help="findings printed per kind (default 20)")
     vd.add_argument("--workers", type=int, default=None, help="decoding threads (default: the cores, at most 8)")
     vd.set_defaults(func=cmd_verify_data)
+
+    ic = sub.add_parser("import-checkpoint", help="turn an authors' released checkpoint into a kit run directory "
+                                                  "(idckit caption --model DIR, the notebooks)")
+    ic.add_argument("--from", dest="kind", required=True,
+                    help="idc-pcl (clver/), idc-pcl-birds (bird/); idckit.checkpoint_import.CONVERTERS lists all")
+    ic.add_argument("checkpoint", type=Path, help="the authors' checkpoint file")
+    ic.add_argument("--out", type=Path, required=True, help="the run directory to write, e.g. runs/idc-pcl-clevr")
+    ic.add_argument("--vocab", type=Path, default=None, help="IDC-PCL: the authors' dict.json the checkpoint used")
+    ic.add_argument("--max-len", type=int, default=None, help="IDC-PCL: caption length (default: the paper's)")
+    ic.add_argument("--heads", type=int, default=None, help="IDC-PCL: attention heads (default: the paper's 8)")
+    ic.add_argument("--force", action="store_true", help="write beside files in --out the kit did not write")
+    ic.set_defaults(func=cmd_import_checkpoint)
 
     rd = sub.add_parser("readme", help="regenerate the README's results table from reports/*.json")
     rd.add_argument("--report-dir", type=Path, default=None)
