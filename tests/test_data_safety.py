@@ -474,3 +474,144 @@ def test_readme_with_a_partial_report_set_refuses_and_keeps_every_row(tmp_path, 
     assert "a, c" in err and "idckit reproduce a c" in err and str(partial) in err
     assert readme.read_bytes() == before
     assert cli.main(["readme", "--report-dir", str(full)]) == 0     # the whole set is still fine
+
+
+# -- every write path of the CLI against a folder holding a foreign file ------------------------------------------
+FOREIGN = b"the user's own bytes\x00\xff"
+SMALL = {"clevr-change": ["--pairs", "20", "--size", "64x48"], "spot-the-diff": ["--pairs", "12"],
+         "editing-request": ["--pairs", "12"],
+         "birds": ["--pairs", "30", "--size", "48", "--cub-per-class", "2", "--nabirds-per-class", "2"]}
+
+
+def _write_paths(c):
+    """(name, argv) of every CLI command that writes, aimed at the folder ``c["dir"]`` (or the file ``c["file"]``)
+    that holds the user's file; plain (refused, exit 2) and with --force where it exists (written beside, exit 0)."""
+    d, f = str(c["dir"]), str(c["file"])
+    out = []
+    for name, small in SMALL.items():
+        base = ["generate", name, "--out", d, "--workers", "1", *small]
+        out += [(f"generate-{name}", base, 2), (f"generate-{name}-overwrite", [*base, "--overwrite"], 2),
+                (f"generate-{name}-force", [*base, "--overwrite", "--force"], 0)]
+    feats = ["features", str(c["clevr"]), "--weights", "random", "--out", d]
+    out += [("features", feats, 2), ("features-force", [*feats, "--force"], 0)]
+    rep = ["reproduce", NB, "--report-dir", d, "--runs-dir", str(c["runs"])]
+    out += [("reproduce", rep, 2), ("reproduce-force", [*rep, "--force"], 0)]
+    out += [("evaluate-json", ["evaluate", str(c["results"]), "--data", str(c["clevr"]), "--no-meteor", "--json", f],
+             2),
+            ("pretrain-clip-out", ["pretrain-clip", "--profile", "smoke", "--data-root", str(c["clevr"]),
+                                   "--runs-dir", str(c["runs"]), "--out", f], 2)]
+    return out
+
+
+_NAMES = [n for n, _, _ in _write_paths({k: "x" for k in ("dir", "file", "clevr", "runs", "results")})]
+
+
+@pytest.mark.parametrize("name", _NAMES)
+def test_every_cli_write_path_leaves_a_foreign_file_byte_identical(name, tmp_path, monkeypatch, capsys):
+    from conftest import write_clevr_change
+    from idckit import cli, reproduce as rp
+
+    monkeypatch.setattr(rp, "run_one", _fake_run(True))
+    monkeypatch.setattr(paths, "notebooks_dir", lambda: _fake_notebooks(tmp_path, NB))
+    c = {"dir": tmp_path / "mine", "file": tmp_path / "mine" / "foreign.txt", "runs": tmp_path / "runs",
+         "clevr": write_clevr_change(tmp_path / "clevr"), "results": tmp_path / "results"}
+    c["results"].mkdir()
+    for sub in ("sc", "nsc"):
+        ids = ["000002.png", "000005.png"]
+        (c["results"] / f"{sub}_results.json").write_text(json.dumps(
+            [{"image_id": i + ("_n" if sub == "nsc" else ""), "caption": "x"} for i in ids]))
+    c["dir"].mkdir()
+    c["file"].write_bytes(FOREIGN)
+    (_, argv, code), = [w for w in _write_paths(c) if w[0] == name]
+    assert cli.main(argv) == code, capsys.readouterr().err
+    assert c["file"].read_bytes() == FOREIGN
+    assert not [p for p in tmp_path.rglob(".idckit-st*")] and not list(tmp_path.rglob("*.tmp"))
+    if code == 2:
+        assert "fix:" in capsys.readouterr().err
+
+
+# -- killed mid-way: nothing a later run trusts ---------------------------------------------------------------
+def _wait_for(predicate, timeout=120.0):
+    import time
+
+    t0 = time.time()
+    while not predicate():
+        assert time.time() - t0 < timeout, "timed out"
+        time.sleep(0.1)
+
+
+def _idckit(*argv):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "idckit.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_generate_interrupted_by_sigint_leaves_no_dataset_and_no_staging(tmp_path):
+    import signal
+
+    out = tmp_path / "ds"
+    proc = _idckit("generate", "clevr-change", "--out", str(out), "--pairs", "5000", "--workers", "1",
+                   "--size", "64x48")
+    _wait_for(lambda: len(list(tmp_path.glob(".idckit-staging-ds-*/images/*"))) >= 5)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 130 and b"interrupted" in proc.stderr.read()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []       # no dataset, no staging folder
+
+
+def test_generate_killed_leaves_a_staging_folder_that_the_next_run_removes_unread(tmp_path):
+    import signal
+
+    from idckit import cli
+
+    out = tmp_path / "ds"
+    proc = _idckit("generate", "clevr-change", "--out", str(out), "--pairs", "5000", "--workers", "1",
+                   "--size", "64x48")
+    _wait_for(lambda: len(list(tmp_path.glob(".idckit-staging-ds-*/images/*"))) >= 5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(60)
+    (left,) = tmp_path.glob(".idckit-staging-ds-*")
+    assert not out.exists()            # nothing that looks like a dataset
+    assert cli.main([*GEN, "--out", str(out)]) == 0
+    assert not left.exists() and json.loads((out / "synth_info.json").read_text())["pairs"] == 20
+    assert len(list((out / "images").iterdir())) == 20
+
+
+SLEEPY = '''
+import time
+open("started", "w").write("1")
+time.sleep(120)
+'''
+
+
+def test_reproduce_interrupted_by_sigint_leaves_the_previous_report_and_no_staging(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    import nbformat
+
+    nbs, reports = tmp_path / "nbs", tmp_path / "reports"
+    nbs.mkdir()
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("profile = 'cpu'\nclevr_root = None\nreport_dir = None\nruns_dir = None")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(SLEEPY)]
+    nb.metadata["kernelspec"] = {"name": "idckit", "display_name": "Python (idckit)", "language": "python"}
+    nbformat.write(nb, str(nbs / f"{NB}.ipynb"))
+    reports.mkdir()
+    good = {"notebook": NB, "provenance": {"profile": "smoke"}}
+    (reports / f"{NB}.json").write_text(json.dumps(good))
+    (reports / "status.json").write_text(json.dumps({NB: {"status": "ok", "when": "earlier"}}))
+    before = _tree(reports)
+    code = ("from idckit.reproduce import reproduce; from pathlib import Path; "
+            f"reproduce(['{NB}'], profile='smoke', report_dir=Path('{reports}'), runs_dir=Path('{tmp_path}/runs'), "
+            f"notebooks_dir=Path('{nbs}'))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(lambda: (nbs / "started").exists())
+    proc.send_signal(signal.SIGINT)
+    proc.wait(60)
+    assert proc.returncode != 0
+    after = {k: v for k, v in _tree(reports).items() if not k.startswith(".idckit-lock-")}   # a lock: no content
+    assert after == before            # the previous report, its status (not stale), and no staging folder
