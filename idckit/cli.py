@@ -20,8 +20,8 @@ def _size(text: str) -> tuple[int, int]:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"size must look like 240x160, got {text!r}") from e
-    if w < 16 or h < 16:
-        raise argparse.ArgumentTypeError(f"size {text} is too small (at least 16x16)")
+    if w < 32 or h < 32:     # the generator's own floor: objects are not drawable below it
+        raise argparse.ArgumentTypeError(f"size {text} is too small (at least 32x32)")
     return w, h
 
 
@@ -76,13 +76,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     CIDEr-D unscaled), the scale every other idckit metrics file uses.
     """
     from idckit.data.detect import open_dataset
-    from idckit.eval.captions import TABLE_NOTE, evaluate_results, format_table, is_scores_file, subsets_of
+    from idckit.eval.captions import (TABLE_NOTE, evaluate_results, format_table, is_scores_file, load_results,
+                                      subsets_of)
     from idckit.fileio import claim_file, write_json
 
     if args.json is not None:  # before minutes of scoring, not after
         args.json = claim_file(args.json, "--json", inputs=[args.data, args.results], recognise=is_scores_file,
                                what="a scores file `idckit evaluate --json` wrote")
     tokenize, meteor = not args.no_tokenize, not args.no_meteor
+    captions = load_results(args.results)
+    empty = sorted(pid for pid, cap in captions.items() if not cap.strip())
+    if empty:   # scored as the papers' evaluators do, but said: a blank caption is usually a decoding bug
+        print(f"note: {len(empty)} of {len(captions)} results have an empty caption (e.g. {empty[0]!r}); each "
+              "scores 0 on every metric", file=sys.stderr)
     breakdown = evaluate_results(args.results, args.data, args.split, tokenize=tokenize, meteor=meteor)
     types = open_dataset(args.data).types(args.split)
     counts = {name: len(ids) for name, ids in subsets_of(types, types).items()}

@@ -790,3 +790,26 @@ def test_a_misspelt_papermill_parameter_fails_in_seconds_naming_the_known_ones(t
     pm.execute_notebook(str(tmp_path / "t.ipynb"), str(tmp_path / "out.ipynb"), parameters={"profile": "smoke"},
                         kernel_name="idckit", cwd=str(tmp_path), progress_bar=False)
     assert (tmp_path / "ran").read_text() == "the long work"
+
+
+def test_evaluate_says_when_results_hold_empty_captions(tmp_path, capsys):
+    from idckit import cli
+
+    ctx = Ctx(tmp_path, {})
+    rows = [{"image_id": i, "caption": "" if i == "000005.png" else "the cube is gone"} for i in TEST_IDS]
+    assert cli.main(["evaluate", str(ctx.results(rows)), "--data", str(ctx.clevr), "--no-meteor", "--no-tokenize"]) == 0
+    assert "1 of 4 results have an empty caption (e.g. '000005.png')" in capsys.readouterr().err
+    assert cli.main(["evaluate", str(ctx.results()), "--data", str(ctx.clevr), "--no-meteor", "--no-tokenize"]) == 0
+    assert "empty caption" not in capsys.readouterr().err
+
+
+def test_the_size_floor_is_one_number_in_the_cli_and_the_generator(tmp_path, capsys):
+    from idckit import cli
+    from idckit.data.synth.clevr_change import generate
+
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "clevr-change", "--out", str(tmp_path / "ds"), "--size", "31x40"])
+    assert "at least 32x32" in capsys.readouterr().err
+    with pytest.raises(DatasetError, match="at least 32x32"):
+        generate(tmp_path / "ds", n_pairs=20, size=(31, 40), progress=False)
+    assert not (tmp_path / "ds").exists()

@@ -106,7 +106,8 @@ def generate(out: str | Path, *, n_pairs: int | None = None, seed: int | None = 
                            fix=f"use at least {len(CHANGE_TYPES) * 4} so every change type and split appears")
     if min(size) < 32:
         raise DatasetError(f"--size {size[0]}x{size[1]} is too small to render objects", path=out,
-                           fix="use at least 64x48; the default is 240x160")
+                           fix="use at least 32x32 (the profile's size is in configs/synth_clevr_change.json: "
+                               "240x160 at cpu)")
     out = writing.check_workers_seed_out(out, workers, seed)
     writing.check_pairs_fit(out, n_pairs)
     for name, value in (("--camera-jitter", camera_jitter), ("--lamp-jitter", lamp_jitter)):
