@@ -232,11 +232,19 @@ def provenance_fields(s: Setup) -> dict[str, Any]:
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float):
     from idckit.report import Provenance
 
+    from idckit.experiments.runs import final_train_loss
+
     tagger = next((r.get("negatives", {}) or {}).get("tagger") for r in results) if results else None
+    losses = {r["run"]: final_train_loss(s.runs_dir / r["run"]) for r in results}
+    known = [v for v in losses.values() if v is not None]
     return Provenance(profile=s.profile, seeds=list(seeds), wall_seconds=round(wall_seconds, 1),
                       selection_split="val (CIDEr-D)", **provenance_fields(s),
                       extra={"model_size": s.config["model"], "fda_tagger": tagger,
                              "runs": [r["run"] for r in results],
+                             # the fine-tuning runs' last logged training loss, and their mean: what a smoke test
+                             # pins where the scores of a few steps sit at 0
+                             "final_train_loss": round(sum(known) / len(known), 4) if known else None,
+                             "final_train_losses": losses,
                              # wall_seconds is this notebook's; training happened once, in the cached runs:
                              "train_seconds": round(sum(r.get("finetune_seconds", 0.0) for r in results)
                                                     + sum({r.get("pretrain_seconds", 0.0) for r in results}), 1)})

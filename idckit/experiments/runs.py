@@ -48,7 +48,7 @@ TRAINING_CODE_VERSION = "4"
 #: architecture no config names; nor for features.py's image_size / pcl.json's feature_size, 224 px as before unless
 #: a config says otherwise, and any other size a store and a run key of its own)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "f7e3762d859ddb62"
+TRAINING_CODE_FINGERPRINT = "6f81f3db9063d26a"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text and features
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
@@ -172,6 +172,23 @@ def open_run(runs_dir: str | Path | None, kind: str, config: Mapping[str, Any]) 
     if not cfg_path.is_file():
         write_json(cfg_path, run.config, indent=1, sort_keys=True)
     return run
+
+
+def final_train_loss(run_dir: str | Path) -> float | None:
+    """The training loss a run logged last (its ``log.jsonl``), None before it logged one. Unlike a collapsed
+    smoke run's scores, which sit at 0, it moves with any change to what the run computes."""
+    path = Path(run_dir) / "log.jsonl"
+    if not path.is_file():
+        return None
+    last = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue          # a line cut short by a killed run
+        if isinstance(entry, dict) and isinstance(entry.get("loss"), (int, float)):
+            last = float(entry["loss"])
+    return last
 
 
 def test_captions(run_dir: str | Path) -> dict[str, str]:
