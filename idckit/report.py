@@ -62,6 +62,10 @@ def to_paper_scale(metrics: Mapping[str, float]) -> dict[str, float]:
     return {k: (100.0 * v if k in CAPTION_METRICS else v) for k, v in metrics.items()}
 
 
+#: the first note of every report whose data is synthetic (write_report adds it; no notebook types it)
+SYNTHETIC_NOTE = ("Synthetic data: the numbers show the pipeline end to end and how methods rank on it; they are not "
+                  "comparable with the paper's real-data numbers (pass the real dataset's root to run on it).")
+
 #: what ``make reproduce`` itself writes: a change there does not make the code that produced a report dirty
 GENERATED = ("reports", "README.md", "docs/img/index.png")
 
@@ -156,6 +160,9 @@ def write_report(report_dir: str | Path, notebook: str, table: str, rows: Sequen
             if key not in r:
                 raise ValueError(f"report {notebook}: a row lacks {key!r}: {r}")
     _check_finite(rows, f"report {notebook}")
+    notes = list(notes)
+    if str(prov.get("data", "")).startswith("synthetic") and SYNTHETIC_NOTE not in notes:
+        notes.insert(0, SYNTHETIC_NOTE)
     paper = paper_table(table)["rows"] if table in _paper() else []
     if title is None:
         title = paper_table(table)["title"] if table in _paper() else table

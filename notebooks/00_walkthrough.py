@@ -122,10 +122,10 @@ walkthrough.status_legend()
 
 # %%
 path = write_report(report_dir, "00_walkthrough", "walkthrough", result.rows(),
-                    walkthrough.provenance(result, profile), title="Walkthrough: the pipelines, the data, the baselines",
+                    walkthrough.provenance(result, profile),
+                    title="Walkthrough: the pipelines, the data, the baselines",
                     headline=result.headline(),
-                    notes=["Baselines only; no model is trained in this notebook.",
-                           "Synthetic-data numbers are not comparable with the papers' real-data numbers."])
+                    notes=["Baselines only; no model is trained in this notebook."])
 
 # %% [markdown]
 # This notebook's own card (a report of baselines alone):

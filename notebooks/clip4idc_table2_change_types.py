@@ -84,7 +84,7 @@ fig = per_type_bars(bars, title=f"CLIP4IDC table 2, {dataset}: test CIDEr-D per 
 yardsticks.type_describe_table(rows + base_rows, caption=f"Change type named, % of the changed test pairs ({dataset})")
 
 # %% [markdown]
-# ## A few test pairs: the references and what each run and the judge oracle wrote
+# ## A few test pairs: the references and what each run wrote (and the judge oracle)
 
 # %%
 shown = {**captions_by_run(setup.runs_dir, results), "judge oracle": base[2]["predictions"]}
@@ -100,8 +100,7 @@ notes = (yardsticks.hardest_type_notes(rows, paper_row["metrics"], results[0]["l
 path = write_report(
     report_dir, "clip4idc_table2_change_types", "clip4idc.table2", rows + base_rows,
     clip4idc.provenance(setup, results, seeds, time.time() - t0), headline=head,
-    notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {results[0]['clip']}.", *notes])
+    notes=[f"CLIP: {results[0]['clip']}.", *notes])
 Notes(notes)
 
 # %%

@@ -100,8 +100,8 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
 # %%
 path = table.write(report_dir, "clip4idc_table3_spot_the_diff", "CLIP4IDC CIDEr-D, test (single-sentence protocol)",
                    paper_value("clip4idc.table3", "CIDEr-D", model="CLIP4IDC"),
-                   extra_notes=["Synthetic-data numbers (unless spot_root is real) are not comparable with the paper's real-data numbers.",
-                 "Single-sentence protocol: one generated sentence per pair, every annotator's sentences as references."],
+                   extra_notes=["Single-sentence protocol: one generated sentence per pair, every annotator's "
+                                "sentences as references."],
                    collapse_notes=collapse_notes)
 legend(["CIDEr-D", "distinct captions", "no-learning baseline", "within noise", "–"])
 

@@ -95,7 +95,6 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
 # %%
 path = table.write(report_dir, "clip4idc_table4_editing_request", "CLIP4IDC CIDEr-D, test",
                    paper_value("clip4idc.table4", "CIDEr-D", model="CLIP4IDC"),
-                   extra_notes=["Synthetic-data numbers (unless ier_root is real) are not comparable with the paper's real-data numbers."],
                    collapse_notes=collapse_notes)
 legend(["CIDEr-D", "distinct captions", "no-learning baseline", "within noise", "–"])
 

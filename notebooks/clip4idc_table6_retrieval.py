@@ -111,8 +111,7 @@ path = write_report(
     headline={"label": "CLIP4IDC text->pair R@1, test", "kit": round(clevr.adapted[0]["test"]["t2p_R@1"], 2),
               "paper": paper_value("clip4idc.table6", "t2p_R@1", model="CLIP4IDC", dataset="clevr_change"),
               "metric": "t2p_R@1", "runs": {"variants": [head_variant]}},
-    notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
-           f"CLIP: {clevr.adapted[0]['clip']}.", *verdicts,
+    notes=[f"CLIP: {clevr.adapted[0]['clip']}.", *verdicts,
            f"Chance text->pair R@1 on these {clevr.n_pairs} test pairs: {clevr.rows[-1]['metrics']['t2p_R@1']:.2f} %.",
            "Templated captions cap R@1: several pairs share one caption (ties count against the query)."])
 legend(["R@K", "median / mean rank", "within noise", "–"])

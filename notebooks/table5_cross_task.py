@@ -121,8 +121,7 @@ path = write_report(
     headline=yardsticks.headline(rows + base_rows, "B2W + CUB + NABirds", "B2W + CUB + NABirds ROUGE-L, test",
                                  paper_value("pcl.table5", "ROUGE_L", model="IDC-PCL", variant="B2W + CUB + NABirds"),
                                  metric="ROUGE_L"),
-    notes=["Synthetic-data numbers (unless birds_root is real) are not comparable with the paper's real-data numbers.",
-           "Scored without PTB tokenisation, as the text is pre-tokenised.",
+    notes=["Scored without PTB tokenisation, as the text is pre-tokenised.",
            f"Checkpoint: {birds.selection(setup)}; the paper selects on val ROUGE-L (docs/birds.md says why the "
            "cpu profile does not)."]
     + helps + order_notes + standing + collapse_notes)

@@ -155,3 +155,14 @@ def test_report_summary_shows_provenance_status_and_notes_but_no_paths(tmp_path)
     walk = write_report(tmp_path, "w", "walkthrough", [{"model": "m", "variant": "total", "split": "test",
                                                          "metrics": {}}], _prov())
     assert "none (nothing is trained here)" in report_summary(walk)._repr_html_()
+
+
+def test_a_synthetic_report_says_so_in_its_first_note_without_the_notebook_typing_it(tmp_path):
+    from idckit.report import SYNTHETIC_NOTE
+
+    rows = [{"model": "m", "variant": "v", "split": "test", "metrics": {"CIDEr-D": 1.0}}]
+    doc = read_report(write_report(tmp_path, "x", "pcl.table2", rows, _prov(), notes=["mine"]))
+    assert doc["notes"] == [SYNTHETIC_NOTE, "mine"]
+    real = read_report(write_report(tmp_path, "y", "pcl.table2", rows, {**_prov().to_dict(), "data": "real: /d"}))
+    assert SYNTHETIC_NOTE not in real["notes"]
+    assert {"date", "environment"} <= set(real["provenance"]) and "torch" in real["provenance"]["environment"]

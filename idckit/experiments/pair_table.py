@@ -72,7 +72,7 @@ def build(setup, results: Sequence[Mapping[str, Any]], table: str, paper_cider: 
     pt = PairTable(setup, list(results), table, dict(paper_cider), clip4idc.text_baseline(setup))
     rows = reporting.rows(results)
     add_bootstrap(rows, results, setup.data.dataset().references("test"))
-    pt.rows = rows + [{k: v for k, v in pt.baseline.items() if k != "sentence"}]
+    pt.rows = rows + [dict(pt.baseline)]
     pt.notes = ordering_notes(pt.rows, pt.paper_cider)
     if "CLIP-FT" not in pt.paper_cider:
         pt.notes += [n + " (the paper has no CLIP-FT row here)" for n in standing_notes(
