@@ -118,3 +118,47 @@ def test_reproduce_refuses_a_wrong_root_before_any_notebook_runs(tmp_path):
     from idckit.reproduce import check_roots
 
     check_roots(["table2_clevr_change"], {"birds_root": str(tmp_path / "birds")})
+
+
+def _real_layout(synthetic: Path, dest: Path) -> Path:
+    """A copy of a synthetic set without what marks it synthetic (synth_info.json, scene_descriptions.json): the
+    release's layout, which the kit reads as real data."""
+    import shutil
+
+    shutil.copytree(synthetic, dest)
+    for marker in ("synth_info.json", "scene_descriptions.json"):
+        (dest / marker).unlink(missing_ok=True)
+    return dest
+
+
+@pytest.mark.slow
+@pytest.mark.java
+def test_each_dataset_root_reaches_its_notebook_through_reproduce(tmp_path, monkeypatch):
+    """One notebook per dataset, run by `idckit reproduce --profile smoke` on a fixture in the real release's
+    layout: each report says it ran on the real root it was given; the others' roots are not passed to it."""
+    from idckit.cli import main
+    from idckit.data.synth import birds, clevr_change, editing_request, spot_the_diff
+
+    monkeypatch.setenv("IDCKIT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("IDCKIT_RUNS_DIR", str(tmp_path / "runs"))
+    made = tmp_path / "synth"
+    roots = {
+        "clevr_root": _real_layout(clevr_change.generate(made / "clevr", profile="smoke", progress=False),
+                                   tmp_path / "clevr"),
+        "spot_root": _real_layout(spot_the_diff.generate(made / "spot", profile="smoke", progress=False),
+                                  tmp_path / "spot"),
+        "ier_root": _real_layout(editing_request.generate(made / "ier", profile="smoke", progress=False),
+                                 tmp_path / "ier"),
+        "birds_root": _real_layout(birds.generate(made / "birds", profile="smoke", progress=False),
+                                   tmp_path / "birds"),
+    }
+    by_notebook = {"00_walkthrough": "clevr_root", "clip4idc_table3_spot_the_diff": "spot_root",
+                   "clip4idc_table4_editing_request": "ier_root", "table1_birds_to_words": "birds_root"}
+    reports = tmp_path / "reports"
+    args = ["reproduce", *by_notebook, "--profile", "smoke", "--report-dir", str(reports), "--device", "cpu"]
+    for param, root in roots.items():
+        args += [manifest.dataset_of_param(param).option, str(root)]
+    assert main(args) == 0
+    for name, param in by_notebook.items():
+        data = json.loads((reports / f"{name}.json").read_text())["provenance"]["data"]
+        assert data.startswith("real: ") and str(roots[param].resolve()) in data, (name, data)

@@ -116,7 +116,8 @@ def family_runs(run_variant: Callable[..., dict[str, Any]], family: str):
         kw = {} if progress is None else {"progress": progress}
         return [run_variant(s, v, seed, **kw) for v in variants for seed in seeds]
 
-    runs.__doc__ = family_runs.__doc__.split(":", 1)[1].strip().replace("<family>", family)
+    runs.__doc__ = (f"Every requested variant (default: every ``{family}/*`` recipe) for every seed on one setup, "
+                    "each run trained once then cached; names and seeds are checked before the first run trains.")
     return runs
 
 
