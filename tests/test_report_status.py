@@ -120,3 +120,12 @@ def test_with_card_goes_under_the_title_once_and_keeps_a_card_shown_in_the_body(
     assert once.index("</h1>") < once.index("id=idckit-card") < once.index("prose")
     assert with_card(once, doc) == once                       # re-rendering replaces, never stacks
     assert once.count("class='idckit-card'") == 2             # the page's card and the one the body shows
+
+
+def test_a_per_type_headline_is_compared_with_its_baseline_without_claiming_noise():
+    rows = [{**_cap("full", 1), "metrics": {"color": 0.0, "move": 0.0}}]
+    doc = {"notebook": "t3", "table": "pcl.table3", "title": "T3", "rows": rows, "provenance": {"seeds": [0]},
+           "headline": {"label": "mean of the types", "kit": 0.0, "metric": "CIDEr-D", "runs": "full",
+                        "baseline": {"label": "nearest pixel difference", "kit": 2.08}}}
+    assert summary(doc).verdict == ("collapsed: writes one sentence; below the baseline (0.0 vs 2.1; one seed, "
+                                    "no spread measured).")
