@@ -46,7 +46,8 @@ def show_pairs(pairs: Sequence[Pair], *, n: int = 4, captions: Mapping[str, Mapp
                references: int = 2, width: float = 13.0, sides: tuple[str, str] = ("before", "after")):
     """A grid, one row per pair (:func:`pick_pairs`): before | after | its change type, references and what each
     model said. ``captions`` = ``{model label: {pair id: caption}}`` (e.g. :func:`idckit.experiments.runs.
-    captions_by_run`, in :mod:`idckit.experiments.analytics`); a caption equal to one of the references is marked. ``sides`` names the two images
+    captions_by_run`, in :mod:`idckit.experiments.analytics`); a caption equal to one of the references is marked.
+    ``sides`` names the two images
     (Birds-to-Words: ``("animal1", "animal2")``)."""
     import matplotlib.pyplot as plt
 

@@ -147,5 +147,6 @@ def tie_best(values: Mapping[str, float], noise_of: Mapping[str, float] | None =
     return (best, [best]) if len(tied) == 1 else (None, tied)
 
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "bootstrap_halfwidth", "per_pair_scores", "per_pair_cider", "noise", "Ordering", "compare",
+__all__ = ["BOOTSTRAP_RESAMPLES", "bootstrap_halfwidth", "per_pair_scores", "per_pair_cider", "noise", "Ordering",
+           "compare",
            "paper_agreement", "ordering_notes", "standing", "tie_best"]

@@ -31,7 +31,8 @@ def test_a_table_has_human_column_names_and_no_index():
 
 
 def test_comparison_keeps_paper_and_kit_apart_and_shows_mean_plus_sd():
-    rows = [{"model": "IDC-PCL", "variant": "full", "seed": s, "metrics": {"CIDEr-D": c}} for s, c in ((0, 1.0), (1, 3.0))]
+    rows = [{"model": "IDC-PCL", "variant": "full", "seed": s, "metrics": {"CIDEr-D": c}}
+            for s, c in ((0, 1.0), (1, 3.0))]
     rows.append({"model": "IDC-PCL", "variant": "full", "seed": "mean", "n_seeds": 2, "metrics": {"CIDEr-D": 2.0},
                  "sd": {"CIDEr-D": 1.41}})
     t = comparison(rows, [{"model": "IDC-PCL", "variant": "full", "metrics": {"CIDEr-D": 128.9}}], ["CIDEr-D"])

@@ -82,4 +82,5 @@ def timing_table(results: Sequence[Mapping[str, Any]], fields: Mapping[str, str]
     return Table(recs, ["run", "seed", *fields.values()], caption=caption)
 
 
-__all__ = ["timing_table", "captions_by_run", "output_diversity", "diversity_notes", "diversity_table", "collapse_check"]
+__all__ = ["timing_table", "captions_by_run", "output_diversity", "diversity_notes", "diversity_table",
+           "collapse_check"]

@@ -157,9 +157,11 @@ def pipeline_figure():
 
     rows = {
         "IDC-PCL (Yao et al. 2022)": [
-            ("before / after\nimages", "#ddd"), ("grid features\n(ResNet-101; stand-in:\nEfficientNet-Lite0)", "#e8f0e0"),
+            ("before / after\nimages", "#ddd"),
+            ("grid features\n(ResNet-101; stand-in:\nEfficientNet-Lite0)", "#e8f0e0"),
             ("image difference\nencoder\n(before, after, after-before)", "#dbe8f6"),
-            ("cross-modal\ntransformer\n(image + words)", "#dbe8f6"), ("caption\n+ change / no-change\njudge", "#f6e6d0")],
+            ("cross-modal\ntransformer\n(image + words)", "#dbe8f6"),
+            ("caption\n+ change / no-change\njudge", "#f6e6d0")],
         "CLIP4IDC (Guo et al. 2022)": [
             ("before / after\nimages", "#ddd"), ("CLIP ViT\nintra-image layers\n(each image alone)", "#e8f0e0"),
             ("inter-image layers\n(both images' tokens\ntogether)", "#dbe8f6"),

@@ -307,6 +307,7 @@ def add_bootstrap(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any
 
 
 __all__ = ["BASELINES_VERSION", "ORACLES", "clevr_baselines", "baseline_rows", "baseline_type_rows",
-           "best_baseline", "dataset_title", "headline", "type_rows", "type_mean", "type_headline", "type_standing_notes", "type_describe_table",
+           "best_baseline", "dataset_title", "headline", "type_rows", "type_mean", "type_headline",
+           "type_standing_notes", "type_describe_table",
            "hardest_type_notes", "best_split", "clevr_rows", "describe_table", "standing_notes",
            "add_describes", "add_bootstrap"]
