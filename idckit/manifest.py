@@ -135,12 +135,14 @@ def dataset_of_param(param: str) -> Dataset:
 
 def notebook_roots(name: str, roots: dict[str, Any] | None) -> dict[str, Any]:
     """The root parameters notebook ``name`` takes, from ``roots`` (param -> path or None): every one it takes, None
-    where not given (its synthetic set); the roots of datasets it does not read are left out."""
+    where not given (its synthetic set); the roots of datasets it does not read are left out. A notebook outside
+    the manifest (not one of the kit's: ``reproduce(notebooks_dir=...)``) takes none."""
     roots = roots or {}
     unknown = set(roots) - set(ROOT_PARAMS)
     if unknown:
         raise ConfigError(f"unknown dataset roots {sorted(unknown)}; known: {', '.join(ROOT_PARAMS)}")
-    return {p: (str(roots[p]) if roots.get(p) else None) for p in notebook(name).roots}
+    taken = NOTEBOOKS[name].roots if name in NOTEBOOKS else ()
+    return {p: (str(roots[p]) if roots.get(p) else None) for p in taken}
 
 
 def weights(family_name: str, profile: str) -> dict[str, Any]:

@@ -58,6 +58,7 @@ def test_notebook_roots_pass_each_notebook_only_the_roots_it_reads():
     assert manifest.notebook_roots("clip4idc_table6_retrieval", roots) == {
         "clevr_root": "/data/clevr", "spot_root": "/data/spot", "ier_root": None}
     assert manifest.notebook_roots("clip4idc_table4_editing_request", None) == {"ier_root": None}
+    assert manifest.notebook_roots("my_own_notebook", roots) == {}         # not the kit's: no dataset root
     with pytest.raises(ConfigError, match="unknown dataset roots"):
         manifest.notebook_roots("table2_clevr_change", {"data_root": "/x"})
 
