@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -130,6 +130,76 @@ def paper_config_fields(authors_sd: Mapping[str, torch.Tensor]) -> dict[str, Any
             "distractor_head": "pooler.0.weight" in sd and sd["pooler.0.weight"].shape[1] == 2 * sd[
                 "word_embedding.weight"].shape[1],
             "n_classes": sd["classifier.0.weight"].shape[0] if "classifier.0.weight" in sd else 0}
+
+
+def authors_vocab_of_kit(words: Sequence[str]) -> dict[str, int]:
+    """The authors' word -> id map of a kit vocabulary: their specials at the ids their fine-tuning code hard-codes
+    (:data:`RECORDING_VOCAB`'s first six), then the kit's other words in its order ([IMG1]/[IMG2] have no word of
+    their own there: the authors' ``<CLS>`` stands for both)."""
+    authors = {a: i for i, a in enumerate(w for w in RECORDING_VOCAB if w in AUTHORS_SPECIALS)}
+    kit_specials = set(SPECIALS)
+    authors.update({w: len(authors) + i for i, w in enumerate(w for w in words if w not in kit_specials)})
+    return authors
+
+
+def _inverse_blocks(sd: Mapping[str, torch.Tensor], src: str, dst: str) -> dict[str, torch.Tensor]:
+    """:func:`_blocks` backwards: the kit's ``{src}_in`` / ``{src}.{i}`` to the authors' ``{dst}.*``."""
+    out = {f"{dst}.norm.a_2": sd[f"{src}_in.weight"], f"{dst}.norm.b_2": sd[f"{src}_in.bias"]}
+    i = 0
+    while f"{src}.{i}.attn.qkv.weight" in sd:
+        a, b = f"{dst}.layers.{i}", f"{src}.{i}"
+        for kind in ("weight", "bias"):
+            for x, part in zip("qkv", sd[f"{b}.attn.qkv.{kind}"].chunk(3, 0)):
+                out[f"{a}.attn.{x}_linear.{kind}"] = part
+            out[f"{a}.attn.out.{kind}"] = sd[f"{b}.attn.out.{kind}"]
+            out[f"{a}.feed_forward.w_1.{kind}"] = sd[f"{b}.ffn.0.{kind}"]
+            out[f"{a}.feed_forward.w_2.{kind}"] = sd[f"{b}.ffn.3.{kind}"]
+        for j in (1, 2):
+            out[f"{a}.sublayer.{j - 1}.norm.a_2"] = sd[f"{b}.ln{j}.weight"]
+            out[f"{a}.sublayer.{j - 1}.norm.b_2"] = sd[f"{b}.ln{j}.bias"]
+        i += 1
+    return out
+
+
+def authors_state_dict_of_kit(kit_sd: Mapping[str, torch.Tensor], words: Sequence[str],
+                              authors_vocab: Mapping[str, int] | None = None
+                              ) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+    """:func:`convert_state_dict` backwards: (the authors' state_dict, their word -> id map) of a kit
+    :class:`~idckit.models.pcl.PCL` at the ``paper`` switches (``words``: its vocabulary). What the authors' model
+    has and the kit's does not is made up as their code would hold it: the type table's never-used row 0 zeros,
+    the positional buffer the public table of 200 rows, ``feat_regress.weight`` the visual projection (tied).
+    ``authors_vocab`` (default :func:`authors_vocab_of_kit`) fixes their word ids, so a converted checkpoint
+    converts back to itself (tests/test_released.py). The kit's [IMG1]/[IMG2] rows are dropped: at
+    ``special_tokens="shared_cls"`` the model reads [CLS]'s instead."""
+    from idckit.models.pcl import public_sinusoid_table
+
+    sd = {k: v.detach().float().clone() for k, v in kit_sd.items()}
+    authors_vocab = dict(authors_vocab) if authors_vocab is not None else authors_vocab_of_kit(words)
+    if kit_words(authors_vocab) != list(words):
+        raise ConfigError("the authors' vocabulary does not hold the kit vocabulary's words in its order",
+                          fix="pass the dict.json the kit vocabulary was converted from, or none")
+    rows = kit_ids_of_authors(authors_vocab)
+    d = sd["word.weight"].shape[1]
+    out = {"word_embedding.weight": sd["word.weight"][rows],
+           "img_project.0.weight": sd["project.weight"], "img_project.0.bias": sd["project.bias"],
+           "position_encoding.pe": public_sinusoid_table(200, d)[None],
+           "position_encoding.type_pe.weight": torch.cat([torch.zeros(1, d), sd["token_type.weight"]]),
+           "position_encoding.layernorm.a_2": sd["emb_ln.weight"], "position_encoding.layernorm.b_2": sd["emb_ln.bias"]}
+    out.update(_inverse_blocks(sd, "single", "single_img_encoder"))
+    out.update(_inverse_blocks(sd, "pair", "double_img_encoder"))
+    out.update(_inverse_blocks(sd, "cross", "encoder"))
+    out["output_layer.weight"], out["output_layer.bias"] = sd["mlm_head.weight"][rows], sd["mlm_head.bias"][rows]
+    if "judge.weight" in sd:
+        out["pooler.0.weight"], out["pooler.0.bias"] = sd["judge.weight"], sd["judge.bias"]
+    if "mvcl_bias" in sd:
+        out.update({"feat_regress.weight": sd["project.weight"], "feat_regress.bias": sd["mvcl_bias"],
+                    "feat_regress.net.0.weight": sd["mvcl_head.0.weight"],
+                    "feat_regress.net.0.bias": sd["mvcl_head.0.bias"],
+                    "feat_regress.net.2.a_2": sd["mvcl_head.2.weight"], "feat_regress.net.2.b_2": sd["mvcl_head.2.bias"]})
+    if "classifier.weight" in sd:
+        out["classifier.0.weight"], out["classifier.0.bias"] = sd["classifier.weight"], sd["classifier.bias"]
+        out["aligner.0.weight"], out["aligner.0.bias"] = sd["matcher.weight"], sd["matcher.bias"]
+    return out, authors_vocab
 
 
 #: the PCLConfig switches at which the kit computes the public code's function (the ``paper`` profile's)
