@@ -73,8 +73,7 @@ FAMILIES = $(shell $(PY) -c "from idckit.manifest import FAMILIES; print(*FAMILI
 
 reproduce: setup
 ifneq ($(NPROC),1)
-	for f in $(FAMILIES); do $(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train $$f \
-	  $(TRAIN_ARGS) || exit 1; done
+	for f in $(FAMILIES); do $(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train $$f $(TRAIN_ARGS) || exit 1; done
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train clip4idc $(TRAIN_ARGS) --variants clip4idc --seeds 1 2
 endif
 	$(PY) -m idckit.cli reproduce $(TRAIN_ARGS) $(NOTEBOOKS)

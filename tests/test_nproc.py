@@ -24,11 +24,13 @@ def test_make_reproduce_nproc_trains_under_torchrun_before_the_notebooks():
     out = subprocess.run(["make", "-n", "reproduce", "NPROC=2", "PROFILE=smoke", "DEVICE=cpu",
                           "NOTEBOOKS=table2_clevr_change"], cwd=ROOT, capture_output=True, text=True, check=True)
     lines = [line.strip() for line in out.stdout.splitlines()]
+    from idckit.manifest import FAMILIES
+
     trains = [i for i, line in enumerate(lines)
               if "torchrun --standalone --nproc_per_node=2 -m idckit.cli train" in line]
-    kinds = [lines[i].split(" train ")[1].split()[0] for i in trains]
-    assert kinds[:2] == ["pcl", "clip4idc"] and all("--profile smoke" in lines[i] and "--device cpu" in lines[i]
-                                                   for i in trains)
+    # every family of the table manifest, one after another, then CLIP4IDC's further seeds
+    assert lines[trains[0]].startswith(f"for f in {' '.join(FAMILIES)}; do ") and " train $f " in lines[trains[0]]
+    assert all("--profile smoke" in lines[i] and "--device cpu" in lines[i] for i in trains)
     # the CLIP4IDC notebooks' captioning seeds (tables 1 and 2 show seeds 0, 1, 2) are trained under torchrun too
     assert any("--variants clip4idc --seeds 1 2" in lines[i] for i in trains)
     notebooks = [i for i, line in enumerate(lines) if "-m idckit.cli reproduce" in line]
