@@ -11,6 +11,11 @@ CLEVR_ROOT ?=
 SPOT_ROOT ?=
 IER_ROOT ?=
 BIRDS_ROOT ?=
+# The authors' released checkpoints (their file, or a run of `idckit import-checkpoint`), scored as a side row of
+# the tables that take them (idckit/manifest.py's RELEASED): IDC-PCL tables 2-4, CLIP4IDC tables 1-2 and table 6.
+PCL_CKPT ?=
+CLIP4IDC_CKPT ?=
+CLIP4IDC_ADAPT_CKPT ?=
 NOTEBOOKS ?=
 # DEVICE: auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps; empty = each config's device (auto).
 DEVICE ?=
@@ -28,6 +33,8 @@ help:
 	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$(PROFILE); smoke|cpu|paper;"
 	@echo "                 DEVICE=auto|cpu|cuda:N; NPROC=N trains on N GPUs with torchrun first;"
 	@echo "                 CLEVR_ROOT= SPOT_ROOT= IER_ROOT= BIRDS_ROOT= real datasets (unset: synthetic)"
+	@echo "                 PCL_CKPT= CLIP4IDC_CKPT= CLIP4IDC_ADAPT_CKPT= the authors' released checkpoints, scored"
+	@echo "                 as a side row of IDC-PCL tables 2-4, CLIP4IDC tables 1-2 and 6 (docs/parity.md)"
 	@echo "                 profiles other than cpu write to reports/<profile>/ and leave the README's table alone)"
 	@echo "make doctor      devices, bf16, Java, weights and datasets this machine has"
 	@echo "make gpu-check   minutes on one GPU: CPU=GPU equality, resume, torchrun, paper-size speed -> gpu_check/"
@@ -67,6 +74,9 @@ setup: check-java chromium $(STAMP)
 
 ROOT_ARGS = $(if $(CLEVR_ROOT),--clevr-root $(CLEVR_ROOT)) $(if $(SPOT_ROOT),--spot-root $(SPOT_ROOT)) \
             $(if $(IER_ROOT),--ier-root $(IER_ROOT)) $(if $(BIRDS_ROOT),--birds-root $(BIRDS_ROOT))
+RELEASED_ARGS = $(if $(PCL_CKPT),--released-checkpoint $(PCL_CKPT)) \
+                $(if $(CLIP4IDC_CKPT),--released-caption-checkpoint $(CLIP4IDC_CKPT)) \
+                $(if $(CLIP4IDC_ADAPT_CKPT),--released-adapt-checkpoint $(CLIP4IDC_ADAPT_CKPT))
 TRAIN_ARGS = --profile $(PROFILE) $(ROOT_ARGS) $(if $(DEVICE),--device $(DEVICE))
 # the experiment families of the table manifest (read when a target needs them, after setup)
 FAMILIES = $(shell $(PY) -c "from idckit.manifest import FAMILIES; print(*FAMILIES)")
@@ -76,7 +86,7 @@ ifneq ($(NPROC),1)
 	for f in $(FAMILIES); do $(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train $$f $(TRAIN_ARGS) || exit 1; done
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train clip4idc $(TRAIN_ARGS) --variants clip4idc --seeds 1 2
 endif
-	$(PY) -m idckit.cli reproduce $(TRAIN_ARGS) $(NOTEBOOKS)
+	$(PY) -m idckit.cli reproduce $(TRAIN_ARGS) $(RELEASED_ARGS) $(NOTEBOOKS)
 
 # The tests never reach a model hub; reproduce may (PROFILE=paper fetches ResNet-101 and ViT-B/32 by name).
 test: setup

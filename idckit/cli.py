@@ -11,7 +11,7 @@ from pathlib import Path
 
 from idckit import paths
 from idckit.errors import IdckitError
-from idckit.manifest import DATASETS, FAMILIES
+from idckit.manifest import DATASETS, FAMILIES, RELEASED
 from idckit.settings import PROFILES
 
 
@@ -133,7 +133,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         resolve(args.device)
     outcomes = reproduce(args.notebooks, profile=args.profile, roots=_roots(args),
                          report_dir=args.report_dir, runs_dir=args.runs_dir,
-                         extra_parameters={"device": args.device} if args.device else None, force=args.force)
+                         extra_parameters={"device": args.device} if args.device else None, force=args.force,
+                         released={r.param: getattr(args, r.param) for r in RELEASED.values()})
     failed = [o.notebook for o in outcomes if not o.ok]
     if updates_readme(args.profile, args.report_dir) and len(failed) < len(outcomes):
         from idckit.readme import update_readme
@@ -359,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true",
                    help="write into a --report-dir that also holds files the kit did not write (they are kept)")
     _device_option(r, "passed to every notebook as its device parameter (default: each config's device)")
+    for rel in RELEASED.values():
+        r.add_argument(rel.option, dest=rel.param, default=None, metavar="CKPT",
+                       help=f"the authors' released {rel.kind} checkpoint (their file, or a run written by "
+                            f"import-checkpoint), scored beside the kit's runs in {', '.join(rel.notebooks)}")
     r.set_defaults(func=cmd_reproduce)
 
     c = sub.add_parser("caption", help="say what changed between two images (any size) with a trained model")

@@ -111,6 +111,39 @@ NOTEBOOKS: dict[str, Notebook] = {n.name: n for n in (
 ROOT_PARAMS: tuple[str, ...] = tuple(d.param for d in DATASETS.values())
 
 
+@dataclass(frozen=True)
+class Released:
+    """An authors' released checkpoint a table scores beside its own training (:mod:`idckit.released`)."""
+    param: str                      # the notebook parameter (None: no released row)
+    kind: str                       # what ``idckit import-checkpoint --from`` calls the checkpoint
+    variable: str                   # the Makefile variable
+    notebooks: tuple[str, ...]      # the notebooks that take it
+
+    @property
+    def option(self) -> str:
+        """The ``idckit reproduce`` option: ``--released-checkpoint``."""
+        return "--" + self.param.replace("_", "-")
+
+
+RELEASED: dict[str, Released] = {r.param: r for r in (
+    Released("released_checkpoint", "idc-pcl", "PCL_CKPT",
+             ("table2_clevr_change", "table3_change_types", "table4_ablation")),
+    Released("released_caption_checkpoint", "clip4idc-caption", "CLIP4IDC_CKPT",
+             ("clip4idc_table1_clevr_change", "clip4idc_table2_change_types")),
+    Released("released_adapt_checkpoint", "clip4idc-adapt", "CLIP4IDC_ADAPT_CKPT", ("clip4idc_table6_retrieval",)),
+)}
+
+
+def notebook_released(name: str, released: dict[str, Any] | None) -> dict[str, str]:
+    """The released-checkpoint parameters notebook ``name`` takes, from ``released`` (param -> path or None): only
+    the given ones it takes (a notebook's default is None, no released row)."""
+    released = released or {}
+    unknown = set(released) - set(RELEASED)
+    if unknown:
+        raise ConfigError(f"unknown released-checkpoint parameters {sorted(unknown)}; known: {', '.join(RELEASED)}")
+    return {p: str(v) for p, v in released.items() if v and name in RELEASED[p].notebooks}
+
+
 def notebook(name: str) -> Notebook:
     if name not in NOTEBOOKS:
         raise ConfigError(f"no notebook {name!r} in the table manifest; known: {', '.join(NOTEBOOKS)}",

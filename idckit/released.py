@@ -7,7 +7,8 @@ tables 1 and 2) or ``released_adapt_checkpoint`` (CLIP4IDC table 6) shows, besid
 imported run directory, decoded on the notebook's test split by the kit's decoding and scored by its one evaluator
 (:func:`idckit.eval.captions.evaluate_pairs`; retrieval :func:`idckit.eval.retrieval.retrieval_metrics` through
 the adaptation task). Where the released row matches the paper and the kit's own row does not, the training
-differs, not the scoring.
+differs, not the scoring. Which notebook takes which parameter (and its ``idckit reproduce`` option and Makefile
+variable): :data:`idckit.manifest.RELEASED`.
 
 The rows carry no seed: they are not runs of the kit, so :mod:`idckit.report_status` never reads them for a
 report's status, and no headline names them. The scoring is cached like a run (``runs/released-*-<key>/``, keyed by
@@ -32,9 +33,6 @@ from idckit.errors import ConfigError
 LABEL = "authors' released checkpoint, scored by idckit"
 #: the model column of every released row
 MODEL = "authors' released checkpoint"
-#: which notebook takes which released-checkpoint parameter, and the kind it imports
-PARAMETERS = {"released_checkpoint": "idc-pcl", "released_caption_checkpoint": "clip4idc-caption",
-              "released_adapt_checkpoint": "clip4idc-adapt"}
 
 
 # -- the checkpoint as an imported run -------------------------------------------------------------------------
@@ -280,5 +278,5 @@ def add_retrieval_rows(table, checkpoint: str | Path | None, *, progress: bool =
     return [row]
 
 
-__all__ = ["LABEL", "MODEL", "PARAMETERS", "imported_run", "pcl_result", "pcl_rows", "clip4idc_caption_result",
+__all__ = ["LABEL", "MODEL", "imported_run", "pcl_result", "pcl_rows", "clip4idc_caption_result",
            "clip4idc_caption_rows", "clip4idc_retrieval_result", "add_retrieval_rows"]

@@ -114,13 +114,13 @@ def claim_report_dir(report_dir: str | Path, notebooks: Sequence[Path], force: b
 
 
 def parameters(name: str, *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
-               extra_parameters: dict | None = None) -> dict:
+               extra_parameters: dict | None = None, released: dict | None = None) -> dict:
     """What notebook ``name`` is run with: the profile, the roots of the datasets it reads
     (:func:`idckit.manifest.notebook_roots`: None where not given, its synthetic set), where reports and runs go."""
-    from idckit.manifest import notebook_roots
+    from idckit.manifest import notebook_released, notebook_roots
 
     return {"profile": profile, **notebook_roots(name, roots), "report_dir": str(report_dir),
-            "runs_dir": str(runs_dir), **(extra_parameters or {})}
+            "runs_dir": str(runs_dir), **notebook_released(name, released), **(extra_parameters or {})}
 
 
 def check_roots(notebooks: Sequence[str], roots: dict | None) -> None:
@@ -134,8 +134,28 @@ def check_roots(notebooks: Sequence[str], roots: dict | None) -> None:
         check_root(dataset_of_param(param).name, root)
 
 
+def check_released(notebooks: Sequence[str], released: dict | None) -> None:
+    """Every given released checkpoint (:data:`idckit.manifest.RELEASED`) exists and one of ``notebooks`` takes it,
+    checked before any notebook works (``idckit reproduce --released-checkpoint ...``)."""
+    from idckit.manifest import RELEASED, notebook_released
+
+    notebook_released("", released)                 # an unknown parameter fails here
+    for param, path in (released or {}).items():
+        if not path:
+            continue
+        r = RELEASED[param]
+        if not Path(path).exists():
+            raise ConfigError(f"the released checkpoint of {r.option} does not exist", path=path,
+                              fix=f"pass the authors' file or a run directory written by idckit import-checkpoint "
+                                  f"--from {r.kind}")
+        if not set(notebooks) & set(r.notebooks):
+            raise ConfigError(f"none of the notebooks to run takes {r.option} ({r.variable}=)",
+                              fix=f"run one of {', '.join(r.notebooks)}, or drop it")
+
+
 def run_one(nb: Path, *, profile: str, roots: dict | None = None, report_dir: Path, runs_dir: Path,
-            extra_parameters: dict | None = None, log_output: bool = False) -> Outcome:
+            extra_parameters: dict | None = None, released: dict | None = None,
+            log_output: bool = False) -> Outcome:
     import papermill as pm
 
     name = nb.stem
@@ -146,8 +166,8 @@ def run_one(nb: Path, *, profile: str, roots: dict | None = None, report_dir: Pa
     t0 = time.time()
     try:
         executed = stage / f"{name}.ipynb"
-        params = {**parameters(name, profile=profile, roots=roots, report_dir=stage, runs_dir=runs_dir),
-                  **(extra_parameters or {})}
+        params = {**parameters(name, profile=profile, roots=roots, report_dir=stage, runs_dir=runs_dir,
+                               released=released), **(extra_parameters or {})}
         pm.execute_notebook(str(nb), str(executed), parameters=params, kernel_name=KERNEL, cwd=str(nb.parent),
                             progress_bar=False, log_output=log_output)
         report_json = stage / f"{name}.json"
@@ -193,6 +213,7 @@ def _read_status(path: Path) -> dict:
 def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE, roots: dict | None = None,
               report_dir: str | Path | None = None, runs_dir: str | Path | None = None,
               extra_parameters: dict | None = None, notebooks_dir: Path | None = None,
+              released: dict | None = None,
               force: bool = False) -> list[Outcome]:
     """``force``: write into a report folder that also holds files the kit did not write (they are kept)."""
     check_profile(profile)
@@ -200,6 +221,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
     report_dir = claim_report_dir(report_dir or paths.reports_dir(profile), notebooks, force)
     runs_dir = fileio.check_output_dir(runs_dir or paths.runs_dir(), "--runs-dir")
     check_roots([nb.stem for nb in notebooks], roots)   # a wrong root fails here, before any notebook works
+    check_released([nb.stem for nb in notebooks], released)
     report_dir.mkdir(parents=True, exist_ok=True)
     status_path = report_dir / "status.json"
     _read_status(status_path)       # an unreadable status file fails here, before the first notebook
@@ -211,17 +233,17 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
                 fix="wait for that `idckit reproduce` to finish (its report replaces this one), or pass another "
                     "--report-dir"))
         return _run_all(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
-                        extra_parameters=extra_parameters)
+                        extra_parameters=extra_parameters, released=released)
 
 
 def _run_all(notebooks: Sequence[Path], *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
-             extra_parameters: dict | None) -> list[Outcome]:
+             extra_parameters: dict | None, released: dict | None = None) -> list[Outcome]:
     status_path = report_dir / "status.json"
     outcomes = []
     for nb in notebooks:
         print(f"[idckit reproduce] {nb.stem} (profile={profile}) ...", flush=True)
         out = run_one(nb, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
-                      extra_parameters=extra_parameters)
+                      extra_parameters=extra_parameters, released=released)
         outcomes.append(out)
         when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         # read again under a lock: another `idckit reproduce` on the same reports may record its notebooks meanwhile

@@ -48,6 +48,7 @@ clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu
 pretrained = None      # None: the profile's weights (the stand-in is pre-trained here); e.g. openai or a file
 with_pcl = True        # also run (or read from the cache) IDC-PCL's full model for the comparison row
 with_variant = True    # also the labelled idckit variant clip4idc-diff (not the paper's), first seed only
+released_caption_checkpoint = None  # None: no row; else the authors' CLIP4IDC caption checkpoint (file or run)
 
 # %%
 from idckit.notebook_params import check_parameters
@@ -57,7 +58,7 @@ check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, 
 # %%
 import time
 
-from idckit import paths
+from idckit import paths, released
 from idckit.experiments import clip4idc
 from idckit.experiments import reporting, yardsticks
 from idckit.experiments.analytics import captions_by_run, collapse_check, timing_table
@@ -89,15 +90,16 @@ if with_pcl:
     pcl_setup = pcl.setup(profile, clevr_root, runs_dir=runs_dir, device=device)
     pcl_results = pcl.runs(pcl_setup, ["full"], seeds[:1])
     rows += yardsticks.clevr_rows(pcl_setup, pcl_results)
+released_rows = released.clip4idc_caption_rows(setup, released_caption_checkpoint)  # the authors' weights
 paper = paper_table("clip4idc.table1")
-comparison(rows + base_rows, paper["rows"],
+comparison(rows + base_rows + released_rows, paper["rows"],
            caption=f"Table 1: the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %% [markdown]
 # ## Does it describe the change, or only tell a change from no change?
 
 # %%
-yardsticks.describe_table(rows + base_rows, caption=f"What the captions say ({dataset}, test)")
+yardsticks.describe_table(rows + base_rows + released_rows, caption=f"What the captions say ({dataset}, test)")
 
 # %%
 main = [r for r in rows if r["model"] == clip4idc.MODEL and r["variant"] == results[0]["label"]]
@@ -147,7 +149,7 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=shown)
 
 # %%
 path = write_report(
-    report_dir, "clip4idc_table1_clevr_change", "clip4idc.table1", rows + base_rows,
+    report_dir, "clip4idc_table1_clevr_change", "clip4idc.table1", rows + base_rows + released_rows,
     clip4idc.provenance(setup, results, seeds, time.time() - t0),
     headline=yardsticks.headline(rows + base_rows, results[0]["label"],
                                  "CLIP4IDC CIDEr-D, test total (mean over seeds)",

@@ -30,6 +30,7 @@ seeds = [0, 1, 2]      # the same seeds as Table 1, so its runs are reused
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu); e.g. ViT-B-32
 pretrained = None      # None: the profile's weights; e.g. openai or a checkpoint file
+released_caption_checkpoint = None  # None: no row; else the authors' CLIP4IDC caption checkpoint (file or run)
 
 # %%
 from idckit.notebook_params import check_parameters
@@ -39,7 +40,7 @@ check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, 
 # %%
 import time
 
-from idckit import paths
+from idckit import paths, released
 from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.experiments import clip4idc
 from idckit.experiments import reporting, yardsticks
@@ -62,8 +63,9 @@ dataset = yardsticks.dataset_title(setup.data)
 # %%
 rows = yardsticks.type_rows(setup, results)
 base_rows = yardsticks.baseline_type_rows(base)
+released_rows = released.clip4idc_caption_rows(setup, released_caption_checkpoint, per_type=True)  # a side row
 paper = paper_table("clip4idc.table2")["rows"]
-comparison(rows + base_rows, paper, metrics=reporting.TYPES,
+comparison(rows + base_rows + released_rows, paper, metrics=reporting.TYPES,
            caption=f"Table 2: CIDEr-D per change type, the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %% [markdown]
@@ -98,7 +100,7 @@ head = yardsticks.type_headline(rows + base_rows, results[0]["label"], "CLIP4IDC
 notes = (yardsticks.hardest_type_notes(rows, paper_row["metrics"], results[0]["label"], semantic)
          + yardsticks.type_standing_notes(rows + base_rows, results[0]["label"], semantic))
 path = write_report(
-    report_dir, "clip4idc_table2_change_types", "clip4idc.table2", rows + base_rows,
+    report_dir, "clip4idc_table2_change_types", "clip4idc.table2", rows + base_rows + released_rows,
     clip4idc.provenance(setup, results, seeds, time.time() - t0), headline=head,
     notes=[f"CLIP: {results[0]['clip']}.", *notes])
 Notes(notes)

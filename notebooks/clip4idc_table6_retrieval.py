@@ -39,6 +39,7 @@ clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu
 pretrained = None      # None: the profile's weights; e.g. openai or a checkpoint file
 spot_root = None       # None: SynthSpot-the-Diff of the profile; else a real Spot-the-Diff data/ folder
 ier_root = None        # None: SynthIER of the profile; else a real Image-Editing-Request root
+released_adapt_checkpoint = None  # None: no row; else the authors' CLEVR adaptation checkpoint (file or run)
 
 # %%
 from idckit.notebook_params import check_parameters
@@ -48,7 +49,7 @@ check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, 
 # %%
 import time
 
-from idckit import paths
+from idckit import paths, released
 from idckit.experiments import clip4idc  # noqa: F401  (names the notebook's paper for idckit doctor)
 from idckit.experiments import retrieval_table
 from idckit.report import paper_value, report_summary, write_report
@@ -58,6 +59,7 @@ t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)
 common = dict(runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained, device=device)
 clevr = retrieval_table.build(profile, clevr_root, "clevr-change", seeds, **common)
+released.add_retrieval_rows(clevr, released_adapt_checkpoint)  # the authors' weights, scored by the kit: a side row
 spot = retrieval_table.build(profile, spot_root, "spot-the-diff", seeds, **common)
 ier = retrieval_table.build(profile, ier_root, "editing-request", seeds, **common)
 

@@ -32,6 +32,7 @@ report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smok
 seeds = [0]
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 backbone = None        # None: the profile default (efficientnet_lite0); resnet101 or clip:MODEL
+released_checkpoint = None  # None: no row; else the authors' IDC-PCL checkpoint (their file, or an imported run)
 
 # %%
 from idckit.notebook_params import check_parameters
@@ -41,7 +42,7 @@ check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, 
 # %%
 import time
 
-from idckit import paths
+from idckit import paths, released
 from idckit.experiments import pcl
 from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
 from idckit.experiments import reporting, yardsticks
@@ -72,7 +73,8 @@ FULL = "MLM + MVCL + FDA (full)"
 rows = yardsticks.clevr_rows(setup, results + duda_results)
 hard_rows = reporting.rows(hard_results) + reporting.rows(duda_hard)
 base_rows = yardsticks.baseline_rows(base)
-comparison(rows + hard_rows + base_rows, paper_table("pcl.table2")["rows"],
+released_rows = released.pcl_rows(setup, released_checkpoint)  # the authors' weights, scored by the kit: a side row
+comparison(rows + hard_rows + base_rows + released_rows, paper_table("pcl.table2")["rows"],
            caption=f"Table 2: the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %% [markdown]
@@ -81,7 +83,8 @@ comparison(rows + hard_rows + base_rows, paper_table("pcl.table2")["rows"],
 # captions name the right change type and the changed object (read against each scene's change record).
 
 # %%
-yardsticks.describe_table(rows + hard_rows + base_rows, caption=f"What the captions say ({dataset}, test)")
+yardsticks.describe_table(rows + hard_rows + base_rows + released_rows,
+                          caption=f"What the captions say ({dataset}, test)")
 
 # %% [markdown]
 # ## Where IDC-PCL stands against DUDA and the baselines (gaps read against the noise)
@@ -116,7 +119,7 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=shown)
 hard_notes = [f"Rows marked [hard data] ran on {hard.data.description}: CLEVR-Change's own camera and lamp jitter, "
               "kept beside the learnable default so the table shows what the difficulty changes."] if hard else []
 path = write_report(
-    report_dir, "table2_clevr_change", "pcl.table2", rows + hard_rows + base_rows,
+    report_dir, "table2_clevr_change", "pcl.table2", rows + hard_rows + base_rows + released_rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline=yardsticks.headline(rows + base_rows, FULL, "IDC-PCL CIDEr-D, test total",
                                  paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL")),

@@ -27,6 +27,7 @@ report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smok
 seeds = [0]
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 backbone = None        # None: the profile default (efficientnet_lite0)
+released_checkpoint = None  # None: no row; else the authors' IDC-PCL checkpoint (their file, or an imported run)
 
 # %%
 from idckit.notebook_params import check_parameters
@@ -36,7 +37,7 @@ check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, 
 # %%
 import time
 
-from idckit import paths
+from idckit import paths, released
 from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.experiments import pcl
 from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
@@ -67,8 +68,9 @@ FULL = "MLM + MVCL + FDA (full)"
 rows = yardsticks.type_rows(setup, results + duda_results)
 hard_rows = reporting.per_type_rows(hard_results + duda_hard)
 base_rows = yardsticks.baseline_type_rows(base)
+released_rows = released.pcl_rows(setup, released_checkpoint, per_type=True)  # the authors' weights: a side row
 paper = paper_table("pcl.table3")
-comparison(rows + hard_rows + base_rows, paper["rows"], metrics=reporting.TYPES,
+comparison(rows + hard_rows + base_rows + released_rows, paper["rows"], metrics=reporting.TYPES,
            caption=f"Table 3: CIDEr-D per change type, the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %%
@@ -99,7 +101,7 @@ if hard:
     notes.append(f"Rows marked [hard data] ran on {hard.data.description}: CLEVR-Change's own jitter, kept "
                  "beside the learnable default so the table shows what the difficulty changes.")
 path = write_report(
-    report_dir, "table3_change_types", "pcl.table3", rows + hard_rows + base_rows,
+    report_dir, "table3_change_types", "pcl.table3", rows + hard_rows + base_rows + released_rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline=yardsticks.type_headline(rows + base_rows, FULL, "IDC-PCL CIDEr-D, mean of the five change types",
                                       paper_types, semantic),

@@ -29,6 +29,7 @@ report_dir = None      # None: reports/ in the repo (reports/<profile>/ for smok
 seeds = [0]
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 backbone = None        # None: the profile default (efficientnet_lite0)
+released_checkpoint = None  # None: no row; else the authors' IDC-PCL checkpoint (their file, or an imported run)
 
 # %%
 from idckit.notebook_params import check_parameters
@@ -38,7 +39,7 @@ check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, 
 # %%
 import time
 
-from idckit import paths
+from idckit import paths, released
 from idckit.experiments import pcl
 from idckit.eval.probe import difference_probe
 from idckit.experiments import recipes, yardsticks
@@ -61,8 +62,9 @@ dataset = yardsticks.dataset_title(setup.data)
 # %%
 rows = yardsticks.clevr_rows(setup, results)
 base_rows = yardsticks.baseline_rows(base)
+released_rows = released.pcl_rows(setup, released_checkpoint)  # the authors' weights, scored by the kit: a side row
 paper = paper_table("pcl.table4")
-comparison(rows + base_rows, paper["rows"],
+comparison(rows + base_rows + released_rows, paper["rows"],
            caption=f"Table 4: the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %%
@@ -117,7 +119,7 @@ fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(se
 
 # %%
 path = write_report(
-    report_dir, "table4_ablation", "pcl.table4", rows + base_rows,
+    report_dir, "table4_ablation", "pcl.table4", rows + base_rows + released_rows,
     pcl.provenance(setup, results, seeds, time.time() - t0),
     headline=yardsticks.headline(rows + base_rows, order[3], "full model CIDEr-D, test total",
                                  paper_value("pcl.table4", "CIDEr-D", model="IDC-PCL", variant="MLM+MVCL+FDA")),

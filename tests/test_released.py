@@ -1,4 +1,4 @@
-"""The authors' released checkpoints as side rows of the tables (idckit.experiments.released), offline: tiny
+"""The authors' released checkpoints as side rows of the tables (idckit.released), offline: tiny
 checkpoints in the authors' format, scored on smoke data by the kit's one evaluator, never setting a status.
 
 IDC-PCL: the recordings' sizes (12-d features, their 18 words) cannot read the smoke data, so a kit model at the
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from idckit.errors import ConfigError
-from idckit.experiments import released
+from idckit import released
 from idckit.parity.pcl import (authors_state_dict_of_kit, authors_vocab_of_kit, convert_state_dict)
 from idckit.report_status import headline_rows, report_status
 
@@ -237,3 +237,85 @@ def test_a_released_adaptation_checkpoint_goes_before_the_chance_row_of_table_6(
     assert 0 <= row["metrics"]["t2p_R@1"] <= 100 and 1 <= row["metrics"]["t2p_MdR"] <= n_pairs
     doc = {"rows": table.rows, "headline": {"runs": {"variants": ["adapted (3/1)"]}}}
     assert headline_rows(doc) == [] and report_status(doc).verdict == "no training"
+
+
+# -- how a released checkpoint reaches its notebooks -------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _parameters_cell(name: str) -> dict:
+    import ast
+
+    doc = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    cell = next(c for c in doc["cells"] if "parameters" in c["metadata"].get("tags", []))
+    tree = ast.parse("".join(cell["source"]))
+    return {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+def test_each_table_takes_exactly_the_released_parameters_the_manifest_names():
+    from idckit import manifest
+    from idckit.checkpoint_import import CONVERTERS
+
+    for name in manifest.NOTEBOOKS:
+        params = _parameters_cell(name)
+        takes = {p for p, r in manifest.RELEASED.items() if name in r.notebooks}
+        assert {p for p in params if p.startswith("released")} == takes, name
+        assert all(params[p] is None for p in takes), name                     # default: no released row
+    assert {r.kind for r in manifest.RELEASED.values()} <= set(CONVERTERS)
+
+
+def test_reproduce_passes_a_released_checkpoint_only_to_the_tables_that_take_it(tmp_path):
+    from idckit.cli import build_parser
+    from idckit.manifest import RELEASED
+    from idckit.reproduce import check_released, parameters
+
+    ckpt = tmp_path / "model.pt"
+    ckpt.write_bytes(b"x")
+    given = {"released_checkpoint": str(ckpt), "released_caption_checkpoint": None}
+    common = dict(profile="paper", roots=None, report_dir=tmp_path, runs_dir=tmp_path, released=given)
+    assert parameters("table3_change_types", **common)["released_checkpoint"] == str(ckpt)
+    assert "released_checkpoint" not in parameters("table1_birds_to_words", **common)
+    assert "released_caption_checkpoint" not in parameters("clip4idc_table1_clevr_change", **common)
+    check_released(["table2_clevr_change"], given)
+    with pytest.raises(ConfigError, match="none of the notebooks to run takes --released-checkpoint") as e:
+        check_released(["table1_birds_to_words"], given)
+    assert "table2_clevr_change" in e.value.fix
+    with pytest.raises(ConfigError, match="does not exist"):
+        check_released(["table2_clevr_change"], {"released_checkpoint": str(tmp_path / "missing.pt")})
+    with pytest.raises(ConfigError, match="unknown released-checkpoint parameters"):
+        check_released(["table2_clevr_change"], {"pcl_ckpt": str(ckpt)})
+    args = build_parser().parse_args(["reproduce", "table6", "--released-adapt-checkpoint", "a.bin",
+                                      "--released-checkpoint", "b.pt"])
+    assert (args.released_adapt_checkpoint, args.released_checkpoint, args.released_caption_checkpoint) == \
+        ("a.bin", "b.pt", None)
+    make = (ROOT / "Makefile").read_text()
+    for r in RELEASED.values():
+        assert f"$(if $({r.variable}),{r.option} $({r.variable}))" in make
+
+
+@pytest.mark.slow
+@pytest.mark.java
+def test_table2_at_smoke_shows_the_released_row_and_keeps_its_status(tmp_path, monkeypatch):
+    """papermill, as `idckit reproduce --released-checkpoint` runs it: the report holds the released row beside
+    the kit's runs, and its status is its own run's."""
+    from idckit.experiments import pcl
+    from idckit.report_status import report_status
+    from idckit.reproduce import run_one
+
+    monkeypatch.setenv("IDCKIT_DATA_DIR", str(tmp_path / "data"))          # inherited by the papermill kernel
+    s = pcl.setup("smoke", None, runs_dir=tmp_path / "runs", progress=False, device="cpu")
+    ckpt = authors_pcl_checkpoint(s, tmp_path / "released")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    out = run_one(ROOT / "notebooks" / "table2_clevr_change.ipynb", profile="smoke", report_dir=reports,
+                  runs_dir=tmp_path / "runs", extra_parameters={"device": "cpu"},
+                  released={"released_checkpoint": str(ckpt)})
+    assert out.ok, out.error
+    doc = json.loads((reports / "table2_clevr_change.json").read_text())
+    (row,) = [r for r in doc["rows"] if r["model"] == released.MODEL]
+    assert row["variant"] == released.LABEL and row["seed"] is None and finite(row)
+    assert {"Bleu_4", "ROUGE_L", "CIDEr-D"} <= set(row["metrics"])
+    kit = [r for r in doc["rows"] if r["model"] == "IDC-PCL (idckit)" and r.get("seed") == 0]
+    assert kit and report_status(doc) == report_status({**doc, "rows": [r for r in doc["rows"] if r is not row]})
+    assert released.LABEL in (reports / "table2_clevr_change.html").read_text().replace("&#x27;", "'")
