@@ -124,7 +124,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # every rank would render every notebook
         raise ConfigError("reproduce runs in one process; under torchrun, train the runs instead",
-                          fix="torchrun --nproc_per_node=N -m idckit.cli train pcl|clip4idc ..., then "
+                          fix="torchrun --nproc_per_node=N -m idckit.cli train FAMILY ..., then "
                               "`idckit reproduce` (or: make reproduce NPROC=N)")
 
     if args.device:    # every notebook would fail on it, one after the other

@@ -90,7 +90,8 @@ def _distributed() -> str:
         return "distributed: this torch build has no torch.distributed (one process only)"
     backends = [b for b, ok in (("nccl", dist.is_nccl_available()), ("gloo", dist.is_gloo_available())) if ok]
     return (f"distributed: backends {', '.join(backends) or 'none'}; "
-            "DDP with `make reproduce NPROC=N` or `torchrun --nproc_per_node=N -m idckit.cli train pcl|clip4idc`")
+            "DDP with `make reproduce NPROC=N` or `torchrun --nproc_per_node=N -m idckit.cli train FAMILY` "
+            "(pcl, duda, birds, clip4idc)")
 
 
 def _runs_on(profile: str) -> str:
