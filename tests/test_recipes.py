@@ -80,23 +80,38 @@ def _family(module: str) -> str | None:
                  and [ast.unparse(t) for t in n.targets] == ["FAMILY"]), None)
 
 
+def _trained(tree: ast.AST, where: str) -> set[str]:
+    """The recipes a module's code trains: its calls of ``<family module>.runs|hard_runs|run_variant``, plus those of
+    the table builders it calls (``pair_table.build``, ``retrieval_table.build``: shared bodies in the package)."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    imported = {a.asname or a.name: a.name for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module == "idckit.experiments" for a in n.names}
+    families = {name: f for name, module in imported.items() if (f := _family(module))}
+    used = set()
+    for c in calls:
+        if not isinstance(c.func, ast.Attribute):
+            continue
+        owner = ast.unparse(c.func.value)
+        if owner in families and c.func.attr in RUNNERS:
+            family = families[owner]
+            used |= {recipes.get_recipe(v, family).name for v in _names(c.args[RUNNERS[c.func.attr]], family, where)}
+        elif owner in imported and owner not in families and c.func.attr == "build":
+            builder = ROOT / "idckit" / "experiments" / f"{imported[owner]}.py"
+            used |= _trained(ast.parse(builder.read_text(encoding="utf-8")), builder.name)
+    return used
+
+
 def _notebook_recipes() -> dict[str, set[str]]:
     """table id -> the recipes its notebook trains (read from the notebooks' code, not run)."""
     out: dict[str, set[str]] = {}
     for nb in sorted((ROOT / "notebooks").glob("*.py")):
         tree = ast.parse(nb.read_text(encoding="utf-8"))
-        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-        families = {a.asname or a.name: _family(a.name) for n in ast.walk(tree)
-                    if isinstance(n, ast.ImportFrom) and n.module == "idckit.experiments" for a in n.names}
-        families = {name: f for name, f in families.items() if f}
-        used = set()
-        for c in calls:
-            if isinstance(c.func, ast.Attribute) and ast.unparse(c.func.value) in families and c.func.attr in RUNNERS:
-                family = families[ast.unparse(c.func.value)]
-                used |= {recipes.get_recipe(v, family).name
-                         for v in _names(c.args[RUNNERS[c.func.attr]], family, nb.name)}
+        used = _trained(tree, nb.name)
         if used:
-            table = next(c.args[2].value for c in calls if getattr(c.func, "id", None) == "write_report")
+            # the table id goes to write_report, or to pair_table.build where a shared body writes the report
+            calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+            table = next(c.args[2].value for c in calls
+                         if ast.unparse(c.func) in ("write_report", "pair_table.build"))
             out.setdefault(table, set()).update(used)
     return out
 
