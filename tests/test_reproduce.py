@@ -126,7 +126,7 @@ def test_status_keeps_what_another_reproduce_recorded_meanwhile(tmp_path):
     nbs.mkdir()
     # while this notebook runs, "another process" records its own notebook in the shared status file
     _notebook(nbs / "good.ipynb", GOOD + '''
-status = pathlib.Path(report_dir).parent / "status.json"
+status = pathlib.Path(report_dir).parents[1] / "status.json"   # report_dir is <reports>/<staging of this pid>/good
 status.write_text(json.dumps({"other": {"status": "ok", "seconds": 1.0}}))
 ''')
     out = reproduce(profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
