@@ -626,6 +626,17 @@ def sdpa_check(dev: torch.device, dry: bool) -> dict:
     return out
 
 
+def _recognise_out(folder: Path) -> dict | None:
+    """An earlier gpu-check's folder, written before the write policy's marker: its gpu_check.json alone."""
+    try:
+        doc = json.loads((folder / "gpu_check.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or "budget_seconds" not in doc:
+        return None
+    return {"kind": "gpu-check", "entries": ["gpu_check.json"]}
+
+
 def run(device: str = "auto", out: str | Path = "gpu_check", *, progress: bool = True) -> dict:
     """Run every check on ``device`` (``cpu``: the dry mode) and write ``OUT/gpu_check.json``."""
     from idckit import device as devices
@@ -633,7 +644,10 @@ def run(device: str = "auto", out: str | Path = "gpu_check", *, progress: bool =
     dev = devices.resolve(device)
     dry = dev.type != "cuda"
     devices.prepare(dev)
-    out = Path(out)
+    from idckit import fileio
+
+    # the write policy before any work: a folder holding anything but an earlier gpu_check.json is refused
+    out = fileio.claim_dir(out, "gpu-check", recognise=_recognise_out, will_write=["gpu_check.json"]).path
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     result: dict[str, Any] = {"dry": dry, "profile": _profile(dry), "rtol": RTOL, "budget_seconds": BUDGET_S}

@@ -438,8 +438,21 @@ def fast_lines(root: str | Path, dataset: str) -> list[tuple[bool, str]]:
     return [head, *details[:12], *fix]
 
 
+def _own_json(path: Path) -> bool:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and {"dataset", "counts", "findings"} <= doc.keys()
+
+
 def main(root: str | Path, dataset: str, *, sample: int | None = None, counts: str = "auto",
          fast: bool = False, json_out: str | Path | None = None, limit: int = 20, workers: int | None = None) -> int:
+    if json_out is not None:   # the write policy before any decoding: never an input, never a foreign file
+        from idckit import fileio
+
+        json_out = fileio.claim_file(json_out, "--json", inputs=[root], recognise=_own_json,
+                                     what="an earlier verify-data report")
     res = verify(root, dataset, decode=not fast, sample=sample, counts=counts, workers=workers)
     for line in res.lines(limit=limit):
         print(line)

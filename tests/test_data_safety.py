@@ -499,7 +499,10 @@ def _write_paths(c):
     out += [("evaluate-json", ["evaluate", str(c["results"]), "--data", str(c["clevr"]), "--no-meteor", "--json", f],
              2),
             ("pretrain-clip-out", ["pretrain-clip", "--profile", "smoke", "--data-root", str(c["clevr"]),
-                                   "--runs-dir", str(c["runs"]), "--out", f], 2)]
+                                   "--runs-dir", str(c["runs"]), "--out", f], 2),
+            ("verify-data-json", ["verify-data", str(c["clevr"]), "--dataset", "clevr-change", "--fast",
+                                  "--json", f], 2),
+            ("doctor-gpu-check", ["doctor", "--gpu-check", "--out", d], 2)]
     return out
 
 

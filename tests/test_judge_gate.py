@@ -67,7 +67,7 @@ def smoke_run(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("judge")
     root = tmp / "synth"
-    generate(root, n_pairs=24, seed=1, size=(96, 64), workers=1, progress=False)
+    generate(root, n_pairs=24, seed=1, size=(96, 64), workers=1, profile="smoke", progress=False)  # jitter 1.0
     s = pcl.setup("smoke", root, runs_dir=tmp / "runs", progress=False)
     r = pcl.run_variant(s, "full", progress=False)
     return s, tmp / "runs" / r["run"], root, tmp

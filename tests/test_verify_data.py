@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from idckit import verify_data
+from idckit.errors import IdckitError
 from idckit.cli import main as cli
 
 DATASETS = ("clevr-change", "spot-the-diff", "ier", "birds")
@@ -124,8 +125,13 @@ def test_ier_missing_truncated_short_split(copy):
     assert found["corrupt"] == [f"images/{train[1]['img1']}"]
     assert sorted(f.detail.split(":")[0] for f in res.findings if f.kind == "count") == ["pairs", "sentences"]
     assert {f.where for f in res.findings if f.kind == "count"} == {"test split"}
-    assert verify_data.main(root, "ier", json_out=root / "findings.json") == 1
-    saved = json.loads((root / "findings.json").read_text())
+    with pytest.raises(IdckitError, match="inside"):     # an input is never an output target
+        verify_data.main(root, "ier", json_out=root / "findings.json")
+    assert not (root / "findings.json").exists()
+    findings = root.parent / f"{root.name}-findings.json"
+    assert verify_data.main(root, "ier", json_out=findings) == 1
+    assert verify_data.main(root, "ier", json_out=findings) == 1     # its own earlier report is replaced
+    saved = json.loads(findings.read_text())
     assert saved["ok"] is False and saved["decoded"] == saved["images"] - 1
     assert sorted(f["kind"] for f in saved["findings"]) == ["corrupt", "count", "count", "missing"]
 

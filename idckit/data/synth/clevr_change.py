@@ -88,9 +88,9 @@ def generate(out: str | Path, *, n_pairs: int | None = None, seed: int | None = 
     """Write SynthCLEVR-Change to ``out`` (atomically); reuse it if it already holds the same arguments. An argument
     left None is ``configs/synth_clevr_change.json``'s at ``profile`` (None: the default profile).
 
-    ``camera_jitter`` and ``lamp_jitter`` are CLEVR's jitter sizes (CLEVR-Change's 1.0 by default): smaller values
-    give distractors that move the camera and lamps less, an easier set. ``objects`` = (fewest, most) objects in a
-    before scene, CLEVR's (3, 10) by default; fewer objects give scenes in which the change is a larger share.
+    ``camera_jitter`` and ``lamp_jitter`` are CLEVR's jitter sizes (CLEVR-Change renders 1.0; the cpu profile 0):
+    smaller values give distractors that move the camera and lamps less, an easier set. ``objects`` = (fewest,
+    most) objects in a before scene, CLEVR's (3, 10) by default; fewer objects make the change a larger share.
     ``force``: write beside entries the generator did not write (kept, never deleted).
     """
     from tqdm.auto import tqdm
