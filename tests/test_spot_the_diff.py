@@ -307,3 +307,18 @@ def test_the_profiles_set_names_its_light_in_the_folder_and_the_reports(tmp_path
     assert flat.root.name == "synth-spot-the-diff-n40-s0-light0" and "light change 0" in flat.description
     assert json.loads((flat.root / "synth_info.json").read_text())["light_change"] == 0.0
     assert flat.identity != default.identity         # run keys hold the identity: no run is shared across lights
+
+
+@pytest.mark.parametrize("kind", ["car", "person", "bike"])
+def test_a_low_sun_on_the_left_draws_every_object(kind):
+    """A sun far left stretches a person's shadow past its own box: drawn (PIL refused x1 < x0: seed 7 crashed)."""
+    from PIL import Image, ImageDraw
+
+    from idckit.data.synth import spot_the_diff as sd
+
+    img = Image.new("RGBA", (sd.SIZE * sd.SCALE,) * 2, (255, 255, 255, 255))
+    scene = {"horizon": 40.0, "sun": (-1.0, 0.5)}
+    obj = {"kind": kind, "x": 150.0, "y": 200.0, "vertical": False, "colour": "black", "pants": 0, "skin": 0}
+    sd._draw_object(ImageDraw.Draw(img, "RGBA"), scene, obj)
+    assert len(np.unique(np.asarray(img).reshape(-1, 4), axis=0)) > 2     # the object and its shadow are drawn
+    assert sd._box(5, 1, 2, 4) == [2, 1, 5, 4] and sd._box(2, 1, 5, 4) == [2, 1, 5, 4]

@@ -206,6 +206,12 @@ def _kind(rng) -> str:
     return str(rng.choice(["car", "person", "bike"], p=[0.55, 0.33, 0.12]))
 
 
+def _box(x0: float, y0: float, x1: float, y1: float) -> list[float]:
+    """A shadow's bounding box with its corners in order: a low sun stretches it past its own object (PIL refuses
+    x1 < x0); boxes already in order are returned unchanged, so every earlier image stays byte-identical."""
+    return [min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)]
+
+
 def _draw_object(d, s: dict, o: dict) -> None:
     sc = scale_at(s, o["y"])
     x, y = o["x"], o["y"]
@@ -234,7 +240,7 @@ def _draw_object(d, s: dict, o: dict) -> None:
             d.rectangle([x + L * 0.25, y - W * 0.32, x + L * 0.32, y + W * 0.32], fill=(45, 55, 70))
     elif o["kind"] == "person":
         h, w = 40 * sc, 12 * sc
-        d.ellipse([x - w * 0.8 + sx, y - 3 * sc + sy * 0.3, x + w * 0.8 + sx * 2.5, y + 3 * sc + sy * 0.3],
+        d.ellipse(_box(x - w * 0.8 + sx, y - 3 * sc + sy * 0.3, x + w * 0.8 + sx * 2.5, y + 3 * sc + sy * 0.3),
                   fill=(0, 0, 0, 90))
         d.rectangle([x - w * 0.4, y - h * 0.45, x + w * 0.4, y], fill=PANTS[o["pants"]])
         d.line([x, y - h * 0.4, x, y], fill=(0, 0, 0, 80), width=1)
@@ -245,7 +251,7 @@ def _draw_object(d, s: dict, o: dict) -> None:
     else:
         r, gap = 7 * sc, 11 * sc
         colour = BIKE_COLOURS[o["colour"]]
-        d.ellipse([x - gap - r + sx, y - 2 * sc + sy * 0.3, x + gap + r + sx * 2, y + 3 * sc + sy * 0.3],
+        d.ellipse(_box(x - gap - r + sx, y - 2 * sc + sy * 0.3, x + gap + r + sx * 2, y + 3 * sc + sy * 0.3),
                   fill=(0, 0, 0, 70))
         for cx in (x - gap, x + gap):
             d.ellipse([cx - r, y - 2 * r, cx + r, y], outline=(25, 25, 25), width=max(1, int(2 * sc)))
