@@ -13,7 +13,6 @@ that loader refuses; it is read as a plain dict (:func:`read_authors_checkpoint`
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 from pathlib import Path
@@ -144,7 +143,7 @@ def _import_pcl(family: str, checkpoint: Path, out: Path, *, force: bool, vocab:
                                                         "feat_regress", "classifier", "aligner"))
                      and not (k.startswith("pooler") and judge))
     model_section = {f: getattr(cfg, f) for f in paper["model"]}     # the paper profile's, sized as the weights
-    summary = {"kind": kind, "checkpoint": str(checkpoint), "sha256": _sha256(checkpoint),
+    summary = {"kind": kind, "checkpoint": str(checkpoint), "sha256": fileio.sha256(checkpoint),
                "stage": "pre-training" if "model_state_dict" in obj or "feat_regress.bias" in sd else "fine-tuning",
                "global_step": obj.get("global_step"), "parameters": sum(p.numel() for p in model.parameters()),
                "filled_from_seed_0": filled, "dropped": dropped,
@@ -172,9 +171,3 @@ def _read_vocab(path: Path) -> dict[str, int]:
     return words
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

@@ -342,6 +342,17 @@ def copy_file(src: str | Path, dst: str | Path) -> None:
         shutil.copyfile(src, tmp)
 
 
+def sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 1 MiB blocks."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def same_file(a: str | Path, b: str | Path) -> bool:
     try:
         return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)

@@ -21,12 +21,12 @@ says which features it was scored on.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from idckit import fileio
 from idckit.errors import ConfigError
 
 #: the variant column of every released row
@@ -36,14 +36,6 @@ MODEL = "authors' released checkpoint"
 
 
 # -- the checkpoint as an imported run -------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def imported_run(checkpoint: str | Path, kind: str, runs_dir: Path, *, vocab: str | Path | None = None) -> Path:
     """The run directory of ``checkpoint``: itself when it is a run written by ``idckit import-checkpoint --from
     kind``, else the authors' file imported once into ``runs_dir/imported-<kind>-<sha>/`` (IDC-PCL needs their
@@ -75,7 +67,7 @@ def imported_run(checkpoint: str | Path, kind: str, runs_dir: Path, *, vocab: st
                                   "import-checkpoint --from idc-pcl CKPT --vocab dict.json --out runs/NAME, and "
                                   "pass runs/NAME")
         options["vocab"] = vocab
-    out = runs_dir / f"imported-{kind}-{_sha256(path)[:12]}"
+    out = runs_dir / f"imported-{kind}-{fileio.sha256(path)[:12]}"
     if not (out / "import.json").is_file():
         import_checkpoint(kind, path, out, **options)
     return out

@@ -370,7 +370,7 @@ def _import(kind: str, checkpoint: Path, out: Path, *, force: bool, n_intra: int
                    and k not in ("clip.token_embedding.weight", "clip.positional_embedding")]
     name = VIT_B_32[0] if sizes == VIT_B_32[1] else None
     config.update({"imported_from": kind, "profile": "paper", "clip_model": name, "clip_sizes": sizes})
-    summary = {"kind": kind, "checkpoint": str(checkpoint), "sha256": _sha256(checkpoint),
+    summary = {"kind": kind, "checkpoint": str(checkpoint), "sha256": fileio.sha256(checkpoint),
                "stage": "adaptation" if kind == "clip4idc-adapt" else "captioning",
                "parameters": sum(p.numel() for p in model.parameters()), "n_intra": model.pair_encoder.n_intra,
                "dropped": sorted(dropped), "precision": "fp16 tensors upcast to fp32" if half else "fp32"}
@@ -401,14 +401,6 @@ def load_imported(run: str | Path):
         model = CLIP4IDCCaptioner(clip, CaptionerConfig(**config["captioner"], max_len=config["max_len"]))
     model.load_state_dict(torch.load(run / "best.pt", map_location="cpu", weights_only=True), strict=True)
     return model.eval()
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------------------
