@@ -7,3 +7,17 @@ the functions here (the same ones ``idckit import-checkpoint`` uses for released
 kit's module computes the same numbers. One module per family: :mod:`idckit.parity.pcl` (IDC-PCL, ``clver/`` and
 ``bird/``) and :mod:`idckit.parity.clip4idc`.
 """
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def checkout_commit(checkout: Path) -> str:
+    """The commit a recording was made from (``unknown`` where the checkout is no git work tree)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

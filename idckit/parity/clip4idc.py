@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import hashlib
 import math
-import subprocess
 import sys
 import tempfile
 import types
@@ -39,6 +38,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import torch
+
+from idckit.parity import checkout_commit
 
 SEED = 0
 #: their ``CLIP`` constructor's sizes (heads = width // 64 in their code)
@@ -453,14 +454,6 @@ def _authors_code(checkout: Path) -> Iterator[None]:
             del np.long
 
 
-def _commit(checkout: Path) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _set_parameters(model: torch.nn.Module, seed: int) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Every parameter := parameter_value(seed, its first name); returns the spec of the state dict
     (key -> (parameter name, shape)), tied keys naming the one parameter they share."""
@@ -554,7 +547,8 @@ def _record(checkout: Path, out: Path, seed: int, tmp: Path) -> list[Path]:
         spec = _set_parameters(model, seed)
         return model.eval(), spec, cfg
 
-    meta = {"commit": _commit(checkout), "seed": seed, "clip_sizes": CLIP_SIZES, "decoder_config": DECODER_CONFIG,
+    meta = {"commit": checkout_commit(checkout), "seed": seed, "clip_sizes": CLIP_SIZES,
+            "decoder_config": DECODER_CONFIG,
             "captions": CAPTIONS, "max_words": MAX_WORDS}
     written = []
 

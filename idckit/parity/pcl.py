@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from idckit.errors import ConfigError
+from idckit.parity import checkout_commit
 from idckit.text.vocab import SPECIALS
 
 #: the authors' special words and the kit's names for them
@@ -281,15 +282,6 @@ def record(checkout: str | Path, out: str | Path) -> list[Path]:
         torch.Tensor.cuda, torch.nn.Module.cuda = saved
 
 
-def _commit(checkout: Path) -> str:
-    import subprocess
-    try:
-        return subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _inputs(g: torch.Generator, n_images: int = 2) -> dict[str, torch.Tensor]:
     s, v = SIZES, RECORDING_VOCAB
     feats = [torch.randn(s["batch"], s["regions"], s["feat"], generator=g).relu() for _ in range(n_images)]
@@ -359,7 +351,7 @@ def _record_clver(checkout: Path, out: Path) -> tuple[Path, Path]:
     x = _inputs(g)
     f1, f2 = x["features"]
     hidden = _hidden_hooks(pre, ["single_img_encoder", "double_img_encoder", "encoder"])
-    rec: dict[str, Any] = {"commit": _commit(checkout), "sizes": dict(s), "vocab": dict(v),
+    rec: dict[str, Any] = {"commit": checkout_commit(checkout), "sizes": dict(s), "vocab": dict(v),
                            "state_dict": {k: t.clone() for k, t in pre.state_dict().items()},
                            "f1": f1, "f2": f2}
     # MLM (under the pre-training layout, mask=None: every token attends to every other, [PAD] included)
@@ -418,7 +410,7 @@ def _record_bird(checkout: Path, out: Path) -> list[Path]:
     g = torch.Generator().manual_seed(SEED + 10)
     x = _inputs(g)
     f1, f2 = x["features"]
-    commit = _commit(checkout)
+    commit = checkout_commit(checkout)
     paths = []
 
     # the FGVC stage (NABirds) of bird/pretrain.py: heads on the image encoders alone, and its three losses
