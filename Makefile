@@ -109,9 +109,12 @@ lab: setup
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
-# The README's picture of reports/index.html: 1280 px wide, as tall as the page, in headless Chromium.
+# The README's picture of reports/index.html (1280 px wide, as tall as the page) and the first screen (1400 x 900)
+# of two reports, whose summary card a reader sees before any scrolling; in headless Chromium.
+SCREENSHOT_REPORTS = table2_clevr_change clip4idc_table1_clevr_change
 screenshots: setup
 	$(PY) -c "from idckit.browser import screenshot; screenshot('reports/index.html', 'docs/img/index.png', width=1280, full_page=True)"
+	for r in $(SCREENSHOT_REPORTS); do $(PY) -c "from idckit.browser import screenshot; screenshot('reports/$$r.html', 'docs/img/$$r.png', width=1400, height=900)" || exit 1; done
 
 clean-reports:
 	rm -rf reports/*.html reports/*.json
