@@ -39,8 +39,17 @@ def output_diversity(runs_dir: str | Path, results: Sequence[Mapping[str, Any]])
         top = Counter(captions).most_common(1)[0]
         out.append({"run": r["run"], "label": r.get("label", r["run"]), "seed": r.get("seed"),
                     "pairs": len(captions), "distinct": len(set(captions)), "top_caption": top[0],
-                    "top_share": top[1] / len(captions)})
+                    "top_share": top[1] / len(captions), "stopped_early": stopped_early(r)})
     return out
+
+
+def stopped_early(result: Mapping[str, Any]) -> str | None:
+    """The clause a report adds for a run the training loop stopped because val wrote one sentence
+    (``stop_on_collapse`` in configs/train.json), else None."""
+    if result.get("stopped") != "collapsed":
+        return None
+    return (f"training stopped at step {result.get('steps')} of {result.get('max_steps')}, val having written one "
+            "sentence at consecutive evaluations")
 
 
 def diversity_notes(diversity: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -52,9 +61,14 @@ def diversity_notes(diversity: Sequence[Mapping[str, Any]]) -> list[str]:
     for d in diversity:
         if is_collapsed(d["distinct"], d["pairs"], d["top_share"]):
             seed = f", seed {d['seed']}" if d.get("seed") is not None else ""
+            stop = f"; {d['stopped_early']}" if d.get("stopped_early") else ""
             notes.append(f"COLLAPSED: {d['label']}{seed} wrote \"{d['top_caption']}\" for "
                          f"{100 * d['top_share']:.0f} % of the {d['pairs']} test pairs ({d['distinct']} distinct "
-                         "captions); its scores reflect those few sentences, not the images.")
+                         f"captions); its scores reflect those few sentences, not the images{stop}.")
+        elif d.get("stopped_early"):
+            seed = f", seed {d['seed']}" if d.get("seed") is not None else ""
+            notes.append(f"STOPPED EARLY: {d['label']}{seed}: {d['stopped_early']}; on test it wrote "
+                         f"{d['distinct']} distinct captions.")
     return notes
 
 
@@ -83,4 +97,4 @@ def timing_table(results: Sequence[Mapping[str, Any]], fields: Mapping[str, str]
 
 
 __all__ = ["timing_table", "captions_by_run", "output_diversity", "diversity_notes", "diversity_table",
-           "collapse_check"]
+           "collapse_check", "stopped_early"]

@@ -519,6 +519,7 @@ class CaptionTask:
 
     def evaluate(self, model: CLIP4IDCCaptioner, split: str = "val") -> dict[str, float]:
         from idckit.eval.captions import evaluate_pairs
+        from idckit.train.loop import DISTINCT_METRIC
 
         preds = self.predict(model, split)
         if not distributed.is_main():     # scored once, on rank 0
@@ -526,7 +527,8 @@ class CaptionTask:
         s = self.data.splits[split]
         scores = evaluate_pairs(s.references, preds, dict(zip(s.pair_ids, s.types)), meteor=False,
                                 scorer=self.scorer)
-        out = {"CIDEr-D": scores["total"]["CIDEr-D"], "Bleu_4": scores["total"]["Bleu_4"]}
+        out = {"CIDEr-D": scores["total"]["CIDEr-D"], "Bleu_4": scores["total"]["Bleu_4"],
+               DISTINCT_METRIC: len(set(preds.values()))}     # the loop's stop_on_collapse reads it
         for sub in ("semantic", DISTRACTOR):
             if sub in scores:
                 out[f"CIDEr-D_{sub}"] = scores[sub]["CIDEr-D"]

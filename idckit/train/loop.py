@@ -67,6 +67,9 @@ class TrainConfig:
     amp: bool               # mixed precision: bf16 autocast, or fp16 + loss scaling where bf16 is absent
     compile: bool           # torch.compile the model's forward (opt-in; see bench/bench_train_loop.py)
     max_minutes: float | None
+    # {"evals": N, "after_fraction": f}: stop when val wrote one distinct caption at N evaluations in a row, all at
+    # or after step f * max_steps (a collapsed captioner's remaining steps show nothing new); None: never
+    stop_on_collapse: dict[str, Any] | None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -81,7 +84,27 @@ class TrainConfig:
         d = dict(d)
         if "betas" in d:
             d["betas"] = tuple(d["betas"])
+        _check_stop_on_collapse(d["stop_on_collapse"])
         return cls(**d)
+
+
+#: the val metric a task's evaluate() returns for :attr:`TrainConfig.stop_on_collapse`: how many distinct captions
+#: it decoded for the val pairs
+DISTINCT_METRIC = "distinct_captions"
+
+
+def _check_stop_on_collapse(rule: object) -> None:
+    if rule is None:
+        return
+    fix = 'set stop_on_collapse to null or e.g. {"evals": 2, "after_fraction": 0.33}'
+    if not isinstance(rule, dict) or set(rule) != {"evals", "after_fraction"}:
+        raise ConfigError(f"stop_on_collapse must be null or have exactly the keys evals and after_fraction, got "
+                          f"{rule!r}", fix=fix)
+    n, f = rule["evals"], rule["after_fraction"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"stop_on_collapse.evals must be an integer >= 1, got {n!r}", fix=fix)
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
+        raise ConfigError(f"stop_on_collapse.after_fraction must be a number in [0, 1], got {f!r}", fix=fix)
 
 
 @dataclass
@@ -92,7 +115,8 @@ class FitResult:
     history: list[dict[str, float]] = field(default_factory=list)
     steps: int = 0
     wall_seconds: float = 0.0
-    stopped: str = "max_steps"
+    stopped: str = "max_steps"     # or early_stop, max_minutes, collapsed (stop_on_collapse)
+    max_steps: int = 0
 
     def summary(self) -> dict[str, Any]:
         d = asdict(self)
@@ -258,8 +282,20 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
             log.write(json.dumps(record) + "\n")
             log.flush()  # so `tail -f log.jsonl` shows a long run's progress
 
-    def evaluate() -> bool:
-        """Evaluate on val, keep the best weights; True when early stopping should end the run."""
+    def collapsed(metrics: dict[str, Any]) -> bool:
+        """Count this evaluation towards ``stop_on_collapse``; True when the run should stop."""
+        rule = cfg.stop_on_collapse
+        if rule is None:
+            return False
+        if DISTINCT_METRIC not in metrics:
+            raise ConfigError(f"stop_on_collapse needs the task's evaluate() to return {DISTINCT_METRIC!r} (got "
+                              f"{sorted(metrics)})", fix="set stop_on_collapse to null for this run")
+        one = metrics[DISTINCT_METRIC] <= 1 and s["step"] >= rule["after_fraction"] * cfg.max_steps
+        s["collapsed_evals"] = s.get("collapsed_evals", 0) + 1 if one else 0
+        return s["collapsed_evals"] >= rule["evals"]
+
+    def evaluate() -> str | None:
+        """Evaluate on val, keep the best weights; the reason to end the run now (early_stop, collapsed) or None."""
         metrics = task.evaluate(model, "val") if metric is not None else {}
         metrics = distributed.broadcast(metrics)     # rank 0's scores decide for every rank
         model.train()
@@ -269,7 +305,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         if metric is None:
             s["best_step"], s["best_metrics"] = s["step"], metrics
             save_best()
-            return False
+            return "collapsed" if collapsed(metrics) else None
         if metric not in metrics:
             raise ConfigError(f"the task's evaluate() returned no {metric!r} (got {sorted(metrics)})")
         if s["best_step"] < 0 or metrics[metric] > s["best_metrics"][metric]:
@@ -277,13 +313,16 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
             save_best()
         else:
             s["bad_evals"] += 1
-        return cfg.patience is not None and s["bad_evals"] >= cfg.patience
+        if collapsed(metrics):
+            return "collapsed"
+        return "early_stop" if cfg.patience is not None and s["bad_evals"] >= cfg.patience else None
 
     batch_loader = BatchLoader(task, cfg.seed, loader, dev)
     model.train()
     bar = tqdm(total=cfg.max_steps, initial=s["step"], desc=run_dir.name, disable=not (progress and main),
                unit="step")
-    stopped, sums, n_logged = "max_steps", {}, 0
+    # a run that stopped before max_steps stays stopped when resumed (killed after its last checkpoint)
+    stopped, sums, n_logged = s.get("stopped", "max_steps"), {}, 0
     try:
         while s["step"] < cfg.max_steps and stopped == "max_steps":
             consumed = s["batch_in_epoch"]     # a resumed epoch starts after the batches already consumed
@@ -326,10 +365,14 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
                 evaluated = False
                 if last or (cfg.eval_every and s["step"] % cfg.eval_every == 0):
                     evaluated = True
-                    if evaluate():
-                        stopped = "early_stop"
+                    stopped = evaluate() or stopped
                 if over_time and stopped == "max_steps":
                     stopped = "max_minutes"
+                if stopped != "max_steps":
+                    s["stopped"] = stopped
+                    if stopped == "collapsed":
+                        write_log({"stopped": {"reason": stopped, "step": s["step"], "of": cfg.max_steps,
+                                               "rule": cfg.stop_on_collapse}})
                 s["elapsed"] = time.perf_counter() - started
                 if (evaluated and not cfg.checkpoint_every) or stopped != "max_steps" or last or (
                         cfg.checkpoint_every and s["step"] % cfg.checkpoint_every == 0):
@@ -348,7 +391,8 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
             log.close()
 
     result = FitResult(model=model, best_step=s["best_step"], best_metrics=s["best_metrics"],
-                       history=s["history"], steps=s["step"], wall_seconds=round(s["elapsed"], 2), stopped=stopped)
+                       history=s["history"], steps=s["step"], wall_seconds=round(s["elapsed"], 2), stopped=stopped,
+                       max_steps=cfg.max_steps)
     if main:
         write_json(run_dir / "fit.json", result.summary(), indent=1)
     distributed.barrier()     # best.pt and fit.json are on disk before any rank reads them

@@ -1,0 +1,168 @@
+"""stop_on_collapse: the loop ends a captioning run whose val writes one sentence, keeps its best weights, records
+why, and a resumed run that stopped stays stopped; the reports say so."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from idckit.errors import ConfigError
+from idckit.experiments.analytics import diversity_notes, stopped_early
+from idckit.experiments.clip4idc import dataset_settings
+from idckit.experiments.config import load_config, train_config
+from idckit.train.loop import fit
+
+
+class CaptionLike:
+    """A regression task whose val evaluation also reports a scripted count of distinct decoded captions."""
+
+    selection_metric = "score"
+
+    def __init__(self, distinct, scores=None, crash_at=None):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(64, 8, generator=g)
+        self.y = self.x @ torch.randn(8, 1, generator=g)
+        self.distinct, self.scores, self.crash_at = distinct, scores, crash_at
+        self.evals = 0
+
+    def build_model(self):
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 1))
+
+    def param_groups(self, model):
+        return [{"params": model.parameters()}]
+
+    def batches(self, epoch, generator):
+        order = torch.randperm(64, generator=generator)
+        for i in range(0, 64, 16):
+            yield order[i:i + 16]
+
+    def train_step(self, model, idx, step):
+        if self.crash_at is not None and step == self.crash_at:
+            self.crash_at = None
+            raise KeyboardInterrupt("simulated kill")
+        return torch.nn.functional.mse_loss(model(self.x[idx]), self.y[idx]), {}
+
+    def evaluate(self, model, split="val"):
+        self.evals += 1
+        score = self.scores[self.evals - 1] if self.scores else float(self.evals)
+        return {"score": score, "distinct_captions": self.distinct[self.evals - 1]}
+
+
+def _cfg(after=0.5, evals=2, **kw):
+    return train_config(dict(max_steps=12, lr=1e-2, eval_every=2, stop_on_collapse={"evals": evals,
+                                                                                     "after_fraction": after}, **kw))
+
+
+def _weights(model):
+    return torch.cat([p.detach().flatten() for p in model.state_dict().values()])
+
+
+def test_one_sentence_stops_at_the_second_counted_evaluation(tmp_path):
+    # evaluations at 2, 4, 6, 8, ...; only those at step >= 0.5 * 12 = 6 count, so the second is at step 8
+    task = CaptionLike([1] * 6)
+    res = fit(task, _cfg(), tmp_path / "r", progress=False)
+    assert res.stopped == "collapsed" and res.steps == 8 and res.max_steps == 12
+    assert [h["step"] for h in res.history] == [2, 4, 6, 8] and task.evals == 4
+    logs = [json.loads(line) for line in (tmp_path / "r" / "log.jsonl").read_text().splitlines()]
+    stops = [r["stopped"] for r in logs if "stopped" in r]
+    assert stops == [{"reason": "collapsed", "step": 8, "of": 12, "rule": {"evals": 2, "after_fraction": 0.5}}]
+    stored = json.loads((tmp_path / "r" / "fit.json").read_text())
+    assert stored["stopped"] == "collapsed" and stored["steps"] == 8 and stored["max_steps"] == 12
+
+
+def test_the_best_checkpoint_is_kept_when_stopped(tmp_path):
+    res = fit(CaptionLike([1] * 6, scores=[0.1, 0.9, 0.3, 0.2]), _cfg(), tmp_path / "r", progress=False)
+    assert res.stopped == "collapsed" and res.best_step == 4
+    best = torch.load(tmp_path / "r" / "best.pt", weights_only=True)
+    assert all(torch.equal(best[k], v) for k, v in res.model.state_dict().items())
+
+
+def test_a_run_that_diversifies_is_not_stopped(tmp_path):
+    # counted evaluations 6: one sentence, 8: three (the count restarts), 10: one, 12: four
+    res = fit(CaptionLike([1, 1, 1, 3, 1, 4]), _cfg(), tmp_path / "r", progress=False)
+    assert res.stopped == "max_steps" and res.steps == 12
+
+
+def test_evaluations_before_the_fraction_do_not_count(tmp_path):
+    # after 0.9: only step 12 >= 10.8 counts, one evaluation short of two
+    late = fit(CaptionLike([1] * 6), _cfg(after=0.9), tmp_path / "late", progress=False)
+    assert late.stopped == "max_steps" and late.steps == 12
+    # after 0: steps 2 and 4 count
+    early = fit(CaptionLike([1] * 6), _cfg(after=0.0), tmp_path / "early", progress=False)
+    assert early.stopped == "collapsed" and early.steps == 4
+
+
+def test_off_by_default_and_without_it_the_metric_is_ignored(tmp_path):
+    cfg = train_config(dict(max_steps=12, lr=1e-2, eval_every=2))
+    assert cfg.stop_on_collapse is None
+    assert fit(CaptionLike([1] * 6), cfg, tmp_path / "r", progress=False).stopped == "max_steps"
+
+
+def test_a_stopped_run_stays_stopped_when_resumed(tmp_path):
+    whole = fit(CaptionLike([1] * 6), _cfg(), tmp_path / "whole", progress=False)
+    # killed after the stopping checkpoint, before fit.json: the resumed run trains no further
+    (tmp_path / "whole" / "fit.json").unlink()
+    again_task = CaptionLike([5] * 6)
+    again = fit(again_task, _cfg(), tmp_path / "whole", progress=False)
+    assert again_task.evals == 0 and again.stopped == "collapsed" and again.steps == 8
+    assert torch.equal(_weights(again.model), _weights(whole.model))
+
+
+def test_resume_mid_run_stops_where_the_whole_run_did(tmp_path):
+    whole = fit(CaptionLike([1] * 6), _cfg(), tmp_path / "whole", progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        fit(CaptionLike([1] * 6, crash_at=7), _cfg(), tmp_path / "killed", progress=False)
+    # the checkpoint of step 6 holds one counted evaluation; the resumed run's evaluations continue the script
+    task = CaptionLike([1] * 6)
+    task.evals = 3
+    resumed = fit(task, _cfg(), tmp_path / "killed", progress=False)
+    assert resumed.stopped == "collapsed" and resumed.steps == 8 == whole.steps
+    assert torch.equal(_weights(resumed.model), _weights(whole.model))
+
+
+def test_bad_settings_and_a_task_without_the_metric_fail_clearly(tmp_path):
+    with pytest.raises(ConfigError, match="exactly the keys evals and after_fraction"):
+        _cfg().from_dict({**vars(_cfg()), "stop_on_collapse": {"evals": 2}})
+    with pytest.raises(ConfigError, match="evals must be an integer >= 1"):
+        _cfg(evals=0)
+    with pytest.raises(ConfigError, match=r"after_fraction must be a number in \[0, 1\]"):
+        _cfg(after=1.5)
+
+    class NoDistinct(CaptionLike):
+        def evaluate(self, model, split="val"):
+            return {"score": 1.0}
+
+    with pytest.raises(ConfigError, match="'distinct_captions'"):
+        fit(NoDistinct([1]), _cfg(), tmp_path / "r", progress=False)
+
+
+def test_on_for_clevr_captioning_at_cpu_only():
+    def train(dataset, profile):
+        return load_config("clip4idc_caption", profile, dataset_settings("clip4idc_caption", dataset, profile))["train"]
+
+    assert train("clevr-change", "cpu")["stop_on_collapse"] == {"evals": 2, "after_fraction": 0.33}
+    cpu = train("clevr-change", "cpu")
+    # 300 steps, evaluations every 50: the counted ones are at 100 and 150, so a collapsed run stops at 150
+    assert (cpu["max_steps"], cpu["eval_every"]) == (300, 50)
+    assert train_config(train("clevr-change", "cpu")).stop_on_collapse is not None
+    for dataset, profile in [("clevr-change", "smoke"), ("clevr-change", "paper"), ("spot-the-diff", "cpu"),
+                             ("editing-request", "cpu")]:
+        assert "stop_on_collapse" not in train(dataset, profile), (dataset, profile)
+
+
+def test_reports_say_a_run_was_stopped():
+    r = {"stopped": "collapsed", "steps": 150, "max_steps": 300}
+    assert stopped_early(r) == ("training stopped at step 150 of 300, val having written one sentence at "
+                                "consecutive evaluations")
+    assert stopped_early({"stopped": "max_steps"}) is None and stopped_early({}) is None
+    base = {"label": "CLIP4IDC", "seed": 0, "pairs": 100, "distinct": 1, "top_caption": "no change",
+            "top_share": 1.0}
+    [note] = diversity_notes([{**base, "stopped_early": stopped_early(r)}])
+    assert note.startswith("COLLAPSED: CLIP4IDC, seed 0 wrote") and note.endswith("step 150 of 300, val having "
+                                                                                  "written one sentence at "
+                                                                                  "consecutive evaluations.")
+    [plain] = diversity_notes([{**base, "stopped_early": None}])
+    assert "stopped" not in plain
+    [odd] = diversity_notes([{**base, "distinct": 40, "top_share": 0.2, "stopped_early": stopped_early(r)}])
+    assert odd.startswith("STOPPED EARLY: CLIP4IDC, seed 0: training stopped at step 150 of 300")
