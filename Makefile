@@ -25,6 +25,8 @@ DEVICE ?=
 # (tables 1-2); the rest (table 7's layer splits, other seeds, the synthetic hard twin) still trains in the
 # notebook's one process (docs/real_data.md).
 NPROC ?= 1
+# JOBS: notebooks `idckit reproduce` runs at once (empty: runtime.json's reproduce_jobs).
+JOBS ?=
 export PYTHONHASHSEED = 0
 
 .PHONY: help setup reproduce test lab bench doctor gpu-check clean-reports check-java chromium screenshots
@@ -32,6 +34,7 @@ export PYTHONHASHSEED = 0
 help:
 	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$(PROFILE); smoke|cpu|paper;"
 	@echo "                 DEVICE=auto|cpu|cuda:N; NPROC=N trains on N GPUs with torchrun first;"
+	@echo "                 JOBS=N notebooks at once (default: runtime.json's reproduce_jobs);"
 	@echo "                 CLEVR_ROOT= SPOT_ROOT= IER_ROOT= BIRDS_ROOT= real datasets (unset: synthetic)"
 	@echo "                 PCL_CKPT= CLIP4IDC_CKPT= CLIP4IDC_ADAPT_CKPT= the authors' released checkpoints, scored"
 	@echo "                 as a side row of IDC-PCL tables 2-4, CLIP4IDC tables 1-2 and 6 (docs/parity.md)"
@@ -86,7 +89,7 @@ ifneq ($(NPROC),1)
 	for f in $(FAMILIES); do $(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train $$f $(TRAIN_ARGS) || exit 1; done
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train clip4idc $(TRAIN_ARGS) --variants clip4idc --seeds 1 2
 endif
-	$(PY) -m idckit.cli reproduce $(TRAIN_ARGS) $(RELEASED_ARGS) $(NOTEBOOKS)
+	$(PY) -m idckit.cli reproduce $(TRAIN_ARGS) $(RELEASED_ARGS) $(if $(JOBS),--jobs $(JOBS)) $(NOTEBOOKS)
 
 # The tests never reach a model hub; reproduce may (PROFILE=paper fetches ResNet-101 and ViT-B/32 by name).
 test: setup

@@ -134,7 +134,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     outcomes = reproduce(args.notebooks, profile=args.profile, roots=_roots(args),
                          report_dir=args.report_dir, runs_dir=args.runs_dir,
                          extra_parameters={"device": args.device} if args.device else None, force=args.force,
-                         released={r.param: getattr(args, r.param) for r in RELEASED.values()})
+                         released={r.param: getattr(args, r.param) for r in RELEASED.values()}, jobs=args.jobs)
     failed = [o.notebook for o in outcomes if not o.ok]
     if updates_readme(args.profile, args.report_dir) and len(failed) < len(outcomes):
         from idckit.readme import update_readme
@@ -142,7 +142,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         update_readme()
     total = sum(o.seconds for o in outcomes)
     where = args.report_dir or paths.reports_dir(args.profile)
-    print(f"[idckit reproduce] {len(outcomes) - len(failed)}/{len(outcomes)} notebooks ok in {total / 60:.1f} min; "
+    print(f"[idckit reproduce] {len(outcomes) - len(failed)}/{len(outcomes)} notebooks ok, {total / 60:.1f} min of "
+          "notebook time; "
           f"reports in {where}")
     if failed:
         print(f"idckit: error: notebooks failed (previous reports kept, marked stale): {', '.join(failed)}",
@@ -360,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true",
                    help="write into a --report-dir that also holds files the kit did not write (they are kept)")
     _device_option(r, "passed to every notebook as its device parameter (default: each config's device)")
+    r.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="notebooks run at once, each on cores // N torch threads (default: runtime.json's "
+                        "reproduce_jobs)")
     for rel in RELEASED.values():
         r.add_argument(rel.option, dest=rel.param, default=None, metavar="CKPT",
                        help=f"the authors' released {rel.kind} checkpoint (their file, or a run written by "

@@ -13,6 +13,9 @@ from idckit.report_card import PAPERS, Summary, status_class, summary
 from idckit.report_format import fmt
 from idckit.report_status import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_LEARNED_FACTOR
 
+#: status.json's record of the last reproduce's stage times (idckit.reproduce writes it)
+TIMES_KEY = "_reproduce"
+
 COLUMNS = ("report", "headline", "idckit", "no-learning baseline", "paper", "status", "data", "seeds", "time")
 
 
@@ -49,6 +52,36 @@ def _status_cell(s: Summary, run_status: str) -> str:
     if run_status in ("stale", "failed"):
         cell = '<span class="stale">stale: last run failed</span><br>' + cell
     return cell
+
+
+def time_section(times: object) -> str:
+    """The "Time" section: where the last ``idckit reproduce`` spent its wall time (status.json's
+    :data:`idckit.reproduce.TIMES_KEY`: the prepare steps, training per run kind, each notebook), "" when none."""
+    if not isinstance(times, dict):
+        return ""
+    e = html.escape
+
+    def rows(pairs) -> str:
+        return "".join(f"<tr><td>{e(str(a))}</td><td>{b}</td></tr>" for a, b in pairs)
+
+    lanes = times.get("jobs")
+    how = f"{lanes} notebook(s) at once" + (f", {times['threads']} torch thread(s) each" if times.get("threads")
+                                             else "")
+    prep = [(p.get("step"), _minutes(p.get("seconds")) + ("" if p.get("ok", True) else " (failed)"))
+            for p in times.get("prepare", [])]
+    train = [(f"{k} ({v.get('runs')} run(s))", _minutes(v.get("seconds")))
+             for k, v in sorted(times.get("training", {}).items(), key=lambda kv: -kv[1].get("seconds", 0))]
+    nbs = sorted(times.get("notebooks", {}).items(), key=lambda kv: -kv[1])
+    return f"""<h2>Time</h2>
+<p class="note">The last <code>idckit reproduce</code> ({e(str(times.get("when", "")))}, profile
+{e(str(times.get("profile", "")))}): <b>{_minutes(times.get("total_seconds"))}</b> wall in all, {e(how)}. Training
+time is the runs it trained (cached runs cost nothing); runs of one lane overlap the other lane's.</p>
+<table class="time"><thead><tr><th>prepare step</th><th>wall</th></tr></thead><tbody>{rows(prep)}</tbody></table>
+<table class="time"><thead><tr><th>training, per run kind</th><th>total</th></tr></thead><tbody>{rows(train)}
+</tbody></table>
+<table class="time"><thead><tr><th>notebook</th><th>wall</th></tr></thead><tbody>{rows((n, _minutes(v)) for n, v in nbs)}
+</tbody></table>
+"""
 
 
 def render(report_dir: str | Path) -> str:
@@ -98,6 +131,7 @@ def render(report_dir: str | Path) -> str:
  .stale, .flag {{ color: #b00; font-weight: bold; }} .learned {{ color: #070; font-weight: bold; }}
  .ran {{ color: #555; font-weight: bold; }} .detail {{ font-size: 0.75rem; color: #555; }}
  p.note, ul.legend {{ font-size: 0.85rem; }}
+ table.time {{ width: auto; display: inline-table; margin: 0 1rem 0.5rem 0; vertical-align: top; }}
 </style></head><body>
 <h1>idckit: reproduced tables</h1>
 <p class="note"><b>idckit</b> is the kit's own measurement (mean ± sd where several seeds ran);
@@ -115,7 +149,7 @@ un-adapted encoder; <i>learned</i> otherwise; the hard-data twin has its own sta
 <p class="note">Synthetic data (SynthCLEVR-Change, SynthSpot-the-Diff, SynthIER, SynthBirds) has the real
 dataset's format: the rows show the pipeline end to end, not a real-data reproduction. Commit(s):
 {e(", ".join(commits))}.</p>
-</body></html>
+{time_section(run_status.get(TIMES_KEY))}</body></html>
 """
 
 

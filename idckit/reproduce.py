@@ -6,6 +6,12 @@ place, marked stale in ``reports/status.json`` and on the index page, and makes 
 it. The report folder follows idckit.fileio's write policy: it is absent, empty or the kit's own (its status.json,
 index page and reports say so); anything else is refused before the first notebook, or with ``force`` kept. A
 second ``reproduce`` of a notebook already running into the same folder is refused at once (a lock per notebook).
+
+Before the first notebook a prepare stage builds every dataset and grid feature store the selected notebooks read,
+through the same setup functions the notebooks call (so they then find them cached). With ``jobs`` > 1 the
+notebooks run in that many worker processes, each kernel on ``cores // jobs`` torch threads, longest first, a
+notebook that reads another's runs (:data:`AFTER`) only once that one finished. ``status.json`` keeps, under
+:data:`TIMES_KEY`, where the last reproduce spent its time (prepare steps, notebooks, training per run kind).
 """
 from __future__ import annotations
 
@@ -14,17 +20,40 @@ import os
 import shutil
 import time
 import traceback
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from idckit import fileio, paths
 from idckit.errors import ConfigError
 from idckit.experiments.config import PROFILES, check_profile
+from idckit.report_index import TIMES_KEY     # status.json's record of the stage times, beside the notebooks'
 
 KERNEL = "idckit"
+
+#: notebook -> the notebooks whose runs it reads or shares (the stand-in CLIP, adaptation, captioners, IDC-PCL's and
+#: the birds chain's runs): with several lanes it starts only after they finished, instead of holding a lane while
+#: it waits on their run locks
+AFTER: dict[str, tuple[str, ...]] = {
+    "clip4idc_table2_change_types": ("clip4idc_table1_clevr_change",),
+    "clip4idc_table5_ablation": ("clip4idc_table1_clevr_change", "clip4idc_table3_spot_the_diff"),
+    "clip4idc_table6_retrieval": ("clip4idc_table1_clevr_change", "clip4idc_table3_spot_the_diff",
+                                  "clip4idc_table4_editing_request"),
+    "clip4idc_table7_layer_split": ("clip4idc_table1_clevr_change",),
+    "table3_change_types": ("table2_clevr_change",),
+    "table4_ablation": ("table2_clevr_change",),
+    "table5_cross_task": ("table1_birds_to_words",),
+}
+
+#: the notebooks that also run on the synthetic hard twin (``pcl.hard_runs`` / ``duda.hard_runs``)
+HARD_TWIN = ("table2_clevr_change", "table3_change_types")
+
+#: the metrics.json entries holding a run's own training seconds, first found wins (pre-training runs record their
+#: training as wall_seconds)
+TRAIN_SECONDS = ("train_seconds", "finetune_seconds", "caption_seconds", "wall_seconds")
 
 
 @dataclass
@@ -91,7 +120,8 @@ def _recognise_reports(d: Path) -> dict | None:
     folders inside it."""
     owned = []
     doc = _read_status(d / "status.json")      # a damaged one is named as such, not called foreign
-    if (d / "status.json").is_file() and all(isinstance(v, dict) and "status" in v for v in doc.values()):
+    if (d / "status.json").is_file() and all(isinstance(v, dict) and ("status" in v or k == TIMES_KEY)
+                                             for k, v in doc.items()):
         owned.append("status.json")
     try:
         if INDEX_TITLE in (d / "index.html").read_text(encoding="utf-8", errors="replace")[:2000]:
@@ -193,7 +223,11 @@ def run_one(nb: Path, *, profile: str, roots: dict | None = None, report_dir: Pa
             msg += "\n" + traceback.format_exc(limit=3)
         return Outcome(name, False, time.time() - t0, msg[-4000:])
     finally:
-        shutil.rmtree(stage.parent, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
+        try:
+            stage.parent.rmdir()
+        except OSError:
+            pass
 
 
 def _read_status(path: Path) -> dict:
@@ -210,13 +244,36 @@ def _read_status(path: Path) -> dict:
     return status
 
 
+def check_jobs(jobs: object) -> int:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"--jobs must be a whole number >= 1, got {jobs!r}",
+                          fix="pass --jobs 1 (one notebook at a time) or the machine's core count at most")
+    return jobs
+
+
+def default_jobs(profile: str) -> int:
+    """``reproduce_jobs`` of ``configs/runtime.json`` at ``profile``."""
+    from idckit.settings import load_config
+
+    return check_jobs(load_config("runtime", profile)["reproduce_jobs"])
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:          # pragma: no cover - macOS
+        return os.cpu_count() or 1
+
+
 def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE, roots: dict | None = None,
               report_dir: str | Path | None = None, runs_dir: str | Path | None = None,
               extra_parameters: dict | None = None, notebooks_dir: Path | None = None,
               released: dict | None = None,
-              force: bool = False) -> list[Outcome]:
-    """``force``: write into a report folder that also holds files the kit did not write (they are kept)."""
+              force: bool = False, jobs: int | None = None) -> list[Outcome]:
+    """``force``: write into a report folder that also holds files the kit did not write (they are kept).
+    ``jobs``: notebooks run at once (None: ``reproduce_jobs`` of ``configs/runtime.json``)."""
     check_profile(profile)
+    jobs = default_jobs(profile) if jobs is None else check_jobs(jobs)
     notebooks = discover(names, notebooks_dir)
     report_dir = claim_report_dir(report_dir or paths.reports_dir(profile), notebooks, force)
     runs_dir = fileio.check_output_dir(runs_dir or paths.runs_dir(), "--runs-dir")
@@ -232,12 +289,163 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
                 report_dir, nb.stem, what=f"{nb.stem} in this report folder",
                 fix="wait for that `idckit reproduce` to finish (its report replaces this one), or pass another "
                     "--report-dir"))
-        return _run_all(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
-                        extra_parameters=extra_parameters, released=released)
+        t0 = time.time()
+        device = (extra_parameters or {}).get("device")
+        steps = prepare([nb.stem for nb in notebooks], profile=profile, roots=roots, runs_dir=runs_dir,
+                        device=device)
+        outcomes = _run_all(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
+                            extra_parameters=extra_parameters, released=released, jobs=jobs)
+        threads = max(1, cores() // jobs) if jobs > 1 else None
+        times = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "profile": profile,
+                 "jobs": jobs, "threads": threads, "total_seconds": round(time.time() - t0, 1),
+                 "prepare": steps, "notebooks": {o.notebook: round(o.seconds, 1) for o in outcomes},
+                 "training": training_by_kind(runs_dir, since=t0)}
+        with fileio.wait_lock(report_dir / f"{fileio.LOCK}status"):
+            status = _read_status(status_path)
+            status[TIMES_KEY] = times
+            fileio.write_json(status_path, status, indent=1, sort_keys=True)
+            write_index(report_dir)
+        print(f"[idckit reproduce] wall {times['total_seconds'] / 60:.1f} min ({jobs} lane(s))", flush=True)
+        return outcomes
+
+
+# -- the prepare stage ----------------------------------------------------------------------------------------
+def prepare_steps(names: Sequence[str], *, profile: str, roots: dict | None, runs_dir: Path,
+                  device: str | None = None) -> dict[str, Callable[[], object]]:
+    """``{label: build}``: every dataset (``scenes ...``) and grid feature store (``features ...``) the notebooks
+    ``names`` read, each built by the setup function the notebook itself calls, so it then finds them cached.
+    Datasets come before the stores computed from them; notebooks the manifest does not know add nothing."""
+    from idckit.experiments import data as data_mod
+    from idckit.experiments.data import synth_settings
+    from idckit.manifest import NOTEBOOKS, notebook_roots
+
+    steps: dict[str, Callable[[], object]] = {}
+    kw = {"runs_dir": runs_dir, "device": device, "progress": False}
+    for name in names:
+        nb = NOTEBOOKS.get(name)
+        if nb is None:
+            continue
+        nb_roots = notebook_roots(name, roots)
+        clevr = nb_roots.get("clevr_root")
+        fams = set(nb.families)
+        if "clevr-change" in nb.datasets:
+            steps.setdefault("scenes clevr-change", lambda r=clevr: data_mod.clevr_change(profile, r,
+                                                                                             progress=False))
+        if fams & {"pcl", "duda"}:
+            from idckit.experiments import pcl
+
+            steps.setdefault("features clevr-change", lambda r=clevr: pcl.setup(profile, r, **kw))
+            if name in HARD_TWIN and not clevr and synth_settings(profile, hard=True) != synth_settings(profile):
+                steps.setdefault("scenes clevr-change hard", lambda: data_mod.clevr_change(profile, hard=True,
+                                                                                           progress=False))
+                steps.setdefault("features clevr-change hard", lambda: pcl.setup(profile, hard=True, **kw))
+        if "clip4idc" in fams:
+            from idckit.experiments import clip4idc
+            from idckit.manifest import DATASETS
+
+            for ds in nb.datasets:    # its data, and the stand-in's description data where it has none
+                root = nb_roots.get(DATASETS[ds].param)
+                steps.setdefault(f"scenes {ds}" if ds != "clevr-change" else "clip4idc data clevr-change",
+                                 lambda r=root, d=ds: clip4idc.setup(profile, r, dataset=d, **kw))
+        if "birds" in fams:
+            from idckit.experiments import birds
+
+            root = nb_roots.get("birds_root")
+            steps.setdefault("scenes birds", lambda r=root: data_mod.birds(profile, r, progress=False))
+            steps.setdefault("features birds", lambda r=root: birds.setup(profile, r, **kw))
+    order = sorted(steps, key=lambda label: not label.startswith("scenes"))   # stable: data before features
+    return {label: steps[label] for label in order}
+
+
+def prepare(names: Sequence[str], *, profile: str, roots: dict | None, runs_dir: Path,
+            device: str | None = None) -> list[dict]:
+    """Run :func:`prepare_steps` once each, timed. A failing step is recorded and printed, not raised: the
+    notebooks that need it then fail on the same error and are marked as usual, the others still run."""
+    out = []
+    for label, build in prepare_steps(names, profile=profile, roots=roots, runs_dir=runs_dir,
+                                      device=device).items():
+        print(f"[prepare] {label} ...", flush=True)
+        t0 = time.time()
+        rec: dict = {"step": label}
+        try:
+            build()
+            rec["ok"] = True
+        except Exception as e:  # noqa: BLE001 - the notebook reading it reports the failure
+            rec.update(ok=False, error=f"{type(e).__name__}: {e}".splitlines()[0][:300])
+        rec["seconds"] = round(time.time() - t0, 1)
+        out.append(rec)
+        print(f"[prepare] {label}: " + (f"{rec['seconds']:.0f} s" if rec["ok"] else f"FAILED: {rec['error']}"),
+              flush=True)
+    return out
+
+
+def training_by_kind(runs_dir: Path, since: float) -> dict[str, dict]:
+    """``{run kind: {"runs", "seconds"}}``: the runs of ``runs_dir`` finished since ``since`` (their metrics.json
+    written then) and their own training seconds (:data:`TRAIN_SECONDS`)."""
+    out: dict[str, dict] = {}
+    for d in sorted(Path(runs_dir).glob("*-*")):
+        m = d / "metrics.json"
+        try:
+            if m.stat().st_mtime < since:
+                continue
+            metrics = json.loads(m.read_text())
+        except (OSError, ValueError):
+            continue
+        sec = next((metrics[k] for k in TRAIN_SECONDS if isinstance(metrics.get(k), (int, float))), 0.0)
+        agg = out.setdefault(d.name.rsplit("-", 1)[0], {"runs": 0, "seconds": 0.0})
+        agg["runs"] += 1
+        agg["seconds"] = round(agg["seconds"] + float(sec), 1)
+    return out
+
+
+# -- the lanes ------------------------------------------------------------------------------------------------
+def estimates(names: Sequence[str], report_dir: Path) -> dict[str, float]:
+    """Each notebook's last recorded seconds (this report folder's status.json, else the committed reports'),
+    0 where none is known."""
+    known: dict[str, float] = {}
+    for path in (paths.reports_dir(paths.DEFAULT_PROFILE) / "status.json", report_dir / "status.json"):
+        try:
+            doc = _read_status(path)
+        except ConfigError:
+            continue
+        known.update({k: float(v["seconds"]) for k, v in doc.items()
+                      if isinstance(v, dict) and isinstance(v.get("seconds"), (int, float))})
+    return {n: known.get(n, 0.0) for n in names}
+
+
+def priorities(names: Sequence[str], cost: dict[str, float]) -> dict[str, float]:
+    """A notebook's cost plus the longest chain of notebooks waiting on it (:data:`AFTER`): list scheduling by it
+    starts the long chains first."""
+    selected = set(names)
+    waiting = {n: [m for m in names if n in AFTER.get(m, ())] for n in names}
+    memo: dict[str, float] = {}
+
+    def level(n: str) -> float:
+        if n not in memo:
+            memo[n] = cost.get(n, 0.0) + max((level(m) for m in waiting[n] if m in selected), default=0.0)
+        return memo[n]
+
+    return {n: level(n) for n in names}
+
+
+def next_ready(pending: Sequence[str], finished: set[str], selected: set[str], prio: dict[str, float]) -> str | None:
+    """The pending notebook to start now: of those whose :data:`AFTER` notebooks (among ``selected``) finished, the
+    highest priority (ties: the given order); None when none may start yet."""
+    ready = [n for n in pending if all(a in finished or a not in selected for a in AFTER.get(n, ()))]
+    return max(ready, key=lambda n: (prio[n], -pending.index(n))) if ready else None
+
+
+def _lane_env(threads: int) -> None:
+    """A worker's environment, inherited by the kernels it starts: ``threads`` torch/OpenMP threads each."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):     # torch takes its thread count from them
+        os.environ[var] = str(threads)
 
 
 def _run_all(notebooks: Sequence[Path], *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
-             extra_parameters: dict | None, released: dict | None = None) -> list[Outcome]:
+             extra_parameters: dict | None, released: dict | None = None, jobs: int = 1) -> list[Outcome]:
+    if jobs > 1 and len(notebooks) > 1:
+        return _run_lanes(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
+                          extra_parameters=extra_parameters, released=released, jobs=jobs)
     status_path = report_dir / "status.json"
     outcomes = []
     for nb in notebooks:
@@ -245,15 +453,62 @@ def _run_all(notebooks: Sequence[Path], *, profile: str, roots: dict | None, rep
         out = run_one(nb, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
                       extra_parameters=extra_parameters, released=released)
         outcomes.append(out)
-        when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        # read again under a lock: another `idckit reproduce` on the same reports may record its notebooks meanwhile
-        with fileio.wait_lock(report_dir / f"{fileio.LOCK}status"):
-            _record(status_path, out, profile, when)
-        print(f"[idckit reproduce] {nb.stem}: " + (f"ok in {out.seconds:.0f} s" if out.ok else
-                                                  f"FAILED after {out.seconds:.0f} s\n{out.error}"), flush=True)
-    with fileio.wait_lock(report_dir / f"{fileio.LOCK}status"):
-        write_index(report_dir)
+        _finished(out, status_path, report_dir, profile, f"[idckit reproduce] {nb.stem}: ")
     return outcomes
+
+
+def _finished(out: Outcome, status_path: Path, report_dir: Path, profile: str, prefix: str = "") -> None:
+    """Record ``out`` in status.json and say so; ``prefix`` (default ``[NAME] ``) starts every line printed."""
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    # read again under a lock: another `idckit reproduce` on the same reports may record its notebooks meanwhile
+    with fileio.wait_lock(report_dir / f"{fileio.LOCK}status"):
+        _record(status_path, out, profile, when)
+    if prefix:          # one lane: as it always printed
+        print(prefix + (f"ok in {out.seconds:.0f} s" if out.ok else f"FAILED after {out.seconds:.0f} s\n{out.error}"),
+              flush=True)
+        return
+    tag = f"[{out.notebook}] "
+    print(tag + (f"ok in {out.seconds:.0f} s" if out.ok else f"FAILED after {out.seconds:.0f} s\n" + "\n".join(
+        tag + line for line in out.error.splitlines())), flush=True)
+
+
+def _run_lanes(notebooks: Sequence[Path], *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
+               extra_parameters: dict | None, released: dict | None, jobs: int) -> list[Outcome]:
+    """The notebooks in ``jobs`` worker processes (see the module's docstring); outcomes in the given order."""
+    import multiprocessing
+
+    status_path = report_dir / "status.json"
+    by_name = {nb.stem: nb for nb in notebooks}
+    pending = list(by_name)
+    prio = priorities(pending, estimates(pending, report_dir))
+    threads = max(1, cores() // jobs)
+    finished: set[str] = set()
+    done: dict[str, Outcome] = {}
+    kw = dict(profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
+              extra_parameters=extra_parameters, released=released)
+    # spawn: a worker starts clean, never a fork of a parent holding torch's thread pools
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_lane_env, initargs=(threads,)) as pool:
+        running: dict = {}
+        while pending or running:
+            while pending and len(running) < jobs:
+                name = next_ready(pending, finished, set(by_name), prio)
+                if name is None:
+                    break
+                pending.remove(name)
+                print(f"[{name}] started (profile={profile}, {threads} thread(s))", flush=True)
+                running[pool.submit(run_one, by_name[name], **kw)] = name
+            complete, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in complete:
+                name = running.pop(fut)
+                try:
+                    out = fut.result()
+                except Exception as e:  # noqa: BLE001 - a dead worker fails its notebook, not the others
+                    out = Outcome(name, False, 0.0, f"{type(e).__name__}: {e}")
+                done[name] = out
+                finished.add(name)
+                _finished(out, status_path, report_dir, profile)
+    return [done[nb.stem] for nb in notebooks]
 
 
 def _record(status_path: Path, out: Outcome, profile: str, when: str) -> None:

@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import json
 import stat
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -269,10 +270,6 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
     A store records the data it was computed from (:func:`data_identity`); one of other data (or of an older idckit
     that did not record it) is never returned as this data's: ``other_data="rebuild"`` extracts again in its place,
     ``"refuse"`` raises (the CLI's explicit ``--out``). ``force``: write beside files the store did not write."""
-    import torch
-    from tqdm.auto import tqdm
-
-    from idckit.device import prepare, resolve
     from idckit.train import distributed
 
     if distributed.world() > 1:
@@ -297,9 +294,42 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
         if Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise DatasetError(f"image {rel!r} points outside the dataset", path=root,
                                fix="image paths must be relative to the dataset root, without '..'")
+    default_out = out_dir is None
+    out_dir = Path(out_dir) if out_dir else root / "features" / store_name(backbone, image_size)
+    with _store_lock(out_dir):
+        return _extract(root, backbone, weights, images, batch_size, out_dir, max_batches, progress, device,
+                        image_size, other_data, force, default_out=default_out)
+
+
+@contextmanager
+def _store_lock(out: Path) -> Iterator[None]:
+    """One process extracts a store at a time: a second asking for the same one (two notebooks, two lanes of
+    ``idckit reproduce``) waits here, then finds it complete. The lock lies beside the store (whose own folder a
+    claim checks); where that place cannot be written, no lock: the claim then names the problem."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        held = fileio.wait_lock(out.parent / f"{fileio.LOCK}features-{out.name}")
+        held.__enter__()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        held.__exit__(None, None, None)
+
+
+def _extract(root: Path, backbone: str, weights, images: list[str], batch_size: int, out_dir: Path,
+             max_batches, progress: bool, device, image_size: int, other_data: str, force: bool,
+             default_out: bool) -> FeatureStore | None:
+    import torch
+    from tqdm.auto import tqdm
+
+    from idckit.device import prepare, resolve
+
     data = data_identity(root, images)
-    claim, meta = _check_out(Path(out_dir) if out_dir else root / "features" / store_name(backbone, image_size),
-                             backbone, "--out" if out_dir else "--out (default DATA_ROOT/features/BACKBONE)")
+    claim, meta = _check_out(out_dir, backbone, "--out (default DATA_ROOT/features/BACKBONE)" if default_out
+                             else "--out")
     out = claim.path
     meta_path, npy = out / "meta.json", out / "features.npy"
     if meta is not None and meta.get("data") != data:

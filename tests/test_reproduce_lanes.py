@@ -1,0 +1,221 @@
+"""``idckit reproduce --jobs N``: the lane schedule, the kernels' threads, the stage times in status.json and on the
+index, the prepare stage's steps, and the feature-store lock that makes two processes extract a store once."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from idckit import reproduce as rp
+from idckit.reproduce import claim_report_dir, next_ready, priorities, reproduce, training_by_kind
+
+# a fake notebook: its report holds what its kernel saw (torch threads, the OpenMP setting) and when it ran
+TIMED = '''
+import json, os, time, pathlib, torch
+t0 = time.time()
+time.sleep(SLEEP)
+from idckit.report import write_report, Provenance
+write_report(report_dir, NAME, "pcl.table2",
+             [{"model": "m", "variant": "v", "split": "test", "metrics": {"CIDEr-D": 1.0}}],
+             Provenance(profile=profile, data="synthetic: test", data_version="v", backbone="b", weights="w", seeds=[0]),
+             headline={"label": "CIDEr-D", "kit": 1.0})
+p = pathlib.Path(report_dir) / (NAME + ".json")
+doc = json.loads(p.read_text())
+doc["seen"] = {"threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"), "start": t0,
+               "end": time.time(), "pid": os.getpid()}
+p.write_text(json.dumps(doc))
+'''
+
+
+def _notebook(path: Path, sleep: float = 0.0) -> None:
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("profile = 'cpu'\nreport_dir = None\nruns_dir = None")
+    params.metadata["tags"] = ["parameters"]
+    code = TIMED.replace("NAME", repr(path.stem)).replace("SLEEP", repr(sleep))
+    nb.cells = [params, nbformat.v4.new_code_cell(code)]
+    nb.metadata["kernelspec"] = {"name": "idckit", "display_name": "Python (idckit)", "language": "python"}
+    nbformat.write(nb, str(path))
+
+
+def _simulate(names, cost, jobs):
+    """List scheduling as ``_run_lanes`` does it, in simulated time: {name: (lane, start, end)}."""
+    prio = priorities(names, cost)
+    pending, finished, lanes, out, now = list(names), set(), {}, {}, 0.0
+    while pending or lanes:
+        while pending and len(lanes) < jobs:
+            n = next_ready(pending, finished, set(names), prio)
+            if n is None:
+                break
+            pending.remove(n)
+            lane = min(set(range(jobs)) - {v[0] for v in lanes.values()})
+            lanes[n] = (lane, now, now + cost[n])
+        n = min(lanes, key=lambda k: lanes[k][2])
+        out[n] = lanes.pop(n)
+        now = out[n][2]
+        finished.add(n)
+    return out
+
+
+def test_schedule_runs_long_chains_first_and_keeps_every_dependent_after_its_source():
+    cost = {"clip4idc_table1_clevr_change": 5825, "clip4idc_table2_change_types": 9, "table2_clevr_change": 1050,
+            "table3_change_types": 7, "table4_ablation": 12, "table1_birds_to_words": 662, "table5_cross_task": 3142,
+            "clip4idc_table7_layer_split": 1482, "00_walkthrough": 49}
+    names = sorted(cost)
+    sched = _simulate(names, cost, jobs=2)
+    assert set(sched) == set(names)                        # every notebook once, on one lane
+    for n, after in rp.AFTER.items():
+        for a in after:
+            if n in sched and a in sched:
+                assert sched[n][1] >= sched[a][2], (n, a)  # a dependent starts once its source finished
+    for lane in (0, 1):                                    # a lane runs one notebook at a time
+        spans = sorted((s, e) for ln, s, e in sched.values() if ln == lane)
+        assert all(e <= s2 for (_, e), (s2, _) in zip(spans, spans[1:]))
+    # the longest chain (CLIP4IDC table 1, then table 7) starts at once; birds (table 1 -> 5) on the other lane
+    assert sched["clip4idc_table1_clevr_change"][1] == 0 and sched["table1_birds_to_words"][1] == 0
+    makespan = max(e for _, _, e in sched.values())
+    assert makespan < sum(cost.values()) * 0.7
+    assert _simulate(names, cost, jobs=1)["clip4idc_table1_clevr_change"][1] == 0
+
+
+def test_next_ready_waits_for_a_running_source():
+    prio = {"table2_clevr_change": 10.0, "table3_change_types": 99.0}
+    sel = set(prio)
+    assert next_ready(["table3_change_types"], set(), sel, prio) is None
+    assert next_ready(["table3_change_types"], {"table2_clevr_change"}, sel, prio) == "table3_change_types"
+    assert next_ready(["table3_change_types"], set(), {"table3_change_types"}, prio) == "table3_change_types"
+
+
+def test_hard_twin_notebooks_are_those_running_hard_runs():
+    nbs = Path(__file__).resolve().parents[1] / "notebooks"
+    assert {p.stem for p in nbs.glob("*.py") if "hard_runs(" in p.read_text()} == set(rp.HARD_TWIN)
+
+
+def test_prepare_steps_build_each_store_once_data_first(tmp_path):
+    steps = rp.prepare_steps(["table2_clevr_change", "table3_change_types", "clip4idc_table5_ablation",
+                              "table5_cross_task", "unknown_fake"], profile="cpu", roots=None, runs_dir=tmp_path)
+    labels = list(steps)
+    assert labels[:4] == ["scenes clevr-change", "scenes clevr-change hard", "scenes spot-the-diff", "scenes birds"]
+    assert labels[4:] == ["features clevr-change", "features clevr-change hard", "clip4idc data clevr-change",
+                          "features birds"]
+    assert rp.prepare_steps(["00_walkthrough"], profile="cpu", roots=None, runs_dir=tmp_path).keys() == \
+        {"scenes clevr-change"}
+
+
+def test_training_by_kind_counts_the_runs_finished_during_the_reproduce(tmp_path):
+    def run(name, metrics, age=0.0):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "metrics.json").write_text(json.dumps(metrics))
+        if age:
+            t = time.time() - age
+            os.utime(d / "metrics.json", (t, t))
+
+    run("pcl-finetune-aaa", {"finetune_seconds": 10.0, "wall_seconds": 99.0})
+    run("pcl-finetune-bbb", {"finetune_seconds": 5.5})
+    run("clip-standin-ccc", {"train_seconds": 30.0, "wall_seconds": 31.0})
+    run("pcl-pretrain-ddd", {"wall_seconds": 7.0})
+    run("duda-eee", {"finetune_seconds": 100.0}, age=3600)          # cached before: not this reproduce's
+    (tmp_path / "features").mkdir()
+    assert training_by_kind(tmp_path, since=time.time() - 60) == {
+        "pcl-finetune": {"runs": 2, "seconds": 15.5}, "clip-standin": {"runs": 1, "seconds": 30.0},
+        "pcl-pretrain": {"runs": 1, "seconds": 7.0}}
+
+
+def test_a_status_with_stage_times_is_the_kits(tmp_path):
+    (tmp_path / "status.json").write_text(json.dumps({"a": {"status": "ok"}, "_reproduce": {"jobs": 2}}))
+    assert claim_report_dir(tmp_path, []) == tmp_path.resolve()
+    (tmp_path / "status.json").write_text(json.dumps({"_visits": 3}))
+    with pytest.raises(Exception, match="idckit report folder|status"):
+        claim_report_dir(tmp_path, [])
+
+
+def test_jobs_must_be_a_count():
+    with pytest.raises(rp.ConfigError, match="--jobs"):
+        rp.check_jobs(0)
+    assert rp.default_jobs("cpu") == 2 and rp.default_jobs("smoke") == 1
+
+
+@pytest.mark.slow
+def test_two_lanes_run_disjoint_notebooks_on_shared_cores_and_record_the_times(tmp_path, monkeypatch):
+    nbs, reports = tmp_path / "nbs", tmp_path / "reports"
+    nbs.mkdir()
+    for name, sleep in (("first", 4.0), ("second", 0.0), ("third", 0.0)):
+        _notebook(nbs / f"{name}.ipynb", sleep)
+    monkeypatch.setitem(rp.AFTER, "third", ("second",))
+    out = reproduce(profile="cpu", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs, jobs=2)
+    assert [o.notebook for o in out] == ["first", "second", "third"] and all(o.ok for o in out)
+    seen = {n: json.loads((reports / f"{n}.json").read_text())["seen"] for n in ("first", "second", "third")}
+    want = max(1, rp.cores() // 2)
+    assert all(s["threads"] == want and s["omp"] == str(want) for s in seen.values())
+    assert seen["second"]["start"] < seen["first"]["end"]           # two notebooks at once
+    assert seen["third"]["start"] >= seen["second"]["end"]          # the dependent after its source
+    status = json.loads((reports / "status.json").read_text())
+    times = status["_reproduce"]
+    assert times["jobs"] == 2 and times["threads"] == want and set(times["notebooks"]) == {"first", "second", "third"}
+    assert times["total_seconds"] < sum(times["notebooks"].values())  # the lanes overlapped
+    assert times["prepare"] == [] and times["training"] == {}
+    assert all(status[n]["status"] == "ok" for n in ("first", "second", "third"))
+    page = (reports / "index.html").read_text()
+    assert "<h2>Time</h2>" in page and "2 notebook(s) at once" in page and "first" in page
+    assert not list(reports.glob(".idckit-staging-*"))
+
+
+@pytest.mark.slow
+def test_one_lane_keeps_the_parents_threads(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    nbs, reports = tmp_path / "nbs", tmp_path / "reports"
+    nbs.mkdir()
+    _notebook(nbs / "only.ipynb")
+    out = reproduce(profile="cpu", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs, jobs=1)
+    assert out[0].ok
+    seen = json.loads((reports / "only.json").read_text())["seen"]
+    assert seen["omp"] is None and json.loads((reports / "status.json").read_text())["_reproduce"]["jobs"] == 1
+
+
+CHILD = '''
+import sys, time
+from pathlib import Path
+import torch
+torch.set_num_threads(1)
+import idckit.data.features as F
+log, root, out = sys.argv[1:4]
+real = F.preprocess
+def counted(paths, *a, **k):
+    with open(log, "a") as f:
+        f.write(f"{len(paths)}\\n")
+    time.sleep(2.0)
+    return real(paths, *a, **k)
+F.preprocess = counted
+names = [f"img/{i}.png" for i in range(5)]
+store = F.extract_features(Path(root), images=names, batch_size=1, out_dir=Path(out), progress=False)
+assert store.meta["complete"]
+'''
+
+
+@pytest.mark.slow
+def test_two_processes_asking_for_one_store_extract_it_once(tmp_path):
+    from PIL import Image
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "img").mkdir()
+    for i in range(5):
+        Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(tmp_path / f"img/{i}.png")
+    log, out = tmp_path / "preprocessed.log", tmp_path / "runs" / "features" / "x" / "store"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", CHILD, str(log), str(tmp_path), str(out)]
+    first = subprocess.Popen(cmd, env=env)
+    deadline = time.time() + 120
+    while not (log.is_file() and log.read_text().count("\n") >= 2) and time.time() < deadline:
+        time.sleep(0.1)                         # the first one is extracting (probe + a batch), holding the lock
+    second = subprocess.Popen(cmd, env=env)
+    assert first.wait(timeout=300) == 0 and second.wait(timeout=300) == 0
+    counts = [int(x) for x in log.read_text().split()]
+    # the first: a probe image and the five; the second waits, then only probes and reads the complete store
+    assert sum(counts) == 5 + 2, counts
