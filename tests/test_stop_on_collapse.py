@@ -141,10 +141,10 @@ def test_on_for_clevr_captioning_at_cpu_only():
     def train(dataset, profile):
         return load_config("clip4idc_caption", profile, dataset_settings("clip4idc_caption", dataset, profile))["train"]
 
-    assert train("clevr-change", "cpu")["stop_on_collapse"] == {"evals": 2, "after_fraction": 0.33}
+    assert train("clevr-change", "cpu")["stop_on_collapse"] == {"evals": 2, "after_fraction": 0.25}
     cpu = train("clevr-change", "cpu")
-    # 300 steps, evaluations every 50: the counted ones are at 100 and 150, so a collapsed run stops at 150
-    assert (cpu["max_steps"], cpu["eval_every"]) == (300, 50)
+    # 300 steps, evaluations every 75: both the first two count (75 >= 0.25 * 300), so a collapsed run stops at 150
+    assert (cpu["max_steps"], cpu["eval_every"]) == (300, 75)
     assert train_config(train("clevr-change", "cpu")).stop_on_collapse is not None
     for dataset, profile in [("clevr-change", "smoke"), ("clevr-change", "paper"), ("spot-the-diff", "cpu"),
                              ("editing-request", "cpu")]:
@@ -166,3 +166,18 @@ def test_reports_say_a_run_was_stopped():
     assert "stopped" not in plain
     [odd] = diversity_notes([{**base, "distinct": 40, "top_share": 0.2, "stopped_early": stopped_early(r)}])
     assert odd.startswith("STOPPED EARLY: CLIP4IDC, seed 0: training stopped at step 150 of 300")
+
+
+def test_the_difference_token_variant_is_never_stopped():
+    from idckit.experiments.clip4idc import caption_train
+
+    train = {"max_steps": 300, "eval_every": 75, "stop_on_collapse": {"evals": 2, "after_fraction": 0.25}}
+    assert caption_train(train, {"difference_tokens": False}) == train
+    assert caption_train(train, {"difference_tokens": True}) == {"max_steps": 300, "eval_every": 75}
+
+
+def test_the_cpu_clevr_schedule_stops_a_one_sentence_run_at_step_150(tmp_path):
+    block = load_config("clip4idc_caption", "cpu", dataset_settings("clip4idc_caption", "clevr-change", "cpu"))["train"]
+    task = CaptionLike([1] * 4)
+    res = fit(task, train_config(block), tmp_path / "r", progress=False)
+    assert (res.stopped, res.steps, res.max_steps, task.evals) == ("collapsed", 150, 300, 2)
