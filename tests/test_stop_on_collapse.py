@@ -181,3 +181,34 @@ def test_the_cpu_clevr_schedule_stops_a_one_sentence_run_at_step_150(tmp_path):
     task = CaptionLike([1] * 4)
     res = fit(task, train_config(block), tmp_path / "r", progress=False)
     assert (res.stopped, res.steps, res.max_steps, task.evals) == ("collapsed", 150, 300, 2)
+
+
+def test_a_smoke_captioner_that_writes_one_sentence_is_stopped_and_its_report_says_so(tmp_path, monkeypatch):
+    import itertools
+
+    from conftest import write_clevr_change
+
+    from idckit.experiments import clip4idc
+    from idckit.experiments.analytics import collapse_check
+    from idckit.tasks.clip4idc import CaptionTask
+
+    torch.set_num_threads(1)
+    root = write_clevr_change(tmp_path / "clevr")
+    names = [p.name for sub in ("images", "sc_images", "nsc_images") for p in sorted((root / sub).iterdir())]
+    objects = ["a small red rubber cube", "a large blue metal sphere", "a small gray rubber cylinder"]
+    combos = list(itertools.combinations(objects, 2))
+    (root / "scene_descriptions.json").write_text(json.dumps(
+        {n: "there is " + " and ".join(combos[i % len(combos)]) for i, n in enumerate(names)}))
+    # the captioner writes its first caption for every pair: one distinct val sentence at every evaluation
+    predict = CaptionTask.predict
+    monkeypatch.setattr(CaptionTask, "predict", lambda self, model, split: dict.fromkeys(
+        (out := predict(self, model, split)), next(iter(out.values()))))
+    s = clip4idc.setup("smoke", root, runs_dir=tmp_path / "runs", progress=False, overrides={"caption": {"train": {
+        "max_steps": 4, "eval_every": 1, "stop_on_collapse": {"evals": 2, "after_fraction": 0.5}}}})
+    r = clip4idc.run_variant(s, "no-adapt", 0)
+    # evaluations at steps 1, 2, 3: those at >= 2 count, the second of them ends the run
+    assert (r["stopped"], r["steps"], r["max_steps"]) == ("collapsed", 3, 4)
+    assert [h["distinct_captions"] for h in r["history"]] == [1, 1, 1]
+    _, notes = collapse_check(s.runs_dir, [r])
+    assert len(notes) == 1 and notes[0].startswith("COLLAPSED: CLIP4IDC w/o adaptation, seed 0 wrote")
+    assert "training stopped at step 3 of 4" in notes[0]
