@@ -2,7 +2,8 @@
 CLIP, CLIP4IDC adaptation and captioning).
 
 What a run needs that is not specific to its task lives here: the optimiser and lr schedule, evaluation on
-val at a fixed cadence, keeping the val-best weights (never test), early stopping, a wall-clock budget,
+val at a fixed cadence, keeping the val-best weights (never test), early stopping, a stop for a captioner whose
+val captions collapsed to one sentence (``stop_on_collapse``), a wall-clock budget,
 mixed precision and the device (:mod:`idckit.device`), data-parallel training under torchrun
 (:mod:`idckit.train.distributed`), batches read ahead by DataLoader workers (:mod:`idckit.train.loader`),
 progress bars and logs, and checkpoints that make a killed run resume to
