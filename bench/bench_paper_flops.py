@@ -20,7 +20,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from idckit.experiments.config import load_config, model_config
 from idckit.losses import mlm_loss
-from idckit.tasks.pcl import FinetuneTask, PCLData, PretrainTask, SplitData
+from idckit.data.pcl_inputs import PCLData, SplitData
+from idckit.tasks.pcl import FinetuneTask, PretrainTask
 from idckit.text.vocab import SPECIALS, Vocab
 
 

@@ -75,7 +75,7 @@ def _vocab(size: int):
 def pcl_data(n_pairs: int, max_len: int, feat_dim: int, n_regions: int, vocab_size: int = 80, seed: int = 0):
     """Random IDC-PCL data of the paper's shapes (CLEVR-Change: ~80 words, captions of ~11 words, 7x7 grids):
     what the steps and models need, without a dataset."""
-    from idckit.tasks.pcl import PCLData, SplitData
+    from idckit.data.pcl_inputs import PCLData, SplitData
 
     g = torch.Generator().manual_seed(seed)
     vocab = _vocab(vocab_size)

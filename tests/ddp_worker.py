@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from idckit.tasks.pcl import FinetuneTask, PCLData, PretrainTask, SplitData, predict
+from idckit.data.pcl_inputs import PCLData, SplitData
+from idckit.tasks.pcl import FinetuneTask, PretrainTask, predict
 from idckit.text.vocab import Vocab
 from idckit.train import distributed
 from idckit.experiments.config import train_config

@@ -163,7 +163,7 @@ def test_caption_without_any_run_says_how_to_get_one(tmp_path, capsys):
 
 
 def test_train_fraction_keeps_whole_before_images_nested_and_balanced(smoke):
-    from idckit.tasks.pcl import subsample_by_before
+    from idckit.data.pcl_inputs import subsample_by_before
 
     pairs = smoke.data.dataset().pairs("train", check_images=False)
     befores = {str(p.before) for p in pairs}

@@ -60,7 +60,7 @@ def _rel(s: Setup, path: Path) -> str:
 
 
 def _records(s: Setup):
-    from idckit.tasks.pcl import PairRecord
+    from idckit.data.pcl_inputs import PairRecord
 
     b2w = s.data.b2w()
     train = b2w.training_examples("train", swap=bool(s.config["swap_augment"]), only_with_images=True)
@@ -71,7 +71,7 @@ def _records(s: Setup):
 
 
 def _cub_records(s: Setup):
-    from idckit.tasks.pcl import PairRecord
+    from idckit.data.pcl_inputs import PairRecord
 
     cub = s.data.cub()
     return [PairRecord(f"cub{im.image_id}", _rel(s, im.path), None, tuple(cub.captions(im)), "cub", True)
@@ -90,7 +90,7 @@ def _negatives(s: Setup, data, ratio, referents=()) -> None:
 
 
 def loaded_data(s: Setup, kind: str = "b2w"):
-    """The in-memory data of a setup (:class:`idckit.tasks.pcl.PCLData`, loaded once per process). ``b2w``:
+    """The in-memory data of a setup (:class:`idckit.data.pcl_inputs.PCLData`, loaded once per process). ``b2w``:
     Birds-to-Words (train/val/test, FDA negatives, NABirds FGVC pairs attached); ``gic``: CUB single-image caption
     pairs (train only, Retrieve + Replace negatives). One shared vocabulary."""
     key = (kind, str(s.data.root), str(s.store.directory), s.config["max_len"], s.config["swap_augment"],
@@ -101,7 +101,7 @@ def loaded_data(s: Setup, kind: str = "b2w"):
 def _load(s: Setup, kind: str):
     import torch
 
-    from idckit.tasks.pcl import FGVCData, pcl_data_from_records
+    from idckit.data.pcl_inputs import FGVCData, pcl_data_from_records
     from idckit.text.vocab import Vocab
 
     records, cub = _records(s), _cub_records(s)

@@ -49,14 +49,14 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
 
 
 def loaded_data(s: Setup):
-    """The in-memory data of a setup (:class:`idckit.tasks.pcl.PCLData`: features, vocabulary, splits; shared by
+    """The in-memory data of a setup (:class:`idckit.data.pcl_inputs.PCLData`: features, vocabulary, splits; shared by
     every run of a notebook, loaded once per process) with FDA negatives attached."""
     key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
     return base.CACHE.get("pcl-data", key, lambda: _load(s))
 
 
 def _load(s: Setup):
-    from idckit.tasks.pcl import load_pcl_data
+    from idckit.data.pcl_inputs import load_pcl_data
     from idckit.text.negatives import build_negatives
 
     data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"], train_fraction=s.train_fraction)

@@ -50,9 +50,10 @@ TRAINING_CODE_VERSION = "4"
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
 TRAINING_CODE_FINGERPRINT = "6f81f3db9063d26a"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
-#: models, tasks, losses, text and features
+#: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
-                    "tasks/*.py", "losses.py", "text/*.py", "data/features.py", "data/images.py")
+                    "tasks/*.py", "losses.py", "text/*.py", "data/features.py", "data/images.py",
+                    "data/pcl_inputs.py")
 
 
 def training_fingerprint(package: Path | None = None) -> str:

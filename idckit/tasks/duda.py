@@ -11,8 +11,9 @@ where each CE is the mean over the non-padding target tokens of its half (``Lang
 attention-mass penalty (lambda = 2.5e-3) is averaged over the change pairs only, as the public code does. Val
 CIDEr-D (total) selects the checkpoint; the semantic and distractor halves are logged beside it.
 
-The data is IDC-PCL's (:class:`idckit.tasks.pcl.PCLData` from :func:`idckit.tasks.pcl.load_pcl_data`): same
-features, vocabulary and splits, so a DUDA row and an IDC-PCL row of a table are scored on the same pairs.
+The data is IDC-PCL's (:class:`idckit.data.pcl_inputs.PCLData` from
+:func:`idckit.data.pcl_inputs.load_pcl_data`): same features, vocabulary and splits, so a DUDA row and an IDC-PCL row
+of a table are scored on the same pairs.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from idckit.errors import DatasetError
 from idckit.losses import attention_mass, mlm_loss
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.duda import DUDA, DUDAConfig
-from idckit.tasks.pcl import PCLData, SplitData
+from idckit.data.pcl_inputs import PCLData, SplitData
 from idckit.text.vocab import tokenize
 
 
@@ -71,9 +72,7 @@ class DUDATask:
         self.eval_batch_size, self.scorer = eval_batch_size, scorer
         train = data.splits["train"]
         self.change, self.distractor = triplets(train)
-        # samples are stored grouped by pair, so a pair's references are one contiguous range
-        self.counts = torch.bincount(train.sample_pair, minlength=len(train))
-        self.offsets = torch.cumsum(self.counts, 0) - self.counts
+        self.offsets, self.counts = train.reference_ranges()
         self.no_change = no_change_sentences(data)
 
     def build_model(self) -> DUDA:

@@ -6,15 +6,9 @@
   the public code's ``dataset_finetune_clver``) plus the distractor-judging loss; val CIDEr-D selects the
   checkpoint (ROUGE-L on Birds-to-Words).
 
-Data of any dataset arrives as :class:`PairRecord` lists (:func:`pcl_data_from_records`); a single-image caption
-(the birds' GIC stage) has an all-zero second image, and the birds' FGVC stage adds image pairs with class labels
-(:class:`FGVCData`) for the ``fgvc`` pre-training task.
-
-Data (:class:`PCLData`): the grid features are the feature store's float16 memmap seen as a tensor, never copied
-whole (24 GB at the paper's ResNet-101 on CLEVR-Change; the operating system's page cache holds it once for every
-process of a machine), and a batch's rows are read, copied to the model's device and converted there; captions are
-padded id matrices in memory. Every random draw of a batch (order, task, masks) comes from the generator the loop
-passes to ``batches``, so a resumed run replays the same batches.
+The data arrives built (:class:`idckit.data.pcl_inputs.PCLData`); a batch's feature rows are read, copied to the
+model's device and converted there. Every random draw of a batch (order, task, masks) comes from the generator the
+loop passes to ``batches``, so a resumed run replays the same batches.
 
 Under torchrun each rank trains on its rank-strided rows of the global batch (``shard``); every loss divides its
 local sum by the global count (:func:`idckit.train.distributed.global_mean`), MVCL's negatives are the unmasked
@@ -24,22 +18,19 @@ gradient at the same global batch. Decoding for evaluation is split over the ran
 """
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping
 
 import torch
 
-from idckit.data.clevr_change import DISTRACTOR, ClevrChange
-from idckit.data.features import FeatureStore
+from idckit.data.clevr_change import DISTRACTOR
+from idckit.data.pcl_inputs import PCLData
 from idckit.device import copy_to, model_device
-from idckit.errors import ConfigError, DatasetError
+from idckit.errors import ConfigError
 from idckit.losses import fda_nce, fgvc_loss, judge_loss, mlm_loss, mvcl_nce
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
 from idckit.tasks.references import pick_references
-from idckit.text.vocab import Vocab
 from idckit.train import distributed
 
 PRETRAIN_TASKS = ("mlm", "mvcl", "fda", "fgvc")
@@ -47,167 +38,6 @@ PRETRAIN_TASKS = ("mlm", "mvcl", "fda", "fgvc")
 #: [MASK] in the caption; "every", each position through its own [MASK] query over the clean words before it
 #: (:meth:`PCL.forward_grouped` with ``queries``), the context greedy decoding gives it
 FINETUNE_TARGETS = ("masked", "every")
-
-
-@dataclass
-class SplitData:
-    """One split: pairs (rows into the feature table) and (pair, caption) training samples."""
-
-    pair_ids: list[str]
-    types: list[str]
-    before: torch.Tensor        # [P] rows of PCLData.features
-    after: torch.Tensor         # [P]
-    is_change: torch.Tensor     # [P] bool
-    references: dict[str, list[str]]
-    sample_pair: torch.Tensor   # [S] pair index of each caption sample
-    sample_ids: torch.Tensor    # [S, L] [BOS] words [EOS] [PAD]...
-
-    def __len__(self) -> int:
-        return len(self.pair_ids)
-
-
-@dataclass
-class PCLData:
-    vocab: Vocab
-    features: torch.Tensor      # [R, n_regions, dim] float16
-    splits: dict[str, SplitData]
-    max_len: int
-    negatives: dict[str, list[str]] = field(default_factory=dict)   # pair_id -> FDA negatives (train)
-    rows: dict[str, int] = field(default_factory=dict)              # feature-store key -> row of features
-    blank_row: int | None = None     # the all-zero row standing for a missing second image (GIC pairs)
-    fgvc: "FGVCData | None" = None   # FGVC-stage image pairs (pre-training with the ``fgvc`` task)
-
-    @property
-    def feat_dim(self) -> int:
-        return self.features.shape[2]
-
-    def read_pairs(self, split: str, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """float16 features [len(idx), n, dim] of the pairs' before and after images, read on the CPU."""
-        s = self.splits[split]
-        idx = idx.cpu()
-        return self.features[s.before[idx]], self.features[s.after[idx]]
-
-    def pair_features(self, split: str, idx: torch.Tensor, device: torch.device | str = "cpu",
-                      read: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """float32 features [len(idx), n, dim] of the pairs' before and after images, on ``device``; ``read``:
-        :meth:`read_pairs` of them done ahead (by a DataLoader worker)."""
-        f1, f2 = self.read_pairs(split, idx) if read is None else read
-        return copy_to(f1, device).float(), copy_to(f2, device).float()
-
-
-def subsample_by_before(pairs: Sequence, fraction: float, seed: int = 0) -> list:
-    """The pairs of a seeded ``fraction`` of the before-images, in their original order.
-
-    A before-image's semantic and distractor pair stay together, so a smaller training set keeps the 1:1 balance
-    of changes and distractors that distractor judging learns from. Nested: a smaller fraction (same seed) keeps a
-    subset of a larger one's before-images, so a data-size curve adds data rather than redrawing it.
-    """
-    if not 0 < fraction <= 1:
-        raise ConfigError(f"train_fraction must be in (0, 1], got {fraction}",
-                          fix="give the share of training before-images to keep, e.g. 0.25")
-    if fraction == 1:
-        return list(pairs)
-    befores = sorted({str(p.before) for p in pairs})
-    keep_n = max(1, round(fraction * len(befores)))
-    order = torch.randperm(len(befores), generator=torch.Generator().manual_seed(seed))
-    keep = {befores[int(i)] for i in order[:keep_n]}
-    return [p for p in pairs if str(p.before) in keep]
-
-
-@dataclass(frozen=True)
-class PairRecord:
-    """One captioned image pair, whatever the dataset: the images as feature-store keys (``image2`` None for a
-    single-image caption, whose second image is then all-zero features), its references, its type (change type
-    or Birds-to-Words selection) and whether it shows a real change."""
-
-    pair_id: str
-    image1: str
-    image2: str | None
-    references: tuple[str, ...]
-    type: str
-    is_change: bool = True
-
-
-@dataclass
-class FGVCData:
-    """Image pairs for the FGVC stage: rows into PCLData.features, leaf-class labels, same-class flags."""
-
-    rows1: torch.Tensor     # [N]
-    rows2: torch.Tensor     # [N]
-    class1: torch.Tensor    # [N] 0..n_classes-1
-    class2: torch.Tensor    # [N]
-    n_classes: int
-
-    @property
-    def same(self) -> torch.Tensor:
-        return self.class1 == self.class2
-
-
-def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vocab: Vocab | None = None,
-                  splits: Sequence[str] = ("train", "val", "test"), train_fraction: float = 1.0) -> PCLData:
-    """Everything a PCL run on CLEVR-Change reads, in memory. The vocabulary is built on train captions unless
-    given.
-
-    ``train_fraction`` < 1 keeps that share of the training before-images (:func:`subsample_by_before`); val and
-    test stay whole, so runs on different amounts of data are scored on the same pairs.
-    """
-    per_split = {s: dataset.pairs(s, check_images=False) for s in splits}
-    if "train" in per_split:
-        per_split["train"] = subsample_by_before(per_split["train"], train_fraction)
-    rel = lambda path: path.relative_to(dataset.root).as_posix()
-    records = {s: [PairRecord(p.pair_id, rel(p.before), rel(p.after), tuple(p.captions), p.change_type,
-                              bool(p.is_change)) for p in pairs] for s, pairs in per_split.items()}
-    return pcl_data_from_records(records, store, max_len=max_len, vocab=vocab)
-
-
-def pcl_data_from_records(records: Mapping[str, Sequence[PairRecord]], store: FeatureStore, *, max_len: int,
-                          vocab: Vocab | None = None, extra_images: Sequence[str] = ()) -> PCLData:
-    """:class:`PCLData` from pair records per split (any dataset). The vocabulary is built on the train split's
-    references unless given; ``extra_images`` are loaded too (rows for :class:`FGVCData`, see ``data.row``).
-    A missing second image is the last feature row, all zeros."""
-    if vocab is None:
-        if "train" not in records:
-            raise ConfigError("building a vocabulary needs the train split")
-        vocab = Vocab.build(c for p in records["train"] for c in p.references)
-    rows: dict[str, int] = {}
-    blank = "<no image>"
-    # with every image present the store's own rows serve, memory-mapped (paper-size features are then held once
-    # per machine, not once per process); a missing image needs a zero row, so those (small) sets are copied
-    needs_blank = any(p.image1 is None or p.image2 is None for ps in records.values() for p in ps)
-
-    def row(key: str | None) -> int:
-        if key is None:
-            return rows.setdefault(blank, len(rows))
-        if key not in store.index:
-            raise DatasetError(f"the feature store has no features for {key}", path=store.directory,
-                               fix="re-extract features for this dataset (`idckit features DATA_ROOT`)")
-        return rows.setdefault(key, len(rows) if needs_blank else store.index[key])
-
-    out: dict[str, SplitData] = {}
-    for split, pairs in records.items():
-        before = torch.tensor([row(p.image1) for p in pairs], dtype=torch.long)
-        after = torch.tensor([row(p.image2) for p in pairs], dtype=torch.long)
-        sample_pair = torch.tensor([i for i, p in enumerate(pairs) for _ in p.references], dtype=torch.long)
-        texts = [c for p in pairs for c in p.references]
-        out[split] = SplitData(
-            pair_ids=[p.pair_id for p in pairs], types=[p.type for p in pairs], before=before, after=after,
-            is_change=torch.tensor([p.is_change for p in pairs], dtype=torch.bool),
-            references={p.pair_id: list(p.references) for p in pairs},
-            sample_pair=sample_pair, sample_ids=vocab.encode_batch(texts, max_len))
-    for key in extra_images:
-        row(key)
-    if not needs_blank:
-        with warnings.catch_warnings():   # the memmap is read-only; nothing here writes features
-            warnings.simplefilter("ignore", UserWarning)
-            features = torch.from_numpy(store.array)
-        return PCLData(vocab=vocab, features=features, splits=out, max_len=max_len, rows=rows, blank_row=None)
-    order = sorted(rows, key=rows.get)
-    real = [k for k in order if k != blank]
-    feats = store.get_many(real).astype("float16", copy=False)
-    features = torch.zeros(len(order), *feats.shape[1:], dtype=torch.float16)
-    features[[rows[k] for k in real]] = torch.from_numpy(feats)
-    return PCLData(vocab=vocab, features=features, splits=out, max_len=max_len, rows=rows,
-                   blank_row=rows.get(blank))
 
 
 def _batched(n: int, size: int, generator: torch.Generator, drop_last: bool = True) -> Iterator[torch.Tensor]:
@@ -256,22 +86,10 @@ class PretrainTask(_PCLTask):
             raise ConfigError("the fgvc task needs FGVC image pairs (PCLData.fgvc)",
                               fix="load NABirds pairs, or drop fgvc from the ratios")
         if "fda" in self.pool:
-            missing = [p for p in data.splits["train"].pair_ids if p not in data.negatives]
-            if missing:
-                raise ConfigError(f"FDA needs negatives for every train pair; {len(missing)} have none",
-                                  fix="build them with idckit.text.negatives.build_negatives")
-            counts = {len(v) for v in data.negatives.values()}
-            if len(counts) != 1:
-                raise ConfigError(f"every pair needs the same number of FDA negatives, got {sorted(counts)}")
-            self.n_neg = counts.pop()
-            train = data.splits["train"]
-            negs = [data.negatives[p] for p in train.pair_ids]
-            self.neg_ids = data.vocab.encode_batch([n for ns in negs for n in ns], data.max_len).view(
-                len(train), self.n_neg, data.max_len)
+            self.neg_ids = data.negative_ids()
+            self.n_neg = self.neg_ids.shape[1]
         train = data.splits["train"]
-        # samples are stored grouped by pair, so a pair's references are one contiguous range
-        self.counts = torch.bincount(train.sample_pair, minlength=len(train))
-        self.offsets = torch.cumsum(self.counts, 0) - self.counts
+        self.offsets, self.counts = train.reference_ranges()
         self.steps_per_epoch = steps_per_epoch or max(1, len(train.sample_pair) // batch_size)
         self.mask_prob, self.eos_prob, self.region_prob = mask_prob, eos_prob, region_prob
         self.tau_mvcl, self.tau_fda = tau_mvcl, tau_fda
@@ -306,7 +124,7 @@ class PretrainTask(_PCLTask):
                 regions = mask_regions(len(samples), self.data.features.shape[1], generator, p=self.region_prob)
                 if self.data.blank_row is not None:
                     # a single-image caption pair: MVCL masks its one real image, never the blank
-                    lone = train.after[batch["pairs"]] == self.data.blank_row
+                    lone = self.data.is_blank("train", batch["pairs"])
                     regions[lone, 0] |= regions[lone, 1]
                     regions[lone, 1] = False
                 batch["regions"] = regions
@@ -315,8 +133,7 @@ class PretrainTask(_PCLTask):
     def load(self, batch: dict[str, Any]) -> dict[str, Any]:
         """The batch with its feature rows read (float16, CPU): a DataLoader worker's part of the step."""
         if batch["task"] == "fgvc":
-            fg, idx = self.data.fgvc, batch["pairs"]
-            return {**batch, "features": (self.data.features[fg.rows1[idx]], self.data.features[fg.rows2[idx]])}
+            return {**batch, "features": self.data.read_fgvc(batch["pairs"])}
         out = {**batch, "features": self.data.read_pairs("train", batch["pairs"])}
         if "negative_pairs" in batch:
             out["negative_features"] = self.data.read_pairs("train", batch["negative_pairs"])
@@ -370,7 +187,7 @@ class PretrainTask(_PCLTask):
             else:
                 neg_pairs, free, pool = batch["pairs"], ~regions, original
             if self.data.blank_row is not None and f2 is not None:    # a blank image's zero regions are no negatives
-                blank = self.data.splits["train"].after[neg_pairs] == self.data.blank_row
+                blank = self.data.is_blank("train", neg_pairs)
                 free = free.clone()
                 free[:, 1] &= ~blank.to(dev)[:, None]
             negatives = model.mvcl_regress(visual[free]) if public else pool[free]
@@ -390,7 +207,7 @@ class PretrainTask(_PCLTask):
         """Whether the batch is single-image captions to lay out as lone images (``single_image="lone"``)."""
         if model.cfg.single_image != "lone" or self.data.blank_row is None:
             return False
-        blank = self.data.splits["train"].after[pairs] == self.data.blank_row
+        blank = self.data.is_blank("train", pairs)
         if bool(blank.any()) and not bool(blank.all()):
             raise ConfigError("a pre-training batch mixes single-image captions with image pairs, which the lone "
                               "layout cannot batch", fix="set the model's single_image to 'blank', or pre-train "
@@ -402,7 +219,7 @@ class PretrainTask(_PCLTask):
         unweighted (the public code's ``nabirds_forward``)."""
         fg, dev = self.data.fgvc, model_device(model)
         if read is None:
-            read = self.data.features[fg.rows1[idx]], self.data.features[fg.rows2[idx]]
+            read = self.data.read_fgvc(idx)
         f1, f2 = copy_to(read[0], dev).float(), copy_to(read[1], dev).float()
         classes, match, single = model.fgvc_logits(f1, f2)
         labels = torch.stack([fg.class1[idx], fg.class2[idx]], 1).to(dev)
@@ -452,12 +269,8 @@ class FinetuneTask(_PCLTask):
                                   f"{self.captions_per_pair} and {batch_size}",
                                   fix="set finetune.captions_per_pair (e.g. 4) and batch_size (e.g. 128) in the config")
             train = data.splits["train"]
-            self.counts = torch.bincount(train.sample_pair, minlength=len(train))
-            self.offsets = torch.cumsum(self.counts, 0) - self.counts
-            groups: dict[int, list[int]] = {}
-            for i, b in enumerate(train.before.tolist()):
-                groups.setdefault(b, []).append(i)
-            self.before_groups = list(groups.values())
+            self.offsets, self.counts = train.reference_ranges()
+            self.before_groups = train.before_groups()
 
     def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, Any]]:
         if self.group_by_pair:

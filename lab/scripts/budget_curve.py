@@ -73,7 +73,7 @@ def text_baseline(dataset, train_fraction: float = 1.0, split: str = "val") -> d
     training pairs the captioner saw."""
     from idckit.baselines import MostFrequentCaption
     from idckit.eval.captions import evaluate_pairs
-    from idckit.tasks.pcl import subsample_by_before
+    from idckit.data.pcl_inputs import subsample_by_before
 
     train = subsample_by_before(dataset.pairs("train", check_images=False), train_fraction)
     pairs = dataset.pairs(split, check_images=False)

@@ -148,7 +148,8 @@ def main() -> None:
     out = {"setting": a.setting, "through_cross": a.through_cross, "overrides": overrides, "steps": a.steps,
            "lr": a.lr, "warmup": a.warmup, "batch_size": a.batch_size, "commit": git_commit()}
     if a.setting == "data":
-        from idckit.tasks.pcl import load_pcl_data, model_config
+        from idckit.data.pcl_inputs import load_pcl_data
+        from idckit.tasks.pcl import model_config
         s = pcl.setup("cpu", a.data_root, runs_dir=a.runs_dir, progress=False)
         # the judge needs no FDA negatives: the data without them (tagging 8,000 scenes' captions takes a while)
         data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"])
