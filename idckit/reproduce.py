@@ -295,7 +295,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
                         device=device)
         outcomes = _run_all(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
                             extra_parameters=extra_parameters, released=released, jobs=jobs)
-        threads = max(1, cores() // jobs) if jobs > 1 else None
+        threads = max(1, cores() // jobs) if jobs > 1 and len(notebooks) > 1 else None   # else the parent's
         times = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "profile": profile,
                  "jobs": jobs, "threads": threads, "total_seconds": round(time.time() - t0, 1),
                  "prepare": steps, "notebooks": {o.notebook: round(o.seconds, 1) for o in outcomes},
