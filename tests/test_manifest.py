@@ -142,6 +142,8 @@ def test_each_dataset_root_reaches_its_notebook_through_reproduce(tmp_path, monk
 
     monkeypatch.setenv("IDCKIT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("IDCKIT_RUNS_DIR", str(tmp_path / "runs"))
+    # the kernels' torch threads: a second one gains nothing at smoke size and crawls on a busy 2-core box
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     made = tmp_path / "synth"
     roots = {
         "clevr_root": _real_layout(clevr_change.generate(made / "clevr", profile="smoke", progress=False),
