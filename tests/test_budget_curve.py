@@ -17,7 +17,17 @@ def test_overrides_keep_the_cpu_schedule_shape():
         "caption": {"train": {"max_steps": 3000, "eval_every": 250, "max_minutes": 40.0}}}
 
 
-def test_pcl_curve_at_smoke_size(tmp_path):
+@pytest.fixture
+def one_thread():
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)       # smoke-size training: a second thread gains nothing, a busy 2-core box crawls
+    yield
+    torch.set_num_threads(n)
+
+
+def test_pcl_curve_at_smoke_size(tmp_path, one_thread):
     from idckit.data.synth.clevr_change import generate
 
     root = tmp_path / "synth"
@@ -69,7 +79,7 @@ def test_pretrain_steps_is_a_pcl_pretrain_override_and_names_the_json():
     assert bc._json_name("pcl", Path("/d/n8000"), 1.0, None, 1000) == "budget_curve_pcl_n8000_f1_pt1000.json"
 
 
-def test_smaller_train_fraction_trains_on_fewer_pairs_and_is_its_own_run(tmp_path):
+def test_smaller_train_fraction_trains_on_fewer_pairs_and_is_its_own_run(tmp_path, one_thread):
     from idckit.data.synth.clevr_change import generate
 
     root = tmp_path / "synth"

@@ -40,7 +40,15 @@ def test_make_reproduce_nproc_trains_under_torchrun_before_the_notebooks():
     assert "torchrun" not in plain.stdout       # NPROC=1: the notebooks train in their own process
 
 
-def test_runs_trained_by_torchrun_are_the_notebooks_runs(tmp_path, monkeypatch):
+@pytest.fixture
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)       # as the torchrun processes (OMP_NUM_THREADS=1): a busy 2-core box crawls at 2
+    yield
+    torch.set_num_threads(n)
+
+
+def test_runs_trained_by_torchrun_are_the_notebooks_runs(tmp_path, monkeypatch, one_thread):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
            "IDCKIT_DATA_DIR": str(tmp_path / "data"), "IDCKIT_RUNS_DIR": str(tmp_path / "runs")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "idckit.cli",

@@ -304,6 +304,7 @@ def test_table2_at_smoke_shows_the_released_row_and_keeps_its_status(tmp_path, m
     from idckit.reproduce import run_one
 
     monkeypatch.setenv("IDCKIT_DATA_DIR", str(tmp_path / "data"))          # inherited by the papermill kernel
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")     # the kernel's torch threads, as in this process (_one_thread)
     s = pcl.setup("smoke", None, runs_dir=tmp_path / "runs", progress=False, device="cpu")
     ckpt = authors_pcl_checkpoint(s, tmp_path / "released")
     reports = tmp_path / "reports"
