@@ -46,9 +46,11 @@ TRAINING_CODE_VERSION = "4"
 #: hybrid stand-in CLIP, a new architecture that builds no existing run differently; nor for the captioner's
 #: difference_tokens option, off in every config; nor for the patch-32 stand-in idckit-standin-ViT-12-32, a new
 #: architecture no config names; nor for features.py's image_size / pcl.json's feature_size, 224 px as before unless
-#: a config says otherwise, and any other size a store and a run key of its own)
+#: a config says otherwise, and any other size a store and a run key of its own; nor for the loop's stop_on_collapse,
+#: off unless a config names it (and then in that run's key), nor for IDC-PCL's data assembly moving to
+#: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "6f81f3db9063d26a"
+TRAINING_CODE_FINGERPRINT = "ab91d70490eb5024"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
