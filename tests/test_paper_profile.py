@@ -147,8 +147,19 @@ class _NoScoring:
         return {self.selection_metric: 0.0}
 
 
+@pytest.fixture
+def two_threads():
+    """The paper-size steps on both cores, and the count restored after: later test files keep their own."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.slow
-def test_every_paper_size_model_trains_two_steps(tmp_path):
+def test_every_paper_size_model_trains_two_steps(tmp_path, two_threads):
     """IDC-PCL pre-training (the 8:1:2 pool: MLM, MVCL, FDA with 6 negatives) and fine-tuning at the paper's size
     (d 512, 1+1+3 layers, 49 regions of 2048-d features, 40 words), CLIP4IDC adaptation and captioning on a ViT-B/32
     (randomly initialised: OpenAI's weights cannot be downloaded in tests) with the paper's 3+3-layer captioner;
@@ -166,7 +177,6 @@ def test_every_paper_size_model_trains_two_steps(tmp_path):
     class Caption(_NoScoring, CaptionTask):
         pass
 
-    torch.set_num_threads(2)
     two = train_config(dict(max_steps=2, lr=1e-4, seed=0))
     pcl = load_config("pcl", "paper")
     data = _paper_pcl_data(pcl["max_len"])
