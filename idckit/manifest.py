@@ -107,6 +107,25 @@ NOTEBOOKS: dict[str, Notebook] = {n.name: n for n in (
     Notebook("clip4idc_table7_layer_split", "CLIP4IDC table 7", ("clip4idc",), ("clevr-change",), (0,)),
 )}
 
+#: the runs a notebook trains, as (experiment family, variants or None for every table recipe of the family, seeds
+#: or None for the notebook's): with several lanes ``idckit reproduce`` trains them first, one (family, variant,
+#: seed) per lane job, so a notebook of many runs in a row (table 5's twelve birds chains) does not hold one lane for
+#: all of them; the notebook then finds them in the run cache. What is not listed trains inside its notebook.
+TRAINS: dict[str, tuple[tuple[str, tuple[str, ...] | None, tuple[int, ...] | None], ...]] = {
+    "table1_birds_to_words": (("birds", ("b2w", "both"), None),),
+    "table2_clevr_change": (("pcl", ("full",), None), ("duda", ("duda",), None)),
+    "table4_ablation": (("pcl", None, None),),
+    "table5_cross_task": (("birds", None, None),),
+}
+
+#: (family, variant) -> the variant of the same family and seed whose run it starts from (its pre-training, or the
+#: CUB stage): trained after that one, never beside it, so no lane waits on the other's run lock
+STARTS_FROM: dict[tuple[str, str], str] = {
+    ("pcl", "no_judge"): "full",
+    ("birds", "both"): "cub",
+}
+
+
 #: every root parameter, in the order of :data:`DATASETS`
 ROOT_PARAMS: tuple[str, ...] = tuple(d.param for d in DATASETS.values())
 

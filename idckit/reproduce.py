@@ -10,7 +10,9 @@ second ``reproduce`` of a notebook already running into the same folder is refus
 Before the first notebook a prepare stage builds every dataset and grid feature store the selected notebooks read,
 through the same setup functions the notebooks call (so they then find them cached). With ``jobs`` > 1 the
 notebooks run in that many worker processes, each kernel on ``cores // jobs`` torch threads, longest first, a
-notebook that reads another's runs (:data:`AFTER`) only once that one finished. ``status.json`` keeps, under
+notebook that reads another's runs (:data:`AFTER`) only once that one finished; the runs a notebook would train in
+a row (:data:`idckit.manifest.TRAINS`) are trained first as lane jobs of their own, one (family, variant, seed)
+each, which the notebook then reads from the run cache. ``status.json`` keeps, under
 :data:`TIMES_KEY`, where the last reproduce spent its time (prepare steps, notebooks, training per run kind).
 """
 from __future__ import annotations
@@ -293,13 +295,14 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
         device = (extra_parameters or {}).get("device")
         steps = prepare([nb.stem for nb in notebooks], profile=profile, roots=roots, runs_dir=runs_dir,
                         device=device)
+        unit_times: dict[str, float] = {}
         outcomes = _run_all(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
-                            extra_parameters=extra_parameters, released=released, jobs=jobs)
+                            extra_parameters=extra_parameters, released=released, jobs=jobs, unit_times=unit_times)
         threads = max(1, cores() // jobs) if jobs > 1 and len(notebooks) > 1 else None   # else the parent's
         times = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "profile": profile,
                  "jobs": jobs, "threads": threads, "total_seconds": round(time.time() - t0, 1),
                  "prepare": steps, "notebooks": {o.notebook: round(o.seconds, 1) for o in outcomes},
-                 "training": training_by_kind(runs_dir, since=t0)}
+                 "training": training_by_kind(runs_dir, since=t0), "training_jobs": unit_times}
         with fileio.wait_lock(report_dir / f"{fileio.LOCK}status"):
             status = _read_status(status_path)
             status[TIMES_KEY] = times
@@ -413,11 +416,13 @@ def estimates(names: Sequence[str], report_dir: Path) -> dict[str, float]:
     return {n: known.get(n, 0.0) for n in names}
 
 
-def priorities(names: Sequence[str], cost: dict[str, float]) -> dict[str, float]:
-    """A notebook's cost plus the longest chain of notebooks waiting on it (:data:`AFTER`): list scheduling by it
-    starts the long chains first."""
+def priorities(names: Sequence[str], cost: dict[str, float],
+               after: dict[str, tuple[str, ...]] | None = None) -> dict[str, float]:
+    """A notebook's cost plus the longest chain of notebooks waiting on it (``after``, default :data:`AFTER`): list
+    scheduling by it starts the long chains first."""
+    after = AFTER if after is None else after
     selected = set(names)
-    waiting = {n: [m for m in names if n in AFTER.get(m, ())] for n in names}
+    waiting = {n: [m for m in names if n in after.get(m, ())] for n in names}
     memo: dict[str, float] = {}
 
     def level(n: str) -> float:
@@ -428,11 +433,81 @@ def priorities(names: Sequence[str], cost: dict[str, float]) -> dict[str, float]
     return {n: level(n) for n in names}
 
 
-def next_ready(pending: Sequence[str], finished: set[str], selected: set[str], prio: dict[str, float]) -> str | None:
-    """The pending notebook to start now: of those whose :data:`AFTER` notebooks (among ``selected``) finished, the
-    highest priority (ties: the given order); None when none may start yet."""
-    ready = [n for n in pending if all(a in finished or a not in selected for a in AFTER.get(n, ()))]
+def next_ready(pending: Sequence[str], finished: set[str], selected: set[str], prio: dict[str, float],
+               after: dict[str, tuple[str, ...]] | None = None) -> str | None:
+    """The pending notebook to start now: of those whose ``after`` notebooks (default :data:`AFTER`; among
+    ``selected``) finished, the highest priority (ties: the given order); None when none may start yet."""
+    after = AFTER if after is None else after
+    ready = [n for n in pending if all(a in finished or a not in selected for a in after.get(n, ()))]
     return max(ready, key=lambda n: (prio[n], -pending.index(n))) if ready else None
+
+
+def training_units(name: str) -> list[tuple[str, str, int]]:
+    """Notebook ``name``'s (family, variant, seed) units of :data:`idckit.manifest.TRAINS` ([] when it lists
+    none)."""
+    from idckit.experiments import recipes
+    from idckit.manifest import TRAINS, family, notebook
+
+    units = []
+    for fam, variants, seeds in TRAINS.get(name, ()):
+        recipe_family = family(fam)[1]
+        for v in (variants or tuple(recipes.variants(recipe_family))):
+            for seed in (seeds or notebook(name).seeds):
+                if (fam, v, seed) not in units:
+                    units.append((fam, v, seed))
+    return units
+
+
+def unit_name(unit: tuple[str, str, int]) -> str:
+    fam, variant, seed = unit
+    return f"train {fam}/{variant} seed {seed}"
+
+
+def training_jobs(names: Sequence[str], cost: dict[str, float],
+                  known: dict[str, float] | None = None) -> tuple[dict[str, tuple], dict[str, tuple[str, ...]],
+                                                                  dict[str, float]]:
+    """The lane jobs that train the runs of notebooks ``names`` first (:data:`idckit.manifest.TRAINS`):
+    ``({job: unit}, {job or notebook: the jobs and notebooks it waits for}, {job: estimated seconds})``. A unit waits
+    for the one it starts from (:data:`idckit.manifest.STARTS_FROM`); a notebook for its units and :data:`AFTER`.
+    A unit's estimate is its last recorded time (``known``), else the largest of its family's notebook estimates
+    split over their units."""
+    from idckit.manifest import STARTS_FROM
+
+    jobs: dict[str, tuple] = {}
+    after: dict[str, tuple[str, ...]] = {n: tuple(AFTER.get(n, ())) for n in names}
+    est: dict[str, float] = {}
+    for n in names:
+        units = training_units(n)
+        for u in units:
+            job = unit_name(u)
+            if job not in jobs:
+                jobs[job] = u
+                est[job] = (known or {}).get(job, cost.get(n, 0.0) / len(units))
+        after[n] += tuple(unit_name(u) for u in units)
+    for job, (fam, variant, seed) in jobs.items():
+        # a notebook whose runs were cached says little of one run's cost: the family's largest estimate
+        est[job] = max(est[u] for u in jobs if jobs[u][0] == fam) if (known or {}).get(job) is None else est[job]
+        base = STARTS_FROM.get((fam, variant))
+        after[job] = (unit_name((fam, base, seed)),) if base and unit_name((fam, base, seed)) in jobs else ()
+    return jobs, after, est
+
+
+def train_unit(unit: tuple[str, str, int], *, profile: str, roots: dict | None, runs_dir: Path,
+               device: str | None = None) -> Outcome:
+    """One (family, variant, seed) trained into the run cache, as ``idckit train`` does; a failure is returned (the
+    notebook that reads the run then trains it itself, or fails on the same error and is marked)."""
+    from idckit.experiments.base import train
+    from idckit.manifest import DATASETS, family
+
+    fam, variant, seed = unit
+    t0 = time.time()
+    try:
+        root = (roots or {}).get(DATASETS[family(fam)[2]].param)
+        train(fam, profile, root, variants=[variant], seeds=[seed], runs_dir=runs_dir, device=device,
+              progress=False)
+        return Outcome(unit_name(unit), True, time.time() - t0)
+    except Exception as e:  # noqa: BLE001 - reported; the notebook meets it again
+        return Outcome(unit_name(unit), False, time.time() - t0, f"{type(e).__name__}: {e}"[-2000:])
 
 
 def _lane_env(threads: int) -> None:
@@ -442,10 +517,11 @@ def _lane_env(threads: int) -> None:
 
 
 def _run_all(notebooks: Sequence[Path], *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
-             extra_parameters: dict | None, released: dict | None = None, jobs: int = 1) -> list[Outcome]:
+             extra_parameters: dict | None, released: dict | None = None, jobs: int = 1,
+             unit_times: dict[str, float] | None = None) -> list[Outcome]:
     if jobs > 1 and len(notebooks) > 1:
         return _run_lanes(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
-                          extra_parameters=extra_parameters, released=released, jobs=jobs)
+                          extra_parameters=extra_parameters, released=released, jobs=jobs, unit_times=unit_times)
     status_path = report_dir / "status.json"
     outcomes = []
     for nb in notebooks:
@@ -473,31 +549,39 @@ def _finished(out: Outcome, status_path: Path, report_dir: Path, profile: str, p
 
 
 def _run_lanes(notebooks: Sequence[Path], *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
-               extra_parameters: dict | None, released: dict | None, jobs: int) -> list[Outcome]:
-    """The notebooks in ``jobs`` worker processes (see the module's docstring); outcomes in the given order."""
+               extra_parameters: dict | None, released: dict | None, jobs: int,
+               unit_times: dict[str, float] | None = None) -> list[Outcome]:
+    """The notebooks in ``jobs`` worker processes (see the module's docstring), the runs they train first
+    (:func:`training_jobs`), each such job's seconds into ``unit_times``; the notebooks' outcomes in the given
+    order."""
     import multiprocessing
 
     status_path = report_dir / "status.json"
     by_name = {nb.stem: nb for nb in notebooks}
-    pending = list(by_name)
-    prio = priorities(pending, estimates(pending, report_dir))
+    cost = estimates(list(by_name), report_dir)
+    units, after, unit_cost = training_jobs(list(by_name), cost, _known_units(report_dir))
+    pending = list(units) + list(by_name)
+    selected = set(pending)
+    prio = priorities(pending, {**cost, **unit_cost}, after)
     threads = max(1, cores() // jobs)
     finished: set[str] = set()
     done: dict[str, Outcome] = {}
     kw = dict(profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
               extra_parameters=extra_parameters, released=released)
+    unit_kw = dict(profile=profile, roots=roots, runs_dir=runs_dir, device=(extra_parameters or {}).get("device"))
     # spawn: a worker starts clean, never a fork of a parent holding torch's thread pools
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_lane_env, initargs=(threads,)) as pool:
         running: dict = {}
         while pending or running:
             while pending and len(running) < jobs:
-                name = next_ready(pending, finished, set(by_name), prio)
+                name = next_ready(pending, finished, selected, prio, after)
                 if name is None:
                     break
                 pending.remove(name)
                 print(f"[{name}] started (profile={profile}, {threads} thread(s))", flush=True)
-                running[pool.submit(run_one, by_name[name], **kw)] = name
+                running[pool.submit(train_unit, units[name], **unit_kw) if name in units else
+                        pool.submit(run_one, by_name[name], **kw)] = name
             complete, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in complete:
                 name = running.pop(fut)
@@ -507,8 +591,28 @@ def _run_lanes(notebooks: Sequence[Path], *, profile: str, roots: dict | None, r
                     out = Outcome(name, False, 0.0, f"{type(e).__name__}: {e}")
                 done[name] = out
                 finished.add(name)
-                _finished(out, status_path, report_dir, profile)
+                if name in units:       # a training job: said, and timed in status.json's record, not a report
+                    print(f"[{name}] " + (f"ok in {out.seconds:.0f} s" if out.ok else
+                                          f"FAILED after {out.seconds:.0f} s: {out.error.splitlines()[0][:300]}"),
+                          flush=True)
+                else:
+                    _finished(out, status_path, report_dir, profile)
+    if unit_times is not None:
+        unit_times.update({n: round(done[n].seconds, 1) for n in units if done[n].ok})
     return [done[nb.stem] for nb in notebooks]
+
+
+def _known_units(report_dir: Path) -> dict[str, float]:
+    """The training jobs' seconds recorded by the last ``idckit reproduce`` into this folder (or the committed
+    reports), for the estimates; {} when none."""
+    for path in (report_dir / "status.json", paths.reports_dir(paths.DEFAULT_PROFILE) / "status.json"):
+        try:
+            rec = _read_status(path).get(TIMES_KEY)
+        except ConfigError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("training_jobs"), dict):
+            return {k: float(v) for k, v in rec["training_jobs"].items() if isinstance(v, (int, float))}
+    return {}
 
 
 def _record(status_path: Path, out: Outcome, profile: str, when: str) -> None:

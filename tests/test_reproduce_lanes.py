@@ -219,3 +219,73 @@ def test_two_processes_asking_for_one_store_extract_it_once(tmp_path):
     counts = [int(x) for x in log.read_text().split()]
     # the first: a probe image and the five; the second waits, then only probes and reads the complete store
     assert sum(counts) == 5 + 2, counts
+
+
+def test_training_jobs_split_a_notebook_of_many_runs_and_keep_shared_stages_in_order():
+    from idckit.manifest import STARTS_FROM, TRAINS
+    from idckit.reproduce import training_units
+
+    names = ["table1_birds_to_words", "table5_cross_task", "table2_clevr_change", "table4_ablation",
+             "table3_change_types"]
+    cost = {"table1_birds_to_words": 600.0, "table5_cross_task": 3000.0, "table2_clevr_change": 1000.0,
+            "table4_ablation": 12.0, "table3_change_types": 7.0}
+    units, after, est = rp.training_jobs(names, cost)
+    # table 5: every birds variant at each of its three seeds, one job each; table 1's two are the same jobs
+    assert len([u for u in units.values() if u[0] == "birds"]) == 4 * 3
+    assert set(training_units("table1_birds_to_words")) <= set(units.values())
+    assert len(units) == len(set(units.values()))                 # no run trained by two jobs
+    for n in names:                                                # a notebook waits for every run it reads
+        assert {rp.unit_name(u) for u in training_units(n)} <= set(after[n])
+    assert "table2_clevr_change" in after["table4_ablation"]      # and for the notebooks of AFTER, as before
+    for (fam, variant), base in STARTS_FROM.items():               # a shared first stage is never trained twice
+        for seed in (0, 1, 2):
+            job = rp.unit_name((fam, variant, seed))
+            if job in units:
+                assert after[job] == (rp.unit_name((fam, base, seed)),)
+    assert set(TRAINS) >= {"table5_cross_task", "table4_ablation"} and "table3_change_types" not in TRAINS
+    # estimates: the notebook's split over its units; table 4's cached 12 s does not make its runs look free
+    assert est[rp.unit_name(("birds", "b2w", 1))] == pytest.approx(max(600.0 / 2, 3000.0 / 12))
+    assert est[rp.unit_name(("pcl", "mlm", 0))] == pytest.approx(1000.0 / 2)
+    known = {rp.unit_name(("pcl", "mlm", 0)): 77.0}
+    assert rp.training_jobs(names, cost, known)[2][rp.unit_name(("pcl", "mlm", 0))] == 77.0
+
+
+def test_a_training_job_trains_the_run_its_notebook_then_reads_from_the_cache(tmp_path):
+    import torch
+
+    from idckit.experiments import birds
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = rp.train_unit(("birds", "b2w", 0), profile="smoke", roots=None, runs_dir=tmp_path)
+        assert out.ok and out.notebook == "train birds/b2w seed 0", out.error
+        trained = {p.parent.name: p.stat().st_mtime for p in tmp_path.glob("pcl-birds-*/metrics.json")}
+        assert trained                                             # the chain's runs, complete
+        setup = birds.setup("smoke", runs_dir=tmp_path, progress=False)
+        res = birds.runs(setup, ["b2w"], [0], progress=False)      # what table 1 calls: read, not retrained
+        assert res and {p.parent.name: p.stat().st_mtime for p in tmp_path.glob("pcl-birds-*/metrics.json")} \
+            == trained
+    finally:
+        torch.set_num_threads(before)
+    bad = rp.train_unit(("birds", "no-such-variant", 0), profile="smoke", roots=None, runs_dir=tmp_path)
+    assert not bad.ok and "no-such-variant" in bad.error
+
+
+@pytest.mark.slow
+def test_two_lanes_train_a_notebooks_runs_first_as_jobs_of_their_own(tmp_path, monkeypatch):
+    from idckit import manifest
+
+    nbs, reports, runs = tmp_path / "nbs", tmp_path / "reports", tmp_path / "runs"
+    nbs.mkdir()
+    for name in ("first", "reader"):
+        _notebook(nbs / f"{name}.ipynb")
+    monkeypatch.setitem(manifest.TRAINS, "reader", (("birds", ("b2w",), (0,)),))
+    out = reproduce(profile="smoke", report_dir=reports, runs_dir=runs, notebooks_dir=nbs, jobs=2)
+    assert [o.notebook for o in out] == ["first", "reader"] and all(o.ok for o in out)
+    times = json.loads((reports / "status.json").read_text())["_reproduce"]
+    assert set(times["training_jobs"]) == {"train birds/b2w seed 0"}      # timed, for the next estimate
+    assert "train birds/b2w seed 0" not in json.loads((reports / "status.json").read_text())   # not a report
+    finished = max(p.stat().st_mtime for p in runs.glob("pcl-birds-*/metrics.json"))
+    seen = json.loads((reports / "reader.json").read_text())["seen"]
+    assert seen["start"] >= finished                                      # the reader after its runs
