@@ -12,36 +12,17 @@ from idckit.experiments.analytics import diversity_notes, stopped_early
 from idckit.experiments.clip4idc import dataset_settings
 from idckit.experiments.config import load_config, train_config
 from idckit.train.loop import fit
+from test_loop import ToyTask, _weights
 
 
-class CaptionLike:
-    """A regression task whose val evaluation also reports a scripted count of distinct decoded captions."""
+class CaptionLike(ToyTask):
+    """test_loop's toy regression whose val evaluation also reports a scripted count of distinct decoded captions."""
 
     selection_metric = "score"
 
     def __init__(self, distinct, scores=None, crash_at=None):
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(64, 8, generator=g)
-        self.y = self.x @ torch.randn(8, 1, generator=g)
-        self.distinct, self.scores, self.crash_at = distinct, scores, crash_at
-        self.evals = 0
-
-    def build_model(self):
-        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 1))
-
-    def param_groups(self, model):
-        return [{"params": model.parameters()}]
-
-    def batches(self, epoch, generator):
-        order = torch.randperm(64, generator=generator)
-        for i in range(0, 64, 16):
-            yield order[i:i + 16]
-
-    def train_step(self, model, idx, step):
-        if self.crash_at is not None and step == self.crash_at:
-            self.crash_at = None
-            raise KeyboardInterrupt("simulated kill")
-        return torch.nn.functional.mse_loss(model(self.x[idx]), self.y[idx]), {}
+        super().__init__(crash_at=crash_at, scores=scores)
+        self.distinct = distinct
 
     def evaluate(self, model, split="val"):
         self.evals += 1
@@ -52,10 +33,6 @@ class CaptionLike:
 def _cfg(after=0.5, evals=2, **kw):
     return train_config(dict(max_steps=12, lr=1e-2, eval_every=2, stop_on_collapse={"evals": evals,
                                                                                      "after_fraction": after}, **kw))
-
-
-def _weights(model):
-    return torch.cat([p.detach().flatten() for p in model.state_dict().values()])
 
 
 def test_one_sentence_stops_at_the_second_counted_evaluation(tmp_path):
