@@ -32,6 +32,8 @@ mean/std. ``image_size`` changes the square side the images are resized to (and 
 """
 from __future__ import annotations
 
+import os
+
 import json
 import stat
 from contextlib import contextmanager
@@ -306,9 +308,17 @@ def _store_lock(out: Path) -> Iterator[None]:
     """One process extracts a store at a time: a second asking for the same one (two notebooks, two lanes of
     ``idckit reproduce``) waits here, then finds it complete. The lock lies beside the store (whose own folder a
     claim checks); where that place cannot be written, no lock: the claim then names the problem."""
+    existing = out.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    created = existing != out.parent
+    lock = out.parent / f"{fileio.LOCK}features-{out.name}"
+    if not os.access(existing, os.W_OK):        # a read-only place: the claim refuses it, nothing made first
+        yield
+        return
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        held = fileio.wait_lock(out.parent / f"{fileio.LOCK}features-{out.name}")
+        held = fileio.wait_lock(lock)
         held.__enter__()
     except OSError:
         yield
@@ -317,6 +327,15 @@ def _store_lock(out: Path) -> Iterator[None]:
         yield
     finally:
         held.__exit__(None, None, None)
+        if created and not out.exists():         # refused or failed: leave no folder behind that was not there
+            lock.unlink(missing_ok=True)
+            for d in (out.parent, *out.parent.parents):
+                if d == existing:
+                    break
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
 
 
 def _extract(root: Path, backbone: str, weights, images: list[str], batch_size: int, out_dir: Path,
