@@ -316,6 +316,7 @@ def _store_lock(out: Path) -> Iterator[None]:
     if not os.access(existing, os.W_OK):        # a read-only place: the claim refuses it, nothing made first
         yield
         return
+    made_lock = not lock.exists()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         held = fileio.wait_lock(lock)
@@ -327,8 +328,9 @@ def _store_lock(out: Path) -> Iterator[None]:
         yield
     finally:
         held.__exit__(None, None, None)
-        if created and not out.exists():         # refused or failed: leave no folder behind that was not there
+        if made_lock:                            # nothing of the lock stays in the user's dataset folder
             lock.unlink(missing_ok=True)
+        if created and not out.exists():         # refused or failed: leave no folder behind that was not there
             for d in (out.parent, *out.parent.parents):
                 if d == existing:
                     break

@@ -50,7 +50,7 @@ TRAINING_CODE_VERSION = "4"
 #: off unless a config names it (and then in that run's key), nor for IDC-PCL's data assembly moving to
 #: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "2378b5c2dd27bdc4"
+TRAINING_CODE_FINGERPRINT = "8d56decd0923254f"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
