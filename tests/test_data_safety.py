@@ -559,7 +559,9 @@ def test_generate_interrupted_by_sigint_leaves_no_dataset_and_no_staging(tmp_pat
                    "--size", "64x48")
     _wait_for(lambda: len(list(tmp_path.glob(".idckit-staging-ds-*/images/*"))) >= 5)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(60) == 130 and b"interrupted" in proc.stderr.read()
+    # communicate drains the pipes: a progress bar that fills stderr would block the exit on its own message
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and b"interrupted" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == []       # no dataset, no staging folder
 
 
@@ -573,7 +575,7 @@ def test_generate_killed_leaves_a_staging_folder_that_the_next_run_removes_unrea
                    "--size", "64x48")
     _wait_for(lambda: len(list(tmp_path.glob(".idckit-staging-ds-*/images/*"))) >= 5)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(60)
+    proc.communicate(timeout=60)
     (left,) = tmp_path.glob(".idckit-staging-ds-*")
     assert not out.exists()            # nothing that looks like a dataset
     assert cli.main([*GEN, "--out", str(out)]) == 0
@@ -614,7 +616,7 @@ def test_reproduce_interrupted_by_sigint_leaves_the_previous_report_and_no_stagi
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _wait_for(lambda: (nbs / "started").exists())
     proc.send_signal(signal.SIGINT)
-    proc.wait(60)
+    proc.communicate(timeout=120)
     assert proc.returncode != 0
     after = {k: v for k, v in _tree(reports).items() if not k.startswith(".idckit-lock-")}   # a lock: no content
     assert after == before            # the previous report, its status (not stale), and no staging folder
