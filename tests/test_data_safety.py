@@ -216,6 +216,31 @@ def test_generate_reuses_a_dataset_holding_the_users_files_without_writing(kit_d
     assert _tree(ds) == before
 
 
+@pytest.mark.parametrize("same", [True, False], ids=["same-arguments", "other-arguments"])
+def test_two_generators_of_one_folder_at_once(tmp_path, monkeypatch, same):
+    """Two lanes that generate one dataset at once: the one that publishes second reads the first's folder when
+    the arguments match (no OSError), and refuses with the kit's error, replacing nothing, when they do not."""
+    from idckit.data.synth import birds, writing
+
+    out, real_claim = tmp_path / "ds", writing.claim
+
+    def claim_then_lose_the_race(path, kind, info, *a, **kw):
+        c = real_claim(path, kind, info, *a, **kw)           # the folder is empty: this process will write it
+        monkeypatch.setattr(writing, "claim", real_claim)
+        birds.generate(path, profile="smoke", seed=0 if same else 1, progress=False)   # the other process
+        return c
+
+    monkeypatch.setattr(writing, "claim", claim_then_lose_the_race)
+    if same:
+        assert birds.generate(out, profile="smoke", seed=0, progress=False) == out
+    else:
+        with pytest.raises(DatasetError, match="another process wrote this folder") as e:
+            birds.generate(out, profile="smoke", seed=0, progress=False)
+        assert e.value.path == out
+    assert json.loads((out / "synth_info.json").read_text())["seed"] == (0 if same else 1)   # the first's, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]        # no staging folder left
+
+
 def test_a_dataset_killed_mid_swap_is_not_trusted(kit_dataset, tmp_path, capsys):
     """A dataset whose swap stopped after the marker was moved away is never reused as a finished dataset."""
     from idckit import cli

@@ -130,8 +130,23 @@ def check_pairs_fit(out: Path, n_pairs: int) -> None:
 def staging(c) -> Iterator[Path]:
     """A fresh per-process folder; on success its entries replace the dataset's own (synth_info.json last, so a
     kill mid-swap leaves no folder that looks finished), else it is removed."""
-    with c.staging(last=(MARKER,)) as tmp:
-        yield tmp
+    marker = None                   # set once the body finished: only the swap's own failure is handled below
+    try:
+        with c.staging(last=(MARKER,)) as tmp:
+            yield tmp
+            marker = (tmp / MARKER).read_bytes() if (tmp / MARKER).is_file() else b""
+    except OSError as e:
+        if marker is None:
+            raise
+        # two processes that generate one dataset at once (two notebooks, two lanes): the second finds the first's
+        # published folder in its way; the same marker means the same arguments, hence the same bytes, so it reads
+        # the first's and discards its own
+        published = c.path / MARKER
+        if c.previous is None and marker and published.is_file() and published.read_bytes() == marker:
+            return
+        raise DatasetError(f"another process wrote this folder while this one generated it ({e.strerror}); "
+                           "nothing of it was replaced", path=c.path,
+                           fix="run one generator per folder at a time, or choose another --out") from e
 
 
 def write_json(path: Path, obj, *, indent: int | None = None) -> None:
