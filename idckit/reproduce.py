@@ -7,12 +7,13 @@ it. The report folder follows idckit.fileio's write policy: it is absent, empty 
 index page and reports say so); anything else is refused before the first notebook, or with ``force`` kept. A
 second ``reproduce`` of a notebook already running into the same folder is refused at once (a lock per notebook).
 
-Before the first notebook a prepare stage builds every dataset and grid feature store the selected notebooks read,
-through the same setup functions the notebooks call (so they then find them cached). With ``jobs`` > 1 the
-notebooks run in that many worker processes, each kernel on ``cores // jobs`` torch threads, longest first, a
-notebook that reads another's runs (:data:`AFTER`) only once that one finished; the runs a notebook would train in
-a row (:data:`idckit.manifest.TRAINS`) are trained first as lane jobs of their own, one (family, variant, seed)
-each, which the notebook then reads from the run cache. ``status.json`` keeps, under
+A prepare stage builds every dataset and grid feature store the selected notebooks read, through the same setup
+functions the notebooks call (so they then find them cached): before the first notebook with one lane. With
+``jobs`` > 1 the notebooks run in that many worker processes, each kernel on ``cores // jobs`` torch threads,
+longest chain first, a notebook that reads another's runs (:data:`AFTER`) only once that one finished; the runs a
+notebook would train in a row (:data:`idckit.manifest.TRAINS`) are trained first as lane jobs of their own, one
+(family, variant, seed) each, which the notebook then reads from the run cache; and each prepare step is a lane job
+too, which only the notebooks and runs reading its data wait for (the birds train while CLEVR renders). ``status.json`` keeps, under
 :data:`TIMES_KEY`, where the last reproduce spent its time (prepare steps, notebooks, training per run kind).
 """
 from __future__ import annotations
@@ -293,11 +294,13 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
                     "--report-dir"))
         t0 = time.time()
         device = (extra_parameters or {}).get("device")
-        steps = prepare([nb.stem for nb in notebooks], profile=profile, roots=roots, runs_dir=runs_dir,
-                        device=device)
+        # with lanes each step is a lane job, so the birds train while CLEVR renders; else all before notebook one
+        steps: list[dict] = [] if _lanes(jobs, notebooks) else prepare(
+            [nb.stem for nb in notebooks], profile=profile, roots=roots, runs_dir=runs_dir, device=device)
         unit_times: dict[str, float] = {}
         outcomes = _run_all(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
-                            extra_parameters=extra_parameters, released=released, jobs=jobs, unit_times=unit_times)
+                            extra_parameters=extra_parameters, released=released, jobs=jobs, unit_times=unit_times,
+                            prepare_records=steps)
         threads = max(1, cores() // jobs) if jobs > 1 and len(notebooks) > 1 else None   # else the parent's
         times = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "profile": profile,
                  "jobs": jobs, "threads": threads, "total_seconds": round(time.time() - t0, 1),
@@ -364,22 +367,55 @@ def prepare(names: Sequence[str], *, profile: str, roots: dict | None, runs_dir:
             device: str | None = None) -> list[dict]:
     """Run :func:`prepare_steps` once each, timed. A failing step is recorded and printed, not raised: the
     notebooks that need it then fail on the same error and are marked as usual, the others still run."""
-    out = []
-    for label, build in prepare_steps(names, profile=profile, roots=roots, runs_dir=runs_dir,
-                                      device=device).items():
-        print(f"[prepare] {label} ...", flush=True)
-        t0 = time.time()
-        rec: dict = {"step": label}
-        try:
-            build()
-            rec["ok"] = True
-        except Exception as e:  # noqa: BLE001 - the notebook reading it reports the failure
-            rec.update(ok=False, error=f"{type(e).__name__}: {e}".splitlines()[0][:300])
-        rec["seconds"] = round(time.time() - t0, 1)
-        out.append(rec)
-        print(f"[prepare] {label}: " + (f"{rec['seconds']:.0f} s" if rec["ok"] else f"FAILED: {rec['error']}"),
-              flush=True)
-    return out
+    return [_timed_step(label, build) for label, build in
+            prepare_steps(names, profile=profile, roots=roots, runs_dir=runs_dir, device=device).items()]
+
+
+def prepare_one(label: str, names: Sequence[str], *, profile: str, roots: dict | None, runs_dir: Path,
+                device: str | None = None) -> dict:
+    """Prepare step ``label`` of notebooks ``names`` as a lane job (a worker cannot be sent the step's closure)."""
+    steps = prepare_steps(names, profile=profile, roots=roots, runs_dir=runs_dir, device=device)
+    return _timed_step(label, steps[label])
+
+
+def _timed_step(label: str, build: Callable[[], object]) -> dict:
+    print(f"[prepare] {label} ...", flush=True)
+    t0 = time.time()
+    rec: dict = {"step": label}
+    try:
+        build()
+        rec["ok"] = True
+    except Exception as e:  # noqa: BLE001 - the notebook reading it reports the failure
+        rec.update(ok=False, error=f"{type(e).__name__}: {e}".splitlines()[0][:300])
+    rec["seconds"] = round(time.time() - t0, 1)
+    print(f"[prepare] {label}: " + (f"{rec['seconds']:.0f} s" if rec["ok"] else f"FAILED: {rec['error']}"),
+          flush=True)
+    return rec
+
+
+PREPARE = "prepare "
+
+
+def prepare_jobs(names: Sequence[str], *, profile: str, roots: dict | None, runs_dir: Path,
+                 units: dict[str, tuple] | None = None) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """The prepare steps of notebooks ``names`` as lane jobs (``prepare LABEL``) and what waits for what: a store
+    for the scenes it is computed from, a notebook for the steps of its own datasets, a training job (``units``, as
+    :func:`training_jobs` names them) for those of its family's dataset (never the hard twin's)."""
+    from idckit.manifest import family
+
+    labels = list(prepare_steps(names, profile=profile, roots=roots, runs_dir=runs_dir))
+    after: dict[str, tuple[str, ...]] = {}
+    scenes = [lb for lb in labels if lb.startswith("scenes ")]
+    for lb in labels:
+        if not lb.startswith("scenes "):
+            after[PREPARE + lb] = tuple(PREPARE + sc for sc in scenes if lb.endswith(" " + sc[len("scenes "):]))
+    for n in names:
+        own = prepare_steps([n], profile=profile, roots=roots, runs_dir=runs_dir)
+        after[n] = tuple(PREPARE + lb for lb in own)
+    for job, (fam, _, _) in (units or {}).items():
+        ds = family(fam)[2]
+        after[job] = tuple(PREPARE + lb for lb in labels if lb.endswith(" " + ds))
+    return [PREPARE + lb for lb in labels], after
 
 
 def training_by_kind(runs_dir: Path, since: float) -> dict[str, dict]:
@@ -518,10 +554,13 @@ def _lane_env(threads: int) -> None:
 
 def _run_all(notebooks: Sequence[Path], *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
              extra_parameters: dict | None, released: dict | None = None, jobs: int = 1,
-             unit_times: dict[str, float] | None = None) -> list[Outcome]:
-    if jobs > 1 and len(notebooks) > 1:
+             unit_times: dict[str, float] | None = None, prepare_records: list[dict] | None = None) -> list[Outcome]:
+    """The notebooks one after another, or in lanes (:func:`_run_lanes`, which then also runs the prepare steps and
+    appends their records to ``prepare_records``)."""
+    if _lanes(jobs, notebooks):
         return _run_lanes(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
-                          extra_parameters=extra_parameters, released=released, jobs=jobs, unit_times=unit_times)
+                          extra_parameters=extra_parameters, released=released, jobs=jobs, unit_times=unit_times,
+                          prepare_records=prepare_records)
     status_path = report_dir / "status.json"
     outcomes = []
     for nb in notebooks:
@@ -531,6 +570,10 @@ def _run_all(notebooks: Sequence[Path], *, profile: str, roots: dict | None, rep
         outcomes.append(out)
         _finished(out, status_path, report_dir, profile, f"[idckit reproduce] {nb.stem}: ")
     return outcomes
+
+
+def _lanes(jobs: int, notebooks: Sequence) -> bool:
+    return jobs > 1 and len(notebooks) > 1
 
 
 def _finished(out: Outcome, status_path: Path, report_dir: Path, profile: str, prefix: str = "") -> None:
@@ -550,25 +593,30 @@ def _finished(out: Outcome, status_path: Path, report_dir: Path, profile: str, p
 
 def _run_lanes(notebooks: Sequence[Path], *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
                extra_parameters: dict | None, released: dict | None, jobs: int,
-               unit_times: dict[str, float] | None = None) -> list[Outcome]:
-    """The notebooks in ``jobs`` worker processes (see the module's docstring), the runs they train first
-    (:func:`training_jobs`), each such job's seconds into ``unit_times``; the notebooks' outcomes in the given
-    order."""
+               unit_times: dict[str, float] | None = None, prepare_records: list[dict] | None = None
+               ) -> list[Outcome]:
+    """The notebooks in ``jobs`` worker processes (see the module's docstring), the prepare steps and the runs they
+    train first (:func:`prepare_jobs`, :func:`training_jobs`), each training job's seconds into ``unit_times``, each
+    prepare step's record into ``prepare_records``; the notebooks' outcomes in the given order."""
     import multiprocessing
 
     status_path = report_dir / "status.json"
     by_name = {nb.stem: nb for nb in notebooks}
     cost = estimates(list(by_name), report_dir)
     units, after, unit_cost = training_jobs(list(by_name), cost, _known_units(report_dir))
-    pending = list(units) + list(by_name)
+    steps, step_after = prepare_jobs(list(by_name), profile=profile, roots=roots, runs_dir=runs_dir, units=units)
+    after = {k: tuple(after.get(k, ())) + tuple(step_after.get(k, ())) for k in {*after, *step_after}}
+    step_cost = {PREPARE + r["step"]: float(r["seconds"]) for r in _known_prepare(report_dir)}
+    pending = steps + list(units) + list(by_name)
     selected = set(pending)
-    prio = priorities(pending, {**cost, **unit_cost}, after)
+    prio = priorities(pending, {**cost, **unit_cost, **step_cost}, after)
     threads = max(1, cores() // jobs)
     finished: set[str] = set()
     done: dict[str, Outcome] = {}
     kw = dict(profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
               extra_parameters=extra_parameters, released=released)
     unit_kw = dict(profile=profile, roots=roots, runs_dir=runs_dir, device=(extra_parameters or {}).get("device"))
+    records: dict[str, dict] = {}
     # spawn: a worker starts clean, never a fork of a parent holding torch's thread pools
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_lane_env, initargs=(threads,)) as pool:
@@ -580,11 +628,23 @@ def _run_lanes(notebooks: Sequence[Path], *, profile: str, roots: dict | None, r
                     break
                 pending.remove(name)
                 print(f"[{name}] started (profile={profile}, {threads} thread(s))", flush=True)
-                running[pool.submit(train_unit, units[name], **unit_kw) if name in units else
-                        pool.submit(run_one, by_name[name], **kw)] = name
+                if name in steps:
+                    fut = pool.submit(prepare_one, name[len(PREPARE):], list(by_name), **unit_kw)
+                else:
+                    fut = pool.submit(train_unit, units[name], **unit_kw) if name in units else \
+                        pool.submit(run_one, by_name[name], **kw)
+                running[fut] = name
             complete, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in complete:
                 name = running.pop(fut)
+                if name in steps:       # printed by the step; a failure is met again by the notebooks needing it
+                    try:
+                        records[name] = fut.result()
+                    except Exception as e:  # noqa: BLE001 - a dead worker
+                        records[name] = {"step": name[len(PREPARE):], "ok": False, "seconds": 0.0,
+                                         "error": f"{type(e).__name__}: {e}"[:300]}
+                    finished.add(name)
+                    continue
                 try:
                     out = fut.result()
                 except Exception as e:  # noqa: BLE001 - a dead worker fails its notebook, not the others
@@ -599,6 +659,8 @@ def _run_lanes(notebooks: Sequence[Path], *, profile: str, roots: dict | None, r
                     _finished(out, status_path, report_dir, profile)
     if unit_times is not None:
         unit_times.update({n: round(done[n].seconds, 1) for n in units if done[n].ok})
+    if prepare_records is not None:
+        prepare_records.extend(records[n] for n in steps)
     return [done[nb.stem] for nb in notebooks]
 
 
@@ -613,6 +675,19 @@ def _known_units(report_dir: Path) -> dict[str, float]:
         if isinstance(rec, dict) and isinstance(rec.get("training_jobs"), dict):
             return {k: float(v) for k, v in rec["training_jobs"].items() if isinstance(v, (int, float))}
     return {}
+
+
+def _known_prepare(report_dir: Path) -> list[dict]:
+    """The prepare steps' records of the last ``idckit reproduce`` into this folder (or the committed reports)."""
+    for path in (report_dir / "status.json", paths.reports_dir(paths.DEFAULT_PROFILE) / "status.json"):
+        try:
+            rec = _read_status(path).get(TIMES_KEY)
+        except ConfigError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("prepare"), list):
+            return [r for r in rec["prepare"] if isinstance(r, dict) and isinstance(r.get("seconds"), (int, float))
+                    and isinstance(r.get("step"), str)]
+    return []
 
 
 def _record(status_path: Path, out: Outcome, profile: str, when: str) -> None:

@@ -107,6 +107,42 @@ def test_prepare_steps_build_each_store_once_data_first(tmp_path):
         {"scenes clevr-change"}
 
 
+def test_prepare_jobs_wait_for_their_scenes_and_hold_back_only_what_reads_them(tmp_path):
+    names = ["table2_clevr_change", "table5_cross_task", "clip4idc_table3_spot_the_diff"]
+    units, _, _ = rp.training_jobs(names, {}, {})
+    steps, after = rp.prepare_jobs(names, profile="cpu", roots=None, runs_dir=tmp_path, units=units)
+    assert steps[0] == "prepare scenes clevr-change" and "prepare features birds" in steps
+    assert after["prepare features clevr-change hard"] == ("prepare scenes clevr-change hard",)
+    assert after["prepare features birds"] == ("prepare scenes birds",)
+    assert set(after["table5_cross_task"]) == {"prepare scenes birds", "prepare features birds"}   # not CLEVR's
+    assert set(after["train birds/b2w seed 1"]) == {"prepare scenes birds", "prepare features birds"}
+    assert set(after["train pcl/full seed 0"]) == {"prepare scenes clevr-change", "prepare features clevr-change"}
+    assert "prepare features clevr-change hard" in after["table2_clevr_change"]     # its hard twin rows
+    assert after["clip4idc_table3_spot_the_diff"] == ("prepare scenes spot-the-diff",)
+
+
+@pytest.mark.slow
+def test_two_lanes_prepare_as_jobs_and_start_a_notebook_only_after_its_data(tmp_path, monkeypatch):
+    from idckit import manifest
+
+    nbs, reports, runs = tmp_path / "nbs", tmp_path / "reports", tmp_path / "runs"
+    nbs.mkdir()
+    for name in ("first", "table1_birds_to_words"):          # the second is the manifest's: birds scenes + features
+        _notebook(nbs / f"{name}.ipynb")
+    monkeypatch.setitem(manifest.TRAINS, "table1_birds_to_words", ())
+    monkeypatch.setenv("IDCKIT_DATA_DIR", str(tmp_path / "data"))     # inherited by the spawned lanes
+    out = reproduce(profile="smoke", report_dir=reports, runs_dir=runs, notebooks_dir=nbs, jobs=2)
+    assert all(o.ok for o in out)
+    times = json.loads((reports / "status.json").read_text())["_reproduce"]
+    assert [(r["step"], r["ok"]) for r in times["prepare"]] == [("scenes birds", True), ("features birds", True)]
+    made = max(p.stat().st_mtime for p in (tmp_path / "data").rglob("*") if p.is_file())
+    made = max([made] + [p.stat().st_mtime for p in runs.rglob("*") if p.is_file()])
+    seen = json.loads((reports / "table1_birds_to_words.json").read_text())["seen"]
+    assert seen["start"] >= made                     # the notebook after its data and its features
+    first = json.loads((reports / "first.json").read_text())["seen"]
+    assert first["start"] < made         # a notebook needing none of it ran beside the prepare steps
+
+
 def test_training_by_kind_counts_the_runs_finished_during_the_reproduce(tmp_path):
     def run(name, metrics, age=0.0):
         d = tmp_path / name
