@@ -131,9 +131,9 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
     from idckit.tasks.pcl import FinetuneTask, predict
     from idckit.train.loop import fit
 
-    t0 = time.perf_counter()
     if pre is not None:
         _train_pretrain(s, pre, progress)
+    t0 = time.perf_counter()            # after the pre-training, whose own wall time is added once below
     data = loaded_data(s)
     c = run.config["finetune"]
     with CaptionScorer(meteor=False) as quick:
