@@ -61,6 +61,18 @@ def test_a_run_that_diversifies_is_not_stopped(tmp_path):
     assert res.stopped == "max_steps" and res.steps == 12
 
 
+def test_a_few_sentences_count_as_collapsed_up_to_the_rules_distinct(tmp_path):
+    # CLEVR's collapsed captioners write 2-7 sentences on the way to one: with distinct=8 those evaluations count
+    few = [1, 1, 1, 4, 2, 9]             # counted at 6 (1), 8 (4) -> stopped at 8; at distinct=1 it is not
+    cfg = train_config(dict(max_steps=12, lr=1e-2, eval_every=2,
+                            stop_on_collapse={"evals": 2, "after_fraction": 0.5, "distinct": 8}))
+    res = fit(CaptionLike(few), cfg, tmp_path / "eight", progress=False)
+    assert res.stopped == "collapsed" and res.steps == 8
+    assert fit(CaptionLike(few), _cfg(), tmp_path / "one", progress=False).stopped == "max_steps"
+    nine = [1, 1, 9, 1, 9, 1]            # 9 distinct restarts the count at every other evaluation
+    assert fit(CaptionLike(nine), cfg, tmp_path / "nine", progress=False).stopped == "max_steps"
+
+
 def test_evaluations_before_the_fraction_do_not_count(tmp_path):
     # after 0.9: only step 12 >= 10.8 counts, one evaluation short of two
     late = fit(CaptionLike([1] * 6), _cfg(after=0.9), tmp_path / "late", progress=False)
@@ -99,8 +111,11 @@ def test_resume_mid_run_stops_where_the_whole_run_did(tmp_path):
 
 
 def test_bad_settings_and_a_task_without_the_metric_fail_clearly(tmp_path):
-    with pytest.raises(ConfigError, match="exactly the keys evals and after_fraction"):
+    with pytest.raises(ConfigError, match=r"the keys evals, after_fraction and \(optional\) distinct"):
         _cfg().from_dict({**vars(_cfg()), "stop_on_collapse": {"evals": 2}})
+    with pytest.raises(ConfigError, match="distinct must be an integer >= 1"):
+        train_config(dict(max_steps=12, lr=1e-2, eval_every=2, stop_on_collapse={"evals": 2, "after_fraction": 0.5,
+                                                                         "distinct": 0}))
     with pytest.raises(ConfigError, match="evals must be an integer >= 1"):
         _cfg(evals=0)
     with pytest.raises(ConfigError, match=r"after_fraction must be a number in \[0, 1\]"):
@@ -118,7 +133,7 @@ def test_on_for_clevr_captioning_at_cpu_only():
     def train(dataset, profile):
         return load_config("clip4idc_caption", profile, dataset_settings("clip4idc_caption", dataset, profile))["train"]
 
-    assert train("clevr-change", "cpu")["stop_on_collapse"] == {"evals": 2, "after_fraction": 0.25}
+    assert train("clevr-change", "cpu")["stop_on_collapse"] == {"evals": 2, "after_fraction": 0.25, "distinct": 8}
     cpu = train("clevr-change", "cpu")
     # 300 steps, evaluations every 75: both the first two count (75 >= 0.25 * 300), so a collapsed run stops at 150
     assert (cpu["max_steps"], cpu["eval_every"]) == (300, 75)
@@ -139,6 +154,8 @@ def test_reports_say_a_run_was_stopped():
     assert note.startswith("COLLAPSED: CLIP4IDC, seed 0 wrote") and note.endswith("step 150 of 300, val having "
                                                                                   "written one sentence at "
                                                                                   "consecutive evaluations.")
+    assert stopped_early({**r, "stop_on_collapse": {"evals": 2, "after_fraction": 0.25, "distinct": 8}}).endswith(
+        "val having written at most 8 distinct sentences at consecutive evaluations")
     [plain] = diversity_notes([{**base, "stopped_early": None}])
     assert "stopped" not in plain
     [odd] = diversity_notes([{**base, "distinct": 40, "top_share": 0.2, "stopped_early": stopped_early(r)}])
@@ -155,7 +172,7 @@ def test_the_difference_token_variant_is_never_stopped():
 
 def test_the_cpu_clevr_schedule_stops_a_one_sentence_run_at_step_150(tmp_path):
     block = load_config("clip4idc_caption", "cpu", dataset_settings("clip4idc_caption", "clevr-change", "cpu"))["train"]
-    task = CaptionLike([1] * 4)
+    task = CaptionLike([4, 1, 1, 1])     # the records' first two evaluations: a few sentences, then one
     res = fit(task, train_config(block), tmp_path / "r", progress=False)
     assert (res.stopped, res.steps, res.max_steps, task.evals) == ("collapsed", 150, 300, 2)
 

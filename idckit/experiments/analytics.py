@@ -44,12 +44,14 @@ def output_diversity(runs_dir: str | Path, results: Sequence[Mapping[str, Any]])
 
 
 def stopped_early(result: Mapping[str, Any]) -> str | None:
-    """The clause a report adds for a run the training loop stopped because val wrote one sentence
-    (``stop_on_collapse`` in configs/train.json), else None."""
+    """The clause a report adds for a run the training loop stopped because val wrote one sentence, or at most the
+    rule's ``distinct`` (``stop_on_collapse`` in configs/train.json), else None."""
     if result.get("stopped") != "collapsed":
         return None
-    return (f"training stopped at step {result.get('steps')} of {result.get('max_steps')}, val having written one "
-            "sentence at consecutive evaluations")
+    n = (result.get("stop_on_collapse") or {}).get("distinct", 1)
+    wrote = "one sentence" if n == 1 else f"at most {n} distinct sentences"
+    return (f"training stopped at step {result.get('steps')} of {result.get('max_steps')}, val having written {wrote} "
+            "at consecutive evaluations")
 
 
 def diversity_notes(diversity: Sequence[Mapping[str, Any]]) -> list[str]:

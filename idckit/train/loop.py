@@ -97,13 +97,17 @@ DISTINCT_METRIC = "distinct_captions"
 def _check_stop_on_collapse(rule: object) -> None:
     if rule is None:
         return
-    fix = 'set stop_on_collapse to null or e.g. {"evals": 2, "after_fraction": 0.33}'
-    if not isinstance(rule, dict) or set(rule) != {"evals", "after_fraction"}:
-        raise ConfigError(f"stop_on_collapse must be null or have exactly the keys evals and after_fraction, got "
-                          f"{rule!r}", fix=fix)
+    fix = 'set stop_on_collapse to null or e.g. {"evals": 2, "after_fraction": 0.33, "distinct": 1}'
+    if not isinstance(rule, dict) or not {"evals", "after_fraction"} <= set(rule) <= {"evals", "after_fraction",
+                                                                                     "distinct"}:
+        raise ConfigError(f"stop_on_collapse must be null or have the keys evals, after_fraction and (optional) "
+                          f"distinct, got {rule!r}", fix=fix)
     n, f = rule["evals"], rule["after_fraction"]
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"stop_on_collapse.evals must be an integer >= 1, got {n!r}", fix=fix)
+    d = rule.get("distinct", 1)
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ConfigError(f"stop_on_collapse.distinct must be an integer >= 1, got {d!r}", fix=fix)
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
         raise ConfigError(f"stop_on_collapse.after_fraction must be a number in [0, 1], got {f!r}", fix=fix)
 
@@ -291,7 +295,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         if DISTINCT_METRIC not in metrics:
             raise ConfigError(f"stop_on_collapse needs the task's evaluate() to return {DISTINCT_METRIC!r} (got "
                               f"{sorted(metrics)})", fix="set stop_on_collapse to null for this run")
-        one = metrics[DISTINCT_METRIC] <= 1 and s["step"] >= rule["after_fraction"] * cfg.max_steps
+        one = metrics[DISTINCT_METRIC] <= rule.get("distinct", 1) and s["step"] >= rule["after_fraction"] * cfg.max_steps
         s["collapsed_evals"] = s.get("collapsed_evals", 0) + 1 if one else 0
         return s["collapsed_evals"] >= rule["evals"]
 
