@@ -116,6 +116,7 @@ TRAINS: dict[str, tuple[tuple[str, tuple[str, ...] | None, tuple[int, ...] | Non
     "table2_clevr_change": (("pcl", ("full",), None), ("duda", ("duda",), None)),
     "table4_ablation": (("pcl", None, None),),
     "table5_cross_task": (("birds", None, None),),
+    "clip4idc_table1_clevr_change": (("pcl", ("full",), (0,)),),    # its IDC-PCL row: table 2's run
 }
 
 #: (family, variant) -> the variant of the same family and seed whose run it starts from (its pre-training, or the

@@ -286,6 +286,12 @@ def test_training_jobs_split_a_notebook_of_many_runs_and_keep_shared_stages_in_o
     assert rp.training_jobs(names, cost, known)[2][rp.unit_name(("pcl", "mlm", 0))] == 77.0
 
 
+def test_clip4idc_table1_waits_for_the_idc_pcl_run_it_shares_with_table2():
+    units, after, _ = rp.training_jobs(["clip4idc_table1_clevr_change", "table2_clevr_change"], {})
+    assert [j for j in after["clip4idc_table1_clevr_change"] if j.startswith("train ")] == ["train pcl/full seed 0"]
+    assert list(units).count("train pcl/full seed 0") == 1          # one job for both notebooks
+
+
 def test_a_training_job_trains_the_run_its_notebook_then_reads_from_the_cache(tmp_path):
     import torch
 
