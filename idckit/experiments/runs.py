@@ -47,10 +47,11 @@ TRAINING_CODE_VERSION = "4"
 #: difference_tokens option, off in every config; nor for the patch-32 stand-in idckit-standin-ViT-12-32, a new
 #: architecture no config names; nor for features.py's image_size / pcl.json's feature_size, 224 px as before unless
 #: a config says otherwise, and any other size a store and a run key of its own; nor for the loop's stop_on_collapse,
-#: off unless a config names it (and then in that run's key), nor for IDC-PCL's data assembly moving to
+#: off unless a config names it (and then in that run's key), nor for its optional distinct threshold (1, as before,
+#: unless the rule names another, and then in that run's key), nor for IDC-PCL's data assembly moving to
 #: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "8d56decd0923254f"
+TRAINING_CODE_FINGERPRINT = "b45430ab18e37cfc"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
