@@ -133,7 +133,7 @@ def clevr_change(profile: str, data_root: str | Path | None = None, *, hard: boo
     from idckit.data.synth.vocab import GENERATOR_VERSION
 
     generate(root, n_pairs=s["pairs"], seed=s["seed"], size=(w, h), camera_jitter=cam, lamp_jitter=lamp,
-             objects=tuple(s["objects"]), workers=s["workers"])
+             objects=tuple(s["objects"]), workers=s["workers"], progress=progress)
     return DataChoice(root, True, f"synthetic: SynthCLEVR-Change ({s['pairs']} before-images, seed {s['seed']}, "
                       f"{w}x{h}, {jitter_words(s)})", GENERATOR_VERSION, content_identity(root))
 
