@@ -270,6 +270,17 @@ def test_hard_setting_is_the_faithful_jitter_and_only_for_synthetic_data(tmp_pat
     assert "fix" in str(err.value).lower() or "drop hard=True" in str(err.value)
 
 
+def test_the_default_dataset_renders_quietly_when_asked(tmp_path, monkeypatch, capsys):
+    """The prepare stage asks for no progress bar: 8,000 renders' worth of bars would bury a reproduce log."""
+    from idckit.experiments import data
+
+    tiny = {**data.synth_settings("smoke"), "pairs": 20, "size": [64, 48], "workers": 1}
+    monkeypatch.setattr(data, "synth_settings", lambda profile, hard=False: tiny)
+    monkeypatch.setenv("IDCKIT_DATA_DIR", str(tmp_path))
+    quiet = data.clevr_change("smoke", progress=False)
+    assert (quiet.root / "synth_info.json").is_file() and "SynthCLEVR-Change" not in capsys.readouterr().err
+
+
 def test_hard_rows_only_where_the_default_is_easier(monkeypatch):
     from types import SimpleNamespace
 
