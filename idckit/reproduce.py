@@ -664,30 +664,29 @@ def _run_lanes(notebooks: Sequence[Path], *, profile: str, roots: dict | None, r
     return [done[nb.stem] for nb in notebooks]
 
 
-def _known_units(report_dir: Path) -> dict[str, float]:
-    """The training jobs' seconds recorded by the last ``idckit reproduce`` into this folder (or the committed
-    reports), for the estimates; {} when none."""
+def _last_times(report_dir: Path, key: str, kind: type):
+    """Entry ``key`` (of type ``kind``) of the times the last ``idckit reproduce`` recorded into this folder, else
+    into the committed reports; None when neither has it."""
     for path in (report_dir / "status.json", paths.reports_dir(paths.DEFAULT_PROFILE) / "status.json"):
         try:
             rec = _read_status(path).get(TIMES_KEY)
         except ConfigError:
             continue
-        if isinstance(rec, dict) and isinstance(rec.get("training_jobs"), dict):
-            return {k: float(v) for k, v in rec["training_jobs"].items() if isinstance(v, (int, float))}
-    return {}
+        if isinstance(rec, dict) and isinstance(rec.get(key), kind):
+            return rec[key]
+    return None
+
+
+def _known_units(report_dir: Path) -> dict[str, float]:
+    """The training jobs' last recorded seconds, for the estimates; {} when none."""
+    jobs = _last_times(report_dir, "training_jobs", dict) or {}
+    return {k: float(v) for k, v in jobs.items() if isinstance(v, (int, float))}
 
 
 def _known_prepare(report_dir: Path) -> list[dict]:
-    """The prepare steps' records of the last ``idckit reproduce`` into this folder (or the committed reports)."""
-    for path in (report_dir / "status.json", paths.reports_dir(paths.DEFAULT_PROFILE) / "status.json"):
-        try:
-            rec = _read_status(path).get(TIMES_KEY)
-        except ConfigError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("prepare"), list):
-            return [r for r in rec["prepare"] if isinstance(r, dict) and isinstance(r.get("seconds"), (int, float))
-                    and isinstance(r.get("step"), str)]
-    return []
+    """The prepare steps' last records (``{"step", "seconds", ...}``), for the estimates; [] when none."""
+    return [r for r in _last_times(report_dir, "prepare", list) or []
+            if isinstance(r, dict) and isinstance(r.get("seconds"), (int, float)) and isinstance(r.get("step"), str)]
 
 
 def _record(status_path: Path, out: Outcome, profile: str, when: str) -> None:

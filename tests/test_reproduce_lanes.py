@@ -121,6 +121,14 @@ def test_prepare_jobs_wait_for_their_scenes_and_hold_back_only_what_reads_them(t
     assert after["clip4idc_table3_spot_the_diff"] == ("prepare scenes spot-the-diff",)
 
 
+def test_the_last_recorded_stage_times_feed_the_next_estimate(tmp_path):
+    times = {"prepare": [{"step": "scenes birds", "ok": True, "seconds": 8.0}, {"step": "junk"}, "junk"],
+             "training_jobs": {"train birds/b2w seed 0": 700.0, "odd": "x"}}
+    (tmp_path / "status.json").write_text(json.dumps({"_reproduce": times}))
+    assert rp._known_prepare(tmp_path) == [{"step": "scenes birds", "ok": True, "seconds": 8.0}]
+    assert rp._known_units(tmp_path) == {"train birds/b2w seed 0": 700.0}
+
+
 @pytest.mark.slow
 def test_two_lanes_prepare_as_jobs_and_start_a_notebook_only_after_its_data(tmp_path, monkeypatch):
     from idckit import manifest
