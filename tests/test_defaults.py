@@ -95,3 +95,20 @@ def test_idckit_config_prints_every_resolved_setting_with_its_layer(capsys):
     assert main(["config", "duda", "--profile", "paper", "--json"]) == 0
     rows = {r["setting"]: (r["value"], r["from"]) for r in json.loads(capsys.readouterr().out)}
     assert rows["pcl.backbone"] == ("resnet101", "pcl.json profiles.paper") and "duda.backbone" not in rows
+
+
+def test_every_about_is_a_reason_in_at_most_300_characters():
+    """A config's ``_about`` says why in a sentence or two; measurements live in lab/records (issue 37)."""
+    from idckit.settings import CONFIG_DIR
+
+    def abouts(node, where):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "_about":
+                    yield where, value
+                else:
+                    yield from abouts(value, f"{where}.{key}")
+
+    long = [(where, len(text)) for path in sorted(CONFIG_DIR.glob("*.json"))
+            for where, text in abouts(json.loads(path.read_text()), path.name) if len(text) > 300]
+    assert not long, long
