@@ -116,6 +116,24 @@ def cmd_features(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_plan(args: argparse.Namespace) -> int:
+    """``idckit reproduce --plan``: the lanes, their jobs and the projected wall time, nothing run."""
+    from idckit.reproduce import plan
+
+    sched, missing = plan(args.notebooks, profile=args.profile, roots=_roots(args), report_dir=args.report_dir,
+                          jobs=args.jobs)
+    for name, (lane, start, end) in sorted(sched.items(), key=lambda kv: (kv[1][1], kv[1][0])):
+        print(f"lane {lane}  {start / 60:6.1f} - {end / 60:6.1f} min  {name}")
+    lanes = 1 + max((lane for lane, _, _ in sched.values()), default=0)
+    wall = max((end for _, _, end in sched.values()), default=0.0)
+    print(f"[idckit reproduce --plan] projected wall {wall / 60:.0f} min on {lanes} lane(s), from the times the last "
+          "reproduce recorded (reports' status.json); set-up not included")
+    if missing:
+        print(f"no time of their own recorded (a run counts its notebook's share, a prepare step 0): "
+              f"{', '.join(missing)}")
+    return 0
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     import os
 
@@ -127,6 +145,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                           fix="torchrun --nproc_per_node=N -m idckit.cli train FAMILY ..., then "
                               "`idckit reproduce` (or: make reproduce NPROC=N)")
 
+    if args.plan:
+        return _print_plan(args)
     if args.device:    # every notebook would fail on it, one after the other
         from idckit.device import resolve
 
@@ -364,6 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="notebooks run at once, each on cores // N torch threads (default: runtime.json's "
                         "reproduce_jobs)")
+    r.add_argument("--plan", action="store_true",
+                   help="print the lanes' jobs and the projected wall time from the last recorded times; run nothing")
     for rel in RELEASED.values():
         r.add_argument(rel.option, dest=rel.param, default=None, metavar="CKPT",
                        help=f"the authors' released {rel.kind} checkpoint (their file, or a run written by "

@@ -478,6 +478,67 @@ def next_ready(pending: Sequence[str], finished: set[str], selected: set[str], p
     return max(ready, key=lambda n: (prio[n], -pending.index(n))) if ready else None
 
 
+def simulate(pending: Sequence[str], cost: dict[str, float], jobs: int,
+             after: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[int, float, float]]:
+    """The lanes' schedule played in simulated time, as :func:`_run_lanes` runs it (longest chain first, a job once
+    what it waits for finished): ``{job: (lane, start, end)}`` in ``cost``'s unit; a job without a cost takes 0."""
+    prio = priorities(pending, cost, after)
+    pending, selected = list(pending), set(pending)
+    finished: set[str] = set()
+    lanes: dict[str, tuple[int, float, float]] = {}
+    out: dict[str, tuple[int, float, float]] = {}
+    now = 0.0
+    while pending or lanes:
+        while pending and len(lanes) < jobs:
+            name = next_ready(pending, finished, selected, prio, after)
+            if name is None:
+                break
+            pending.remove(name)
+            lane = min(set(range(jobs)) - {v[0] for v in lanes.values()})
+            lanes[name] = (lane, now, now + cost.get(name, 0.0))
+        name = min(lanes, key=lambda k: lanes[k][2])
+        out[name] = lanes.pop(name)
+        now = out[name][2]
+        finished.add(name)
+    return out
+
+
+def plan(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE, roots: dict | None = None,
+         report_dir: str | Path | None = None, jobs: int | None = None,
+         notebooks_dir: Path | None = None) -> tuple[dict[str, tuple[int, float, float]], list[str]]:
+    """What ``reproduce`` would run, on which lane and when, in seconds estimated from the last recorded times (this
+    report folder's status.json, else the committed reports'), without running anything: ``(schedule, jobs with no
+    recorded time)``. With one lane the prepare stage comes first and the notebooks follow in order."""
+    check_profile(profile)
+    jobs = default_jobs(profile) if jobs is None else check_jobs(jobs)
+    stems = [nb.stem for nb in discover(names, notebooks_dir)]
+    report_dir = Path(report_dir or paths.reports_dir(profile))
+    cost = estimates(stems, report_dir)
+    known = {PREPARE + r["step"]: float(r["seconds"]) for r in _known_prepare(report_dir)}
+    known_units = _known_units(report_dir)
+    runs_dir = paths.runs_dir()
+    if _lanes(jobs, stems):
+        units, after, unit_cost = training_jobs(stems, cost, known_units)
+        steps, step_after = prepare_jobs(stems, profile=profile, roots=roots, runs_dir=runs_dir, units=units)
+        after = {k: tuple(after.get(k, ())) + tuple(step_after.get(k, ())) for k in {*after, *step_after}}
+        # a notebook timed before its runs were jobs of their own held their training: its units carry that time
+        own = {n: 0.0 if training_units(n) and not any(unit_name(u) in known_units for u in training_units(n))
+               else c for n, c in cost.items()}
+        sched = simulate(steps + list(units) + stems, {**own, **unit_cost, **known}, jobs, after)
+    else:       # one lane: the prepare stage, then each notebook with the runs it trains (each run counted once)
+        sched, now, counted = {}, 0.0, set()
+        for n in [PREPARE + lb for lb in prepare_steps(stems, profile=profile, roots=roots, runs_dir=runs_dir)]:
+            sched[n] = (0, now, now + known.get(n, 0.0))
+            now = sched[n][2]
+        for n in stems:
+            mine = [unit_name(u) for u in training_units(n) if unit_name(u) not in counted]
+            counted.update(mine)
+            sched[n] = (0, now, now + cost.get(n, 0.0) + sum(known_units.get(u, 0.0) for u in mine))
+            now = sched[n][2]
+    missing = [n for n in sched if not (n in known or n in known_units or cost.get(n))]
+    return sched, missing
+
+
 def training_units(name: str) -> list[tuple[str, str, int]]:
     """Notebook ``name``'s (family, variant, seed) units of :data:`idckit.manifest.TRAINS` ([] when it lists
     none)."""
@@ -514,11 +575,13 @@ def training_jobs(names: Sequence[str], cost: dict[str, float],
     est: dict[str, float] = {}
     for n in names:
         units = training_units(n)
+        # a notebook's time is its runs' when they are of its own family; CLIP4IDC table 1's IDC-PCL row is not
+        share = cost.get(n, 0.0) / len(units) if any(u[0] == _main_family(n) for u in units) else 0.0
         for u in units:
             job = unit_name(u)
-            if job not in jobs:
+            if job not in jobs or est[job] == 0.0:
                 jobs[job] = u
-                est[job] = (known or {}).get(job, cost.get(n, 0.0) / len(units))
+                est[job] = (known or {}).get(job, share)
         after[n] += tuple(unit_name(u) for u in units)
     for job, (fam, variant, seed) in jobs.items():
         # a notebook whose runs were cached says little of one run's cost: the family's largest estimate
@@ -526,6 +589,13 @@ def training_jobs(names: Sequence[str], cost: dict[str, float],
         base = STARTS_FROM.get((fam, variant))
         after[job] = (unit_name((fam, base, seed)),) if base and unit_name((fam, base, seed)) in jobs else ()
     return jobs, after, est
+
+
+def _main_family(name: str) -> str | None:
+    from idckit.manifest import NOTEBOOKS
+
+    nb = NOTEBOOKS.get(name)
+    return nb.families[0] if nb and nb.families else None
 
 
 def train_unit(unit: tuple[str, str, int], *, profile: str, roots: dict | None, runs_dir: Path,

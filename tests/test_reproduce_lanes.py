@@ -44,22 +44,7 @@ def _notebook(path: Path, sleep: float = 0.0) -> None:
 
 
 def _simulate(names, cost, jobs):
-    """List scheduling as ``_run_lanes`` does it, in simulated time: {name: (lane, start, end)}."""
-    prio = priorities(names, cost)
-    pending, finished, lanes, out, now = list(names), set(), {}, {}, 0.0
-    while pending or lanes:
-        while pending and len(lanes) < jobs:
-            n = next_ready(pending, finished, set(names), prio)
-            if n is None:
-                break
-            pending.remove(n)
-            lane = min(set(range(jobs)) - {v[0] for v in lanes.values()})
-            lanes[n] = (lane, now, now + cost[n])
-        n = min(lanes, key=lambda k: lanes[k][2])
-        out[n] = lanes.pop(n)
-        now = out[n][2]
-        finished.add(n)
-    return out
+    return rp.simulate(names, cost, jobs)
 
 
 def test_schedule_runs_long_chains_first_and_keeps_every_dependent_after_its_source():
@@ -81,6 +66,34 @@ def test_schedule_runs_long_chains_first_and_keeps_every_dependent_after_its_sou
     makespan = max(e for _, _, e in sched.values())
     assert makespan < sum(cost.values()) * 0.7
     assert _simulate(names, cost, jobs=1)["clip4idc_table1_clevr_change"][1] == 0
+
+
+def test_simulate_by_hand_and_a_plan_from_a_lanes_record(tmp_path, capsys):
+    # a (3) waits for p (2); b (4) and c (1) are free: lane 0 p 0-2 then a 2-5, lane 1 b 0-4 then c 4-5
+    sched = rp.simulate(["p", "a", "b", "c"], {"p": 2, "a": 3, "b": 4, "c": 1}, 2, {"a": ("p",)})
+    assert sched == {"p": (0, 0, 2), "b": (1, 0, 4), "a": (0, 2, 5), "c": (1, 4, 5)}
+    # two notebooks from a lanes record; schedule worked by hand: the birds' long chain starts first, CLEVR's scenes
+    # beside it; each store after its scenes, each run after its store, each notebook after its runs and stores
+    prep = {"scenes birds": 10, "features birds": 20, "scenes clevr-change": 50, "features clevr-change": 30,
+            "scenes clevr-change hard": 5, "features clevr-change hard": 5}
+    times = {"prepare": [{"step": k, "seconds": v} for k, v in prep.items()],
+             "training_jobs": {"train birds/b2w seed 0": 100, "train birds/both seed 0": 100}}
+    (tmp_path / "status.json").write_text(json.dumps({"_reproduce": times, "table1_birds_to_words": {"seconds": 5.0},
+                                                       "table3_change_types": {"seconds": 7.0}}))
+    names = ["table1_birds_to_words", "table3_change_types"]
+    sched, missing = rp.plan(names, profile="cpu", report_dir=tmp_path, jobs=2)
+    assert missing == [] and sched == {
+        "prepare scenes birds": (0, 0, 10), "prepare scenes clevr-change": (1, 0, 50),
+        "prepare features birds": (0, 10, 30), "train birds/b2w seed 0": (0, 30, 130),
+        "train birds/both seed 0": (1, 50, 150), "prepare features clevr-change": (0, 130, 160),
+        "prepare scenes clevr-change hard": (1, 150, 155), "prepare features clevr-change hard": (1, 155, 160),
+        "table1_birds_to_words": (0, 160, 165), "table3_change_types": (1, 160, 167)}
+    one, _ = rp.plan(names, profile="cpu", report_dir=tmp_path, jobs=1)     # one lane: all of it in a row
+    assert max(e for _, _, e in one.values()) == sum(prep.values()) + 100 + 100 + 5 + 7
+    from idckit import cli
+
+    assert cli.main(["reproduce", *names, "--plan", "--report-dir", str(tmp_path)]) == 0
+    assert "projected wall 3 min on 2 lane(s)" in capsys.readouterr().out
 
 
 def test_next_ready_waits_for_a_running_source():

@@ -1,6 +1,7 @@
-"""Projected wall time of `make reproduce` at the cpu profile: the kit's own lane schedule (longest chain first,
-:func:`idckit.reproduce.next_ready`, the real job graph of prepare steps, training jobs and notebooks) played in
-simulated time over a table of per-job costs in single-thread lane seconds.
+"""Projected wall time of `make reproduce` at the cpu profile over a table of per-job costs given by hand (single-thread
+lane seconds): the kit's own schedule (:func:`idckit.reproduce.simulate`, the real job graph of prepare steps,
+training jobs and notebooks). `idckit reproduce --plan` does the same from the last recorded times; this script
+asks "what if a job cost this much".
 
     python -m lab.scripts.project_reproduce COSTS.json [--jobs 2] [--speed 1.0]
 
@@ -25,24 +26,6 @@ def graph(jobs: int):
     return steps + list(units) + names, after
 
 
-def simulate(pending: list[str], cost: dict[str, float], after: dict, jobs: int) -> dict[str, tuple]:
-    prio = rp.priorities(pending, cost, after)
-    pending, finished, lanes, out, now, selected = list(pending), set(), {}, {}, 0.0, set(pending)
-    while pending or lanes:
-        while pending and len(lanes) < jobs:
-            n = rp.next_ready(pending, finished, selected, prio, after)
-            if n is None:
-                break
-            pending.remove(n)
-            lane = min(set(range(jobs)) - {v[0] for v in lanes.values()})
-            lanes[n] = (lane, now, now + cost.get(n, 0.0))
-        n = min(lanes, key=lambda k: lanes[k][2])
-        out[n] = lanes.pop(n)
-        now = out[n][2]
-        finished.add(n)
-    return out
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("costs")
@@ -52,7 +35,7 @@ def main(argv=None) -> int:
     raw = {k: float(v) for k, v in json.loads(Path(a.costs).read_text()).items() if not k.startswith("_")}
     names, after = graph(a.jobs)
     cost = {n: raw.get(n, 0.0) / a.speed for n in names}
-    sched = simulate(names, cost, after, a.jobs)
+    sched = rp.simulate(names, cost, a.jobs, after)
     for n, (lane, t0, t1) in sorted(sched.items(), key=lambda kv: kv[1][1]):
         print(f"lane {lane}  {t0 / 60:6.1f} - {t1 / 60:6.1f} min  {n}")
     missing = [n for n in names if n not in raw]
