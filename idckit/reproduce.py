@@ -13,8 +13,9 @@ functions the notebooks call (so they then find them cached): before the first n
 longest chain first, a notebook that reads another's runs (:data:`AFTER`) only once that one finished; the runs a
 notebook would train in a row (:data:`idckit.manifest.TRAINS`) are trained first as lane jobs of their own, one
 (family, variant, seed) each, which the notebook then reads from the run cache; and each prepare step is a lane job
-too, which only the notebooks and runs reading its data wait for (the birds train while CLEVR renders). ``status.json`` keeps, under
-:data:`TIMES_KEY`, where the last reproduce spent its time (prepare steps, notebooks, training per run kind).
+too, which only the notebooks and runs reading its data wait for (the birds train while CLEVR renders).
+``status.json`` keeps, under :data:`TIMES_KEY`, where the last reproduce spent its time (prepare steps, notebooks,
+training per run kind); :func:`plan` plays the schedule over those times (``idckit reproduce --plan``).
 """
 from __future__ import annotations
 
@@ -478,6 +479,19 @@ def next_ready(pending: Sequence[str], finished: set[str], selected: set[str], p
     return max(ready, key=lambda n: (prio[n], -pending.index(n))) if ready else None
 
 
+def _start_ready(pending: list[str], finished: set[str], selected: set[str], prio: dict[str, float],
+                 after: dict[str, tuple[str, ...]] | None, free: int) -> list[str]:
+    """Up to ``free`` jobs to start now, best first (:func:`next_ready`), taken out of ``pending``."""
+    out = []
+    while pending and len(out) < free:
+        name = next_ready(pending, finished, selected, prio, after)
+        if name is None:
+            break
+        pending.remove(name)
+        out.append(name)
+    return out
+
+
 def simulate(pending: Sequence[str], cost: dict[str, float], jobs: int,
              after: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[int, float, float]]:
     """The lanes' schedule played in simulated time, as :func:`_run_lanes` runs it (longest chain first, a job once
@@ -489,11 +503,7 @@ def simulate(pending: Sequence[str], cost: dict[str, float], jobs: int,
     out: dict[str, tuple[int, float, float]] = {}
     now = 0.0
     while pending or lanes:
-        while pending and len(lanes) < jobs:
-            name = next_ready(pending, finished, selected, prio, after)
-            if name is None:
-                break
-            pending.remove(name)
+        for name in _start_ready(pending, finished, selected, prio, after, jobs - len(lanes)):
             lane = min(set(range(jobs)) - {v[0] for v in lanes.values()})
             lanes[name] = (lane, now, now + cost.get(name, 0.0))
         name = min(lanes, key=lambda k: lanes[k][2])
@@ -692,11 +702,7 @@ def _run_lanes(notebooks: Sequence[Path], *, profile: str, roots: dict | None, r
                              initializer=_lane_env, initargs=(threads,)) as pool:
         running: dict = {}
         while pending or running:
-            while pending and len(running) < jobs:
-                name = next_ready(pending, finished, selected, prio, after)
-                if name is None:
-                    break
-                pending.remove(name)
+            for name in _start_ready(pending, finished, selected, prio, after, jobs - len(running)):
                 print(f"[{name}] started (profile={profile}, {threads} thread(s))", flush=True)
                 if name in steps:
                     fut = pool.submit(prepare_one, name[len(PREPARE):], list(by_name), **unit_kw)

@@ -482,7 +482,8 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
                           scorer=_final_scorer(c["meteor"]), meteor=c["meteor"])
     run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
                   "stopped": res.stopped, "steps": res.steps, "max_steps": res.max_steps,
-                  "stop_on_collapse": c["train"].get("stop_on_collapse"), "test": test, "caption_seconds": round(res.wall_seconds, 1),
+                  "stop_on_collapse": c["train"].get("stop_on_collapse"), "test": test,
+                  "caption_seconds": round(res.wall_seconds, 1),
                   "adapt_seconds": ad["wall_seconds"] if ad else 0.0,
                   "clip_pretrain_seconds": clip.get("wall_seconds", 0.0),
                   "test_decode_seconds": round(decode_seconds, 1),

@@ -295,7 +295,8 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         if DISTINCT_METRIC not in metrics:
             raise ConfigError(f"stop_on_collapse needs the task's evaluate() to return {DISTINCT_METRIC!r} (got "
                               f"{sorted(metrics)})", fix="set stop_on_collapse to null for this run")
-        one = metrics[DISTINCT_METRIC] <= rule.get("distinct", 1) and s["step"] >= rule["after_fraction"] * cfg.max_steps
+        counted = s["step"] >= rule["after_fraction"] * cfg.max_steps
+        one = counted and metrics[DISTINCT_METRIC] <= rule.get("distinct", 1)
         s["collapsed_evals"] = s.get("collapsed_evals", 0) + 1 if one else 0
         return s["collapsed_evals"] >= rule["evals"]
 
