@@ -51,7 +51,7 @@ TRAINING_CODE_VERSION = "4"
 #: unless the rule names another, and then in that run's key), nor for IDC-PCL's data assembly moving to
 #: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "b45430ab18e37cfc"
+TRAINING_CODE_FINGERPRINT = "c1d66d7b3ec04db0"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
