@@ -53,7 +53,11 @@ window.addEventListener('load', function () {
   });
   var stderr = document.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]');
   var root = document.documentElement;
-  var out = {title: document.title, tables: document.getElementsByTagName('table').length, images: imgs,
+  var cards = map.call(document.querySelectorAll('.idckit-card'), function (c) {
+    var r = c.getBoundingClientRect();
+    return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY};
+  });
+  var out = {title: document.title, cards: cards, tables: document.getElementsByTagName('table').length, images: imgs,
              links: map.call(document.links, function (a) { return a.getAttribute('href'); }),
              error_cells: map.call(cells, function (c) { return c.innerText.slice(0, 200); }),
              stderr_blocks: stderr.length,
@@ -85,6 +89,7 @@ class PageReport:
     width: int = 0  # the document's size in CSS pixels (its content, not the window)
     height: int = 0
     text: str = ""  # document.body.innerText
+    cards: list[dict] = field(default_factory=list)  # each summary card's {top, bottom} in document CSS pixels
 
     @property
     def broken_images(self) -> list[dict]:
@@ -194,4 +199,4 @@ def inspect(html: str | Path, *, width: int = 1280, height: int = 900, timeout: 
     return PageReport(title=data["title"], tables=data["tables"], images=data["images"],
                       links=[link for link in data["links"] if link], error_cells=data["error_cells"],
                       stderr_blocks=data["stderr_blocks"], width=data["width"], height=data["height"],
-                      text=data["text"])
+                      text=data["text"], cards=data.get("cards", []))
