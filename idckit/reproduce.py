@@ -302,7 +302,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
         outcomes = _run_all(notebooks, profile=profile, roots=roots, report_dir=report_dir, runs_dir=runs_dir,
                             extra_parameters=extra_parameters, released=released, jobs=jobs, unit_times=unit_times,
                             prepare_records=steps)
-        threads = max(1, cores() // jobs) if jobs > 1 and len(notebooks) > 1 else None   # else the parent's
+        threads = max(1, cores() // jobs) if _lanes(jobs, notebooks) else None   # else the parent's
         times = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "profile": profile,
                  "jobs": jobs, "threads": threads, "total_seconds": round(time.time() - t0, 1),
                  "prepare": steps, "notebooks": {o.notebook: round(o.seconds, 1) for o in outcomes},
@@ -492,6 +492,18 @@ def _start_ready(pending: list[str], finished: set[str], selected: set[str], pri
     return out
 
 
+def lane_jobs(names: Sequence[str], *, profile: str, roots: dict | None, runs_dir: Path, report_dir: Path
+              ) -> tuple[list[str], dict[str, tuple], dict[str, tuple[str, ...]], dict[str, float]]:
+    """Every lane job of notebooks ``names`` in start order (prepare steps, training jobs, notebooks), the training
+    jobs' units, what each job waits for, and each job's estimated seconds from the last recorded times."""
+    cost = estimates(names, report_dir)
+    units, after, unit_cost = training_jobs(names, cost, _known_units(report_dir))
+    steps, step_after = prepare_jobs(names, profile=profile, roots=roots, runs_dir=runs_dir, units=units)
+    after = {k: tuple(after.get(k, ())) + tuple(step_after.get(k, ())) for k in {*after, *step_after}}
+    step_cost = {PREPARE + r["step"]: float(r["seconds"]) for r in _known_prepare(report_dir)}
+    return steps + list(units) + list(names), units, after, {**cost, **unit_cost, **step_cost}
+
+
 def simulate(pending: Sequence[str], cost: dict[str, float], jobs: int,
              after: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[int, float, float]]:
     """The lanes' schedule played in simulated time, as :func:`_run_lanes` runs it (longest chain first, a job once
@@ -528,13 +540,12 @@ def plan(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE, roo
     known_units = _known_units(report_dir)
     runs_dir = paths.runs_dir()
     if _lanes(jobs, stems):
-        units, after, unit_cost = training_jobs(stems, cost, known_units)
-        steps, step_after = prepare_jobs(stems, profile=profile, roots=roots, runs_dir=runs_dir, units=units)
-        after = {k: tuple(after.get(k, ())) + tuple(step_after.get(k, ())) for k in {*after, *step_after}}
+        order, _, after, est = lane_jobs(stems, profile=profile, roots=roots, runs_dir=runs_dir,
+                                         report_dir=report_dir)
         # a notebook timed before its runs were jobs of their own held their training: its units carry that time
-        own = {n: 0.0 if training_units(n) and not any(unit_name(u) in known_units for u in training_units(n))
-               else c for n, c in cost.items()}
-        sched = simulate(steps + list(units) + stems, {**own, **unit_cost, **known}, jobs, after)
+        est.update({n: 0.0 for n in stems
+                    if training_units(n) and not any(unit_name(u) in known_units for u in training_units(n))})
+        sched = simulate(order, est, jobs, after)
     else:       # one lane: the prepare stage, then each notebook with the runs it trains (each run counted once)
         sched, now, counted = {}, 0.0, set()
         for n in [PREPARE + lb for lb in prepare_steps(stems, profile=profile, roots=roots, runs_dir=runs_dir)]:
@@ -682,14 +693,11 @@ def _run_lanes(notebooks: Sequence[Path], *, profile: str, roots: dict | None, r
 
     status_path = report_dir / "status.json"
     by_name = {nb.stem: nb for nb in notebooks}
-    cost = estimates(list(by_name), report_dir)
-    units, after, unit_cost = training_jobs(list(by_name), cost, _known_units(report_dir))
-    steps, step_after = prepare_jobs(list(by_name), profile=profile, roots=roots, runs_dir=runs_dir, units=units)
-    after = {k: tuple(after.get(k, ())) + tuple(step_after.get(k, ())) for k in {*after, *step_after}}
-    step_cost = {PREPARE + r["step"]: float(r["seconds"]) for r in _known_prepare(report_dir)}
-    pending = steps + list(units) + list(by_name)
+    pending, units, after, est = lane_jobs(list(by_name), profile=profile, roots=roots, runs_dir=runs_dir,
+                                           report_dir=report_dir)
+    steps = [n for n in pending if n.startswith(PREPARE)]
     selected = set(pending)
-    prio = priorities(pending, {**cost, **unit_cost, **step_cost}, after)
+    prio = priorities(pending, est, after)
     threads = max(1, cores() // jobs)
     finished: set[str] = set()
     done: dict[str, Outcome] = {}
