@@ -55,7 +55,7 @@ window.addEventListener('load', function () {
   var root = document.documentElement;
   var cards = map.call(document.querySelectorAll('.idckit-card'), function (c) {
     var r = c.getBoundingClientRect();
-    return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY};
+    return {id: c.id, top: r.top + window.scrollY, bottom: r.bottom + window.scrollY, left: r.left, right: r.right};
   });
   var out = {title: document.title, cards: cards, tables: document.getElementsByTagName('table').length, images: imgs,
              links: map.call(document.links, function (a) { return a.getAttribute('href'); }),
@@ -89,7 +89,7 @@ class PageReport:
     width: int = 0  # the document's size in CSS pixels (its content, not the window)
     height: int = 0
     text: str = ""  # document.body.innerText
-    cards: list[dict] = field(default_factory=list)  # each summary card's {top, bottom} in document CSS pixels
+    cards: list[dict] = field(default_factory=list)  # each .idckit-card's {id, top, bottom, left, right}, CSS pixels
 
     @property
     def broken_images(self) -> list[dict]:
