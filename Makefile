@@ -27,6 +27,8 @@ DEVICE ?=
 NPROC ?= 1
 # JOBS: notebooks `idckit reproduce` runs at once (empty: runtime.json's reproduce_jobs).
 JOBS ?=
+# TEST_WORKERS: `make test`'s pytest-xdist processes, one torch thread each (tests/conftest.py); 0: one process.
+TEST_WORKERS ?= 2
 export PYTHONHASHSEED = 0
 
 .PHONY: help setup reproduce test lab bench doctor gpu-check clean-reports check-java chromium screenshots
@@ -41,7 +43,7 @@ help:
 	@echo "                 profiles other than cpu write to reports/<profile>/ and leave the README's table alone)"
 	@echo "make doctor      devices, bf16, Java, weights and datasets this machine has"
 	@echo "make gpu-check   minutes on one GPU: CPU=GPU equality, resume, torchrun, paper-size speed -> gpu_check/"
-	@echo "make test        set up .venv and run the test suite"
+	@echo "make test        set up .venv and run the test suite (TEST_WORKERS=$(TEST_WORKERS) processes)"
 	@echo "make lab         open JupyterLab with the idckit kernel"
 	@echo "make bench       run the benchmarks in bench/"
 
@@ -93,7 +95,7 @@ endif
 
 # The tests never reach a model hub; reproduce may (PROFILE=paper fetches ResNet-101 and ViT-B/32 by name).
 test: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 doctor: setup
 	$(PY) -m idckit.cli doctor --profile $(PROFILE) $(ROOT_ARGS)

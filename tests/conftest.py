@@ -9,6 +9,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one worker per core: a second torch thread in each would only make them fight for the cores
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 # CLEVR-Change's released schemas (RCC's change/no-change captions, splits, type_mapping), with one more index
 # per split so no subset is a singleton.
