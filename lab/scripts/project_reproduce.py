@@ -5,7 +5,7 @@ asks "what if a job cost this much".
 
     python -m lab.scripts.project_reproduce COSTS.json [--jobs 2] [--speed 1.0]
 
-COSTS.json maps job names (``prepare scenes clevr-change``, ``train birds/b2w seed 0``, a notebook's own time beyond
+COSTS.json (or a record whose ``costs`` is that table) maps job names (``prepare scenes clevr-change``, ``train birds/b2w seed 0``, a notebook's own time beyond
 its training jobs) to seconds; a job it does not name costs 0 and is listed. ``--speed`` divides every cost (a lane
 at 2 threads, say). Prints the schedule and the projected wall time.
 """
@@ -18,12 +18,12 @@ from pathlib import Path
 from idckit import reproduce as rp
 
 
-def graph(jobs: int):
+def graph():
+    """The real job graph of every notebook (prepare steps, training jobs, notebooks) and what each waits for."""
     names = [p.stem for p in rp.discover()]
-    units, after, _ = rp.training_jobs(names, {}, {})
-    steps, step_after = rp.prepare_jobs(names, profile="cpu", roots=None, runs_dir=Path("runs"), units=units)
-    after = {k: tuple(after.get(k, ())) + tuple(step_after.get(k, ())) for k in {*after, *step_after}}
-    return steps + list(units) + names, after
+    order, _, after, _ = rp.lane_jobs(names, profile="cpu", roots=None, runs_dir=Path("runs"),
+                                      report_dir=Path("reports"))
+    return order, after
 
 
 def main(argv=None) -> int:
@@ -32,8 +32,10 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--speed", type=float, default=1.0)
     a = ap.parse_args(argv)
-    raw = {k: float(v) for k, v in json.loads(Path(a.costs).read_text()).items() if not k.startswith("_")}
-    names, after = graph(a.jobs)
+    doc = json.loads(Path(a.costs).read_text())
+    doc = doc.get("costs", doc)          # a record with a "costs" table (reproduce_log_times.py's) or the table alone
+    raw = {k: float(v) for k, v in doc.items() if not k.startswith("_")}
+    names, after = graph()
     cost = {n: raw.get(n, 0.0) / a.speed for n in names}
     sched = rp.simulate(names, cost, a.jobs, after)
     for n, (lane, t0, t1) in sorted(sched.items(), key=lambda kv: kv[1][1]):
