@@ -13,6 +13,8 @@ mixes them. Modes (the first three alternate step by step; the best step of each
     fp32 2t     1 process, 2 threads
     ddp 2x1     2 processes (torch.multiprocessing spawn, gloo) x 1 thread, the same global batch split by the
                 task's ``shard``; the step wrapped in DistributedDataParallel as ``idckit.train.loop.fit`` wraps it
+    compiled    (``--compile``) 1 process, 1 thread, fp32, the step under ``torch.compile`` (inductor): its first
+                step (the compilation) is reported apart and not timed
 
 The FLOPs of a step are counted once (FlopCounterMode, forward + backward) and divided by the best step time:
 GFLOP/s and their fraction of the fp32 peak at the same thread count. Peaks are the best of a few n^3 matmuls.
@@ -273,6 +275,23 @@ def ddp_time(name: str, warmup: int, steps: int) -> float:
     return out.get()
 
 
+def compiled_time(name: str, steps: int) -> tuple[float, float]:
+    """(seconds of the first step, which compiles; best seconds per step after it) of the step under
+    ``torch.compile``, 1 thread, fp32: a fresh model, so the eager modes' timings are untouched."""
+    torch.set_num_threads(1)
+    b = Bench(name)
+    b.fn = torch.compile(b.fn)
+    t0 = time.perf_counter()
+    b.step()
+    first = time.perf_counter() - t0
+    best = float("inf")
+    for _ in range(steps + 1):                    # one more: a shape seen once may recompile on the second step
+        t0 = time.perf_counter()
+        b.step()
+        best = min(best, time.perf_counter() - t0)
+    return first, best
+
+
 def peaks(n: int, repeats: int = 3) -> dict[tuple[str, int], float]:
     out = {}
     for threads in (1, 2):
@@ -289,6 +308,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--peak-n", type=int, default=2048, help="size of the n^3 peak matmuls")
     ap.add_argument("--no-ddp", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="also time the step under torch.compile")
     args = ap.parse_args(argv)
     logging.getLogger().setLevel(logging.ERROR)   # open_clip's "no pretrained weights" for every stand-in built
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min), "
@@ -312,6 +332,8 @@ def main(argv=None) -> dict:
         torch.set_num_threads(1)
         if not args.no_ddp and can_shard:
             r["ddp_2x1"] = ddp_time(name, args.warmup, args.steps)
+        if args.compile:
+            r["compile_s"], r["compiled_1t"] = compiled_time(name, args.steps)
         rows[name] = r
         base = r["fp32_1t"]
         frac = flops / base / 1e9 / peak[("float32", 1)]
@@ -320,20 +342,22 @@ def main(argv=None) -> dict:
               f"{flops / base / 1e9:5.1f} GFLOP/s = {100 * frac:3.0f} % of the fp32 1t peak\n"
               + "  ratios of samples/s to fp32 1t: "
               + ", ".join(f"{k.replace('_', ' ')} {base / r[k]:.2f}x"
-                          for k in ("bf16_1t", "fp32_2t", "ddp_2x1") if k in r)
-              + (f"; ddp 2x1 / fp32 2t {r['fp32_2t'] / r['ddp_2x1']:.2f}x" if "ddp_2x1" in r else ""),
+                          for k in ("bf16_1t", "fp32_2t", "ddp_2x1", "compiled_1t") if k in r)
+              + (f"; ddp 2x1 / fp32 2t {r['fp32_2t'] / r['ddp_2x1']:.2f}x" if "ddp_2x1" in r else "")
+              + (f"; compiling took {r['compile_s']:.0f} s" if "compile_s" in r else ""),
               flush=True)
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
     print("\nsummary (samples/s ratios; > 1 pays):")
     print(f"  {'model':18s} {'fp32 1t':>9s} {'bf16/fp32 1t':>12s} {'2t/1t':>6s} "
-          f"{'ddp2x1/1t':>9s} {'ddp/2t':>6s} {'%peak 1t':>8s}")
+          f"{'ddp2x1/1t':>9s} {'ddp/2t':>6s} {'%peak 1t':>8s}" + (f" {'compiled/1t':>11s}" if args.compile else ""))
     for name, r in rows.items():
         base = r["fp32_1t"]
         ddp = (f"{base / r['ddp_2x1']:9.2f} {r['fp32_2t'] / r['ddp_2x1']:6.2f}" if "ddp_2x1" in r
                else f"{'-':>9s} {'-':>6s}")
         print(f"  {name:18s} {r['samples'] / base:9.1f} {base / r['bf16_1t']:12.2f} "
               f"{base / r['fp32_2t']:6.2f} {ddp} "
-              f"{100 * r['gflop'] / base / peak[('float32', 1)]:8.0f}")
+              f"{100 * r['gflop'] / base / peak[('float32', 1)]:8.0f}"
+              + (f" {base / r['compiled_1t']:11.2f}" if "compiled_1t" in r else ""))
     return rows
 
 
