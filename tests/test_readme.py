@@ -51,3 +51,16 @@ def test_relative_links_in_the_docs_resolve():
             if not (page.parent / target.split("#")[0]).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_the_readmes_constant_caption_numbers_are_the_walkthroughs():
+    """'How to read the numbers' quotes the walkthrough's most frequent caption by hand: it must match the report."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(r"scores ([\d.]+) total CIDEr-D on its test set: ([\d.]+) on the distractor half, ([\d.]+) on the "
+                  r"semantic half", readme)
+    assert m, "README's 'Read a total beside its halves' sentence changed: update this test with it"
+    rows = json.loads((ROOT / "reports" / "00_walkthrough.json").read_text())["rows"]
+    cider = {r["variant"]: r["metrics"]["CIDEr-D"] for r in rows if r["model"] == "most frequent caption"}
+    assert [float(x) for x in m.groups()] == [round(cider[v], 1) for v in ("total", "distractor", "semantic")], (
+        "README quotes the walkthrough's most frequent caption; reports/00_walkthrough.json now says "
+        f"{cider['total']:.1f} / {cider['distractor']:.1f} / {cider['semantic']:.1f}")
