@@ -20,25 +20,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from idckit.experiments.config import load_config, model_config
 from idckit.losses import mlm_loss
-from idckit.data.pcl_inputs import PCLData, SplitData
+from idckit.gpu_check import pcl_data
 from idckit.tasks.pcl import FinetuneTask, PretrainTask
-from idckit.text.vocab import SPECIALS, Vocab
-
-
-def _pcl_data(n: int, max_len: int) -> PCLData:
-    g = torch.Generator().manual_seed(0)
-    vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(80 - len(SPECIALS))])   # CLEVR-Change: ~80 words
-    words = torch.randint(vocab.n_special, 80, (n, max_len), generator=g)
-    length = 12                                                                    # CLEVR captions: ~11 words
-    words[:, 0], words[:, length:] = vocab.bos_id, vocab.pad_id
-    words[:, length - 1] = vocab.eos_id
-    train = SplitData(pair_ids=[str(i) for i in range(n)], types=["color"] * n, before=torch.arange(n),
-                      after=torch.arange(n, 2 * n), is_change=torch.arange(n) % 2 == 0, references={},
-                      sample_pair=torch.arange(n), sample_ids=words)
-    data = PCLData(vocab=vocab, features=torch.randn(2 * n, 49, 2048, generator=g).half(), splits={"train": train},
-                   max_len=max_len)
-    data.negatives = {p: [" ".join(f"w{i}" for i in range(10))] * 6 for p in train.pair_ids}
-    return data
 
 
 def _count(fn) -> int:
@@ -51,7 +34,7 @@ def _count(fn) -> int:
 def pcl_flops(per: int = 7) -> dict[str, float]:
     """Per-sample FLOPs of each IDC-PCL step kind (FDA: per caption scored, 7 per pair)."""
     cfg = load_config("pcl", "paper")
-    data = _pcl_data(per, cfg["max_len"])
+    data = pcl_data(per, cfg["max_len"], feat_dim=2048, n_regions=49)   # ResNet-101's 7x7 grid
     out = {}
     for kind in ("mlm", "mvcl", "fda"):
         p = cfg["pretrain"]
