@@ -26,15 +26,19 @@ def graph():
     return order, after
 
 
+def load_costs(path: str | Path) -> dict[str, float]:
+    """Job -> seconds from a record with a ``costs`` table (reproduce_log_times.py's) or from the table alone."""
+    doc = json.loads(Path(path).read_text())
+    return {k: float(v) for k, v in doc.get("costs", doc).items() if not k.startswith("_")}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("costs")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--speed", type=float, default=1.0)
     a = ap.parse_args(argv)
-    doc = json.loads(Path(a.costs).read_text())
-    doc = doc.get("costs", doc)          # a record with a "costs" table (reproduce_log_times.py's) or the table alone
-    raw = {k: float(v) for k, v in doc.items() if not k.startswith("_")}
+    raw = load_costs(a.costs)
     names, after = graph()
     cost = {n: raw.get(n, 0.0) / a.speed for n in names}
     sched = rp.simulate(names, cost, a.jobs, after)

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from idckit import reproduce as rp
-from lab.scripts.project_reproduce import graph
+from lab.scripts.project_reproduce import graph, load_costs
 
 #: seconds of one birds chain's stages in the measured run (index of the 554b67c regeneration: 10 fine-tunings in
 #: 99.4 min, 10 pre-trainings in 19.1 min, 2 CUB stages in 2.7 min)
@@ -70,8 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--birds-steps", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=2)
     a = ap.parse_args(argv)
-    doc = json.loads(Path(a.record).read_text())
-    costs = {k: float(v) for k, v in doc.get("costs", doc).items() if not k.startswith("_")}
+    costs = load_costs(a.record)
     for item in a.whole:
         job, _, seconds = item.rpartition("=")
         costs[job] = float(seconds)
