@@ -1,8 +1,10 @@
 """Shared fixtures. Tests never reach a model hub: HF_HUB_OFFLINE=1 makes missing weights fail fast."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,148 @@ def write_clevr_change(root: Path, *, image_size=(8, 6)) -> Path:
 def tiny_clevr(tmp_path) -> Path:
     """A six-index CLEVR-Change directory in the official layout (tiny solid-colour PNGs)."""
     return write_clevr_change(tmp_path / "clevr_change")
+
+
+# -- tests never touch the project tree -------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+#: the kit's folders (idckit.paths), pointed outside the clone for the whole session; a test may set its own
+KIT_DIRS = {"IDCKIT_DATA_DIR": "data", "IDCKIT_RUNS_DIR": "runs", "IDCKIT_REPORTS_DIR": "reports"}
+#: the clone's folders no test may write, checked after every session (pytest_sessionfinish)
+GUARDED = ("data", "runs", "reports")
+#: what running Python and pip leave in a clone: not a test's output
+_NOT_OUTPUT = ("__pycache__", ".pytest_cache", ".venv", ".egg-info", ".make-stamps")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kit_dirs_outside_the_clone(tmp_path_factory):
+    """Without it a test that forgets its tmp_path, a CLI subprocess or a notebook kernel (they inherit the
+    environment) renders datasets and trains runs into the clone; set per process, so per xdist worker too."""
+    base = tmp_path_factory.mktemp("kit")
+    with pytest.MonkeyPatch.context() as mp:
+        for env, sub in KIT_DIRS.items():
+            mp.setenv(env, str(base / sub))
+        yield base
+
+
+class FakeReproduce:
+    """What :func:`fake_reproduce` saw: the prepare steps it skipped and the notebooks it "ran"."""
+
+    def __init__(self):
+        self.ok, self.prepared, self.ran = True, [], []
+
+    def run_one(self, nb, *, report_dir, **kw):
+        from idckit.reproduce import Outcome
+
+        self.ran.append(nb.stem)
+        if self.ok:
+            (report_dir / f"{nb.stem}.json").write_text(json.dumps({"notebook": nb.stem, "provenance": {}}))
+            (report_dir / f"{nb.stem}.html").write_text("<html></html>")
+        return Outcome(nb.stem, self.ok, 1.0, "" if self.ok else "RuntimeError: boom")
+
+
+@pytest.fixture
+def fake_reproduce(monkeypatch) -> FakeReproduce:
+    """``reproduce`` (and the CLI's) with its two costly stages faked, for tests of what it writes where: each notebook
+    writes a minimal report (``.ok = False``: fails instead), each prepare step is recorded, not built (the cpu
+    profile's would render 8,000 scenes). The steps themselves are the real ones (one lane; spawned lanes run them)."""
+    from idckit import reproduce as rp
+
+    fake, real_steps = FakeReproduce(), rp.prepare_steps
+
+    def prepare_steps(names, **kw):
+        return {label: (lambda label=label: fake.prepared.append(label)) for label in real_steps(names, **kw)}
+
+    monkeypatch.setattr(rp, "prepare_steps", prepare_steps)
+    monkeypatch.setattr(rp, "run_one", fake.run_one)
+    return fake
+
+
+def _fingerprint(p: Path) -> str:
+    if p.is_dir():
+        return "dir"
+    try:
+        return hashlib.sha1(p.read_bytes()).hexdigest()
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+
+
+def tree_state(root: Path, *, tracked: bool) -> dict[str, str]:
+    """``{path: fingerprint}`` of everything under ``root``'s data/, runs/ and reports/ (size and mtime: data/ may
+    hold gigabytes); with ``tracked``, also of what ``git status`` lists elsewhere (edited or added files, by content),
+    so a clean tracked file that a test edits appears as a new entry."""
+    state = {}
+    for top in GUARDED:
+        for dirpath, dirnames, filenames in os.walk(root / top):
+            here = Path(dirpath)
+            state[f"{here.relative_to(root).as_posix()}/"] = "dir"
+            for name in filenames:
+                try:
+                    st = (here / name).lstat()
+                except OSError:          # removed while walking
+                    continue
+                state[(here / name).relative_to(root).as_posix()] = f"{st.st_size}:{st.st_mtime_ns}"
+    if tracked:
+        try:
+            out = subprocess.run(["git", "status", "--porcelain", "-z", "--ignored", "--", ".",
+                                  *(f":(exclude){top}" for top in GUARDED)], cwd=root, capture_output=True,
+                                 check=True).stdout.decode("utf-8", "surrogateescape")
+        except (OSError, subprocess.CalledProcessError):     # not a git clone (an sdist): the folders above only
+            return state
+        entries = iter(out.split("\0"))
+        for entry in entries:
+            code, rel = entry[:2], entry[3:]
+            if code[:1] in ("R", "C"):      # a rename or copy: its source path follows
+                next(entries, None)
+            if rel and not any(part in rel for part in _NOT_OUTPUT):
+                state[rel] = f"{code} {_fingerprint(root / rel)}"
+    return state
+
+
+def tree_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """The paths added, removed or changed between two :func:`tree_state` s."""
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+
+
+def whole_suite(config) -> bool:
+    """Tracked files are checked on the whole suite (no paths given, or the testpaths) and under CI only: a developer
+    running a few tests may be editing the sources meanwhile."""
+    if os.environ.get("CI", "").lower() == "true":
+        return True
+    if config.args_source is not pytest.Config.ArgsSource.ARGS:
+        return True
+    given = {(config.invocation_params.dir / a).resolve() for a in config.args}
+    return given == {(config.rootpath / t).resolve() for t in config.getini("testpaths")}
+
+
+_TREE = pytest.StashKey[tuple]()
+_CHANGED = pytest.StashKey[list]()
+
+
+def pytest_sessionstart(session):
+    if hasattr(session.config, "workerinput"):        # an xdist worker: the controller checks the whole run
+        return
+    whole = whole_suite(session.config)
+    session.config.stash[_TREE] = (whole, tree_state(ROOT, tracked=whole))
+
+
+def pytest_sessionfinish(session):
+    if _TREE not in session.config.stash:
+        return
+    whole, before = session.config.stash[_TREE]
+    changed = tree_changes(before, tree_state(ROOT, tracked=whole))
+    if os.environ.get("IDCKIT_UPDATE_EXPECTED"):      # re-pinning the smoke numbers writes them on purpose
+        changed = [p for p in changed if p != "tests/expected_smoke.json"]
+    if changed:
+        session.config.stash[_CHANGED] = changed
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    changed = config.stash.get(_CHANGED, [])
+    if changed:
+        terminalreporter.section("the tests changed the project tree", sep="=", red=True, bold=True)
+        for p in changed[:50]:
+            terminalreporter.line(f"  {p}")
+        if len(changed) > 50:
+            terminalreporter.line(f"  ... and {len(changed) - 50} more")
+        terminalreporter.line("a test wrote into the clone: give it a tmp_path (or a monkeypatched IDCKIT_*_DIR)")

@@ -43,7 +43,7 @@ def test_features_out_refuses_another_backbones_store_and_keeps_it(tiny_clevr, t
     assert again.meta == first.meta and {p.name: p.read_bytes() for p in out.iterdir()} == digest
 
 
-def test_non_default_profiles_report_into_their_own_directory(tmp_path, monkeypatch):
+def test_non_default_profiles_report_into_their_own_directory(tmp_path, monkeypatch, fake_reproduce):
     from idckit import reproduce as rp
 
     monkeypatch.setenv("IDCKIT_REPORTS_DIR", str(tmp_path / "reports"))
@@ -264,22 +264,13 @@ def _fake_notebooks(tmp_path, *names):
     return nbs
 
 
-def _fake_run(ok: bool):
-    def run_one(nb, *, report_dir, **kw):
-        if ok:
-            (report_dir / f"{nb.stem}.json").write_text(json.dumps({"notebook": nb.stem, "provenance": {}}))
-            (report_dir / f"{nb.stem}.html").write_text("<html></html>")
-        return Outcome(nb.stem, ok, 1.0, "" if ok else "RuntimeError: boom")
-    return run_one
-
-
 @pytest.mark.parametrize("ok", [True, False])
 @pytest.mark.parametrize("foreign", ["index.html", "status.json"])
 def test_reproduce_refuses_a_foreign_report_folder_even_when_every_notebook_fails(tmp_path, monkeypatch, capsys,
-                                                                                   foreign, ok):
-    from idckit import cli, reproduce as rp
+                                                                                   fake_reproduce, foreign, ok):
+    from idckit import cli
 
-    monkeypatch.setattr(rp, "run_one", _fake_run(ok))
+    fake_reproduce.ok = ok
     nbs = _fake_notebooks(tmp_path, NB)
     monkeypatch.setattr(paths, "notebooks_dir", lambda: nbs)
     mine = tmp_path / "site"
@@ -294,10 +285,9 @@ def test_reproduce_refuses_a_foreign_report_folder_even_when_every_notebook_fail
         assert _tree(mine) == before
 
 
-def test_reproduce_force_writes_beside_the_users_files_in_a_kit_report_folder(tmp_path, monkeypatch, capsys):
+def test_reproduce_force_writes_beside_the_users_files_in_a_kit_report_folder(tmp_path, fake_reproduce):
     from idckit import reproduce as rp
 
-    monkeypatch.setattr(rp, "run_one", _fake_run(True))
     nbs = _fake_notebooks(tmp_path, NB)
     reports = tmp_path / "reports"
     rp.reproduce([NB], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
@@ -311,15 +301,14 @@ def test_reproduce_force_writes_beside_the_users_files_in_a_kit_report_folder(tm
 
 
 def test_a_second_reproduce_of_a_running_notebook_is_refused_and_the_first_report_stays_fresh(tmp_path,
-                                                                                             monkeypatch):
+                                                                                             fake_reproduce):
     from idckit import reproduce as rp
 
-    monkeypatch.setattr(rp, "run_one", _fake_run(True))
     nbs = _fake_notebooks(tmp_path, NB, NB2)
     reports = tmp_path / "reports"
     rp.reproduce([NB], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs)
     status = (reports / "status.json").read_bytes()
-    monkeypatch.setattr(rp, "run_one", _fake_run(False))
+    fake_reproduce.ok = False
     with fileio.lock(reports, NB, what=NB, fix="wait"):     # the first run, still running t
         with pytest.raises(ConfigError, match=f"{NB} in this report folder is in use by process {os.getpid()}") as e:
             rp.reproduce([NB2, NB], profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs",
@@ -329,7 +318,8 @@ def test_a_second_reproduce_of_a_running_notebook_is_refused_and_the_first_repor
     assert json.loads(status)[NB]["status"] == "ok"
 
 
-def test_each_reproduce_stages_in_its_own_folder_and_a_dead_ones_is_removed_unread(tmp_path, monkeypatch):
+def test_each_reproduce_stages_in_its_own_folder_and_a_dead_ones_is_removed_unread(tmp_path, monkeypatch,
+                                                                                   fake_reproduce):
     from idckit import reproduce as rp
 
     seen = []
@@ -535,11 +525,11 @@ _NAMES = [n for n, _, _ in _write_paths({k: "x" for k in ("dir", "file", "clevr"
 
 
 @pytest.mark.parametrize("name", _NAMES)
-def test_every_cli_write_path_leaves_a_foreign_file_byte_identical(name, tmp_path, monkeypatch, capsys):
+def test_every_cli_write_path_leaves_a_foreign_file_byte_identical(name, tmp_path, monkeypatch, capsys,
+                                                                   fake_reproduce):
     from conftest import write_clevr_change
-    from idckit import cli, reproduce as rp
+    from idckit import cli
 
-    monkeypatch.setattr(rp, "run_one", _fake_run(True))
     monkeypatch.setattr(paths, "notebooks_dir", lambda: _fake_notebooks(tmp_path, NB))
     c = {"dir": tmp_path / "mine", "file": tmp_path / "mine" / "foreign.txt", "runs": tmp_path / "runs",
          "clevr": write_clevr_change(tmp_path / "clevr"), "results": tmp_path / "results"}
@@ -553,6 +543,8 @@ def test_every_cli_write_path_leaves_a_foreign_file_byte_identical(name, tmp_pat
     (_, argv, code), = [w for w in _write_paths(c) if w[0] == name]
     assert cli.main(argv) == code, capsys.readouterr().err
     assert c["file"].read_bytes() == FOREIGN
+    if name == "reproduce-force":   # past the write policy into the prepare stage, which the fixture builds nothing in
+        assert fake_reproduce.prepared == ["scenes clevr-change"] and fake_reproduce.ran == [NB]
     assert not [p for p in tmp_path.rglob(".idckit-st*")] and not list(tmp_path.rglob("*.tmp"))
     if code == 2:
         assert "fix:" in capsys.readouterr().err
@@ -608,6 +600,8 @@ def test_generate_killed_leaves_a_staging_folder_that_the_next_run_removes_unrea
     assert len(list((out / "images").iterdir())) == 20
 
 
+#: a notebook outside the manifest: reproduce has no prepare step for it, so the kill lands in the notebook at once
+SLEEPER = "sleeper"
 SLEEPY = '''
 import time
 open("started", "w").write("1")
@@ -629,15 +623,15 @@ def test_reproduce_interrupted_by_sigint_leaves_the_previous_report_and_no_stagi
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell(SLEEPY)]
     nb.metadata["kernelspec"] = {"name": "idckit", "display_name": "Python (idckit)", "language": "python"}
-    nbformat.write(nb, str(nbs / f"{NB}.ipynb"))
+    nbformat.write(nb, str(nbs / f"{SLEEPER}.ipynb"))
     reports.mkdir()
-    good = {"notebook": NB, "provenance": {"profile": "smoke"}}
-    (reports / f"{NB}.json").write_text(json.dumps(good))
-    (reports / "status.json").write_text(json.dumps({NB: {"status": "ok", "when": "earlier"}}))
+    good = {"notebook": SLEEPER, "provenance": {"profile": "smoke"}}
+    (reports / f"{SLEEPER}.json").write_text(json.dumps(good))
+    (reports / "status.json").write_text(json.dumps({SLEEPER: {"status": "ok", "when": "earlier"}}))
     before = _tree(reports)
     code = ("from idckit.reproduce import reproduce; from pathlib import Path; "
-            f"reproduce(['{NB}'], profile='smoke', report_dir=Path('{reports}'), runs_dir=Path('{tmp_path}/runs'), "
-            f"notebooks_dir=Path('{nbs}'))")
+            f"reproduce(['{SLEEPER}'], profile='smoke', report_dir=Path('{reports}'), "
+            f"runs_dir=Path('{tmp_path}/runs'), notebooks_dir=Path('{nbs}'))")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _wait_for(lambda: (nbs / "started").exists())
     proc.send_signal(signal.SIGINT)
