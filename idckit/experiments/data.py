@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 from idckit import paths
 from idckit.data.clevr_change import ClevrChange
 from idckit.errors import ConfigError, DatasetError
 from idckit.experiments.config import check_profile, load_config
 
-#: the files that say what a CLEVR-Change root holds (pairs, captions, splits, types); the images follow from them
-INDEX_FILES = ("change_captions.json", "no_change_captions.json", "splits.json", "type_mapping.json")
+#: files whose bytes say what a dataset holds: captions, splits, change types, class lists and indexes (every
+#: kind's annotations are JSON, TSV or text); any other file (an image) enters a key by its name and size
+ANNOTATION_SUFFIXES = (".json", ".jsonl", ".txt", ".tsv", ".csv")
 
 
 def synth_settings(profile: str, hard: bool = False) -> dict:
@@ -27,29 +28,82 @@ def synth_settings(profile: str, hard: bool = False) -> dict:
     return {**s, **hard_settings} if hard else s
 
 
-def content_identity(root: str | Path, index_files: Sequence[str] = INDEX_FILES) -> str:
-    """What a dataset is, independent of where it lies: run keys and caches hold this, never the path, so moving
-    or copying the data keeps every cached run.
+def content_identity(root: str | Path) -> str:
+    """What a dataset is, independent of where it lies: run keys and feature caches hold this, never the path, so
+    moving or copying the data keeps every cached run, and editing it retrains. One function for every kind the kit
+    reads (CLEVR-Change, Spot-the-Diff, Image-Editing-Request, the bird root).
 
-    A SynthCLEVR-Change set is what its ``synth_info.json`` says (generator version, arguments, counts: the
-    generator is deterministic in them); any other root is the SHA-256 of its index files."""
+    The SHA-256 of every file under ``root`` (links followed), by relative name: the bytes of its annotation files
+    (:data:`ANNOTATION_SUFFIXES`; a synthetic set's ``synth_info.json`` as canonical JSON), and each other file's
+    size. Sizes, not image bytes: reading every image would cost minutes on a real release (CLEVR-Change: about
+    120,000 PNGs) at every notebook's setup, where a stat costs microseconds; and not modification times,
+    which a plain copy changes. An image replaced in place by one of exactly the same size is not seen (a feature
+    store also records its images' modification times, :func:`idckit.data.features.data_identity`). Names starting
+    with a dot (the kit's lock, staging and owner files, an OS's own) and the top-level ``features/`` (where
+    ``idckit features`` writes by default) are not the data and are skipped."""
     root = Path(root)
-    info = root / "synth_info.json"
-    if info.is_file():
-        try:
-            meta = json.loads(info.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DatasetError(f"malformed synth_info.json ({e})", path=info,
-                               fix="re-generate the dataset with `idckit generate clevr-change --overwrite`") from e
-        text = json.dumps(meta, sort_keys=True, separators=(",", ":"))
-        return "synth:" + hashlib.sha256(text.encode()).hexdigest()[:16]
     h = hashlib.sha256()
-    for name in index_files:
-        path = root / name
-        if not path.is_file():
-            raise DatasetError(f"missing file {name}", path=path, fix="see idckit/data/clevr_change.py for the layout")
-        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return "index:" + h.hexdigest()[:16]
+    for rel, path in _data_files(root):
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        if rel == "synth_info.json":
+            h.update(_synth_info(path).encode())
+        elif path.suffix.lower() in ANNOTATION_SUFFIXES:
+            h.update(_read(path))
+        else:
+            try:
+                h.update(str(path.stat().st_size).encode())
+            except FileNotFoundError:       # a dangling link: an image that is not there
+                h.update(b"-")
+        h.update(b"\0")
+    synthetic = (root / "synth_info.json").is_file()
+    return ("synth:" if synthetic else "index:") + h.hexdigest()[:16]
+
+
+def _data_files(root: Path) -> list[tuple[str, Path]]:
+    """(relative name, path) of every file under ``root`` that is data, sorted by name (links followed, each real
+    folder entered once, so a link loop ends)."""
+    out: list[tuple[str, Path]] = []
+    seen: set[tuple[int, int]] = set()
+
+    def walk(folder: Path, prefix: str) -> None:
+        try:
+            st = folder.stat()
+            if (st.st_dev, st.st_ino) in seen:
+                return
+            seen.add((st.st_dev, st.st_ino))
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as e:
+            raise DatasetError(f"cannot list this dataset folder ({e.strerror or e})", path=folder,
+                               fix="make it readable (chmod -R u+rX), or point the data root elsewhere") from e
+        for entry in entries:
+            if entry.name.startswith(".") or (not prefix and entry.name == "features"):
+                continue
+            path, rel = Path(entry.path), prefix + entry.name
+            if entry.is_dir():              # follows a link to a folder
+                walk(path, rel + "/")
+            else:
+                out.append((rel, path))
+
+    walk(root, "")
+    return sorted(out)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise DatasetError(f"cannot read this dataset file ({e.strerror or e})", path=path,
+                           fix="make it readable (chmod u+r), or point the data root elsewhere") from e
+
+
+def _synth_info(path: Path) -> str:
+    """A synthetic set's marker as canonical JSON: its layout and key order are not data."""
+    try:
+        meta = json.loads(_read(path).decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DatasetError(f"malformed synth_info.json ({e})", path=path,
+                           fix="re-generate the dataset with `idckit generate ... --overwrite`") from e
+    return json.dumps(meta, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -76,15 +130,13 @@ class DataChoice:
 #: R@K of the paper's retrieval table (CLIP4IDC table 6) beyond 1/5/10
 DATASETS = {
     "clevr-change": {"loader": "idckit.data.clevr_change:ClevrChange", "title": "CLEVR-Change",
-                     "synth": "SynthCLEVR-Change", "index_files": INDEX_FILES},
+                     "synth": "SynthCLEVR-Change"},
     "spot-the-diff": {"loader": "idckit.data.spot_the_diff:SpotTheDiff", "title": "Spot-the-Diff",
                       "synth": "SynthSpot-the-Diff", "generator": "idckit.data.synth.spot_the_diff",
-                      "config": "synth_spot_the_diff", "paper_ks": (10, 20, 50),
-                      "index_files": ("annotations/train.json", "annotations/val.json", "annotations/test.json")},
+                      "config": "synth_spot_the_diff", "paper_ks": (10, 20, 50)},
     "editing-request": {"loader": "idckit.data.editing_request:EditingRequest", "title": "Image-Editing-Request",
                         "synth": "SynthIER", "generator": "idckit.data.synth.editing_request",
-                        "config": "synth_editing_request",
-                        "index_files": ("train.json", "valid.json", "test.json")},
+                        "config": "synth_editing_request"},
 }
 
 
@@ -175,7 +227,7 @@ def pair_dataset(name: str, profile: str, data_root: str | Path | None = None, *
     if data_root:
         root = Path(data_root).expanduser().resolve()
         load(root)  # validates the layout now, with a helpful error
-        identity = content_identity(root, d["index_files"])
+        identity = content_identity(root)
         info = root / "synth_info.json"
         if info.is_file():
             meta = json.loads(info.read_text())
@@ -193,7 +245,7 @@ def pair_dataset(name: str, profile: str, data_root: str | Path | None = None, *
                  progress=progress, **knobs)
     words = "".join(f", {k.replace('_', ' ')} {v:g}" for k, v in sorted(knobs.items()))
     return DataChoice(root, True, f"synthetic: {d['synth']} ({s['pairs']} pairs, seed {s['seed']}{words})",
-                      gen.GENERATOR_VERSION, content_identity(root, d["index_files"]), name)
+                      gen.GENERATOR_VERSION, content_identity(root), name)
 
 
 # -- birds: Birds-to-Words, CUB-200-2011 and NABirds under one root ------------------------------------------
@@ -205,7 +257,7 @@ class BirdsChoice:
     synthetic: bool
     description: str
     version: str
-    identity: str     # birds_identity(root): what run keys and caches hold, never the path
+    identity: str     # content_identity(root): what run keys and caches hold, never the path
 
     @property
     def cache_name(self) -> str:
@@ -238,23 +290,9 @@ class BirdsChoice:
         return sorted(set(out))
 
 
-def birds_identity(root: str | Path) -> str:
-    """:func:`content_identity` of a bird root: SynthBirds' ``synth_info.json``, else the SHA-256 of the index files
-    of its three datasets (the Birds-to-Words TSV, CUB's and NABirds' image lists, labels and splits, NABirds'
-    hierarchy). The CUB captions (one file per image) are not hashed: replacing them in place keeps the key."""
-    from idckit.data.birds_to_words import TSV_NAME
-    from idckit.data.cub import Cub
-    from idckit.data.nabirds import NABirds
-
-    root = Path(root).resolve()
-    if (root / "synth_info.json").is_file():
-        return content_identity(root)
-    files = [f"birds_to_words/{TSV_NAME}"]
-    for dataset in (Cub(root), NABirds(root)):
-        base = Path(dataset.root).resolve().relative_to(root).as_posix()
-        files += [f"{base}/{name}" for name in ("images.txt", "image_class_labels.txt", "train_test_split.txt")]
-    files.append(f"{Path(NABirds(root).root).resolve().relative_to(root).as_posix()}/hierarchy.txt")
-    return content_identity(root, files)
+#: the bird root's identity is every dataset's (:func:`content_identity`: the Birds-to-Words TSV, CUB's and NABirds'
+#: lists, labels, splits and hierarchy, CUB's captions, every image); the name is kept for its callers
+birds_identity = content_identity
 
 
 def birds(profile: str, data_root: str | Path | None = None, *, progress: bool = True) -> BirdsChoice:
@@ -264,7 +302,7 @@ def birds(profile: str, data_root: str | Path | None = None, *, progress: bool =
         choice = BirdsChoice(root, False, f"real: Birds-to-Words, CUB-200-2011 and NABirds at {root}",
                              "official release", "")
         choice.b2w(), choice.cub(), choice.nabirds()   # validates the layout now, with a helpful error
-        identity = birds_identity(root)
+        identity = content_identity(root)
         info = root / "synth_info.json"
         if info.is_file():
             meta = json.loads(info.read_text())
@@ -282,7 +320,7 @@ def birds(profile: str, data_root: str | Path | None = None, *, progress: bool =
     root = root.resolve()
     return BirdsChoice(root, True, f"synthetic: SynthBirds ({s['pairs']} Birds-to-Words pairs, {s['cub_per_class']} "
                        f"CUB and {s['nabirds_per_class']} NABirds images per species, {s['size']} px, seed "
-                       f"{s['seed']})", GENERATOR_VERSION, birds_identity(root))
+                       f"{s['seed']})", GENERATOR_VERSION, content_identity(root))
 
 
 def check_root(dataset: str, root: str | Path) -> Path:

@@ -7,8 +7,9 @@ run is never mistaken for a finished one and simply resumes. Tables that need th
 of table 4) compute the same key and train it once.
 
 A key holds what the run is, never where things lie: the data's content identity
-(:func:`idckit.experiments.data.content_identity`, so moved data keeps its runs) and :data:`TRAINING_CODE_VERSION`
-(so changed training code retrains).
+(:func:`idckit.experiments.data.content_identity`: its caption, split and type files and its image list, so moved
+or copied data keeps its runs and edited data retrains) and :data:`TRAINING_CODE_VERSION` (so changed training
+code retrains).
 
 Why a version string and not a hash of the source: runs cost minutes to days, and a hash would throw them all away
 for a docstring, a rename or device plumbing that cannot change what a run learns. A version alone could be
