@@ -211,7 +211,7 @@ def test_greedy_stops_at_eos_and_matches_the_uncached_decoder():
         model.speaker.out.weight.zero_()
         model.speaker.out.bias.zero_()
         model.speaker.out.bias[data.vocab.eos_id] = 5.0
-    tokens = greedy_decode(model, visual, 9)
+    tokens = greedy_decode(model, visual, 9, min_len=0)      # min_len 0: ending at once is allowed
     assert tokens.shape == (6, 1) and bool((tokens == data.vocab.eos_id).all())
 
     model = _model(data)

@@ -202,6 +202,7 @@ class DUDA(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.pad_id, self.bos_id, self.eos_id = vocab.pad_id, vocab.bos_id, vocab.eos_id
+        self.special_ids = tuple(range(vocab.n_special))   # no word: decoding's minimum length does not count them
         self.attention = DualAttention(cfg)
         self.speaker = DynamicSpeaker(cfg)
 

@@ -276,6 +276,10 @@ class PCL(nn.Module):
         self.cfg = cfg
         self.pad_id, self.bos_id, self.eos_id, self.mask_id = ids["pad"], ids["bos"], ids["eos"], ids["mask"]
         self.img1_id, self.img2_id, self.cls_id = ids["img1"], ids["img2"], ids["cls"]
+        # the ids that decode to no word, which decoding's minimum length does not count: the kit's vocabulary
+        # reserves its first n_special ids, a mapping names them
+        self.special_ids = tuple(range(vocab.n_special)) if hasattr(vocab, "n_special") else \
+            tuple(sorted({*ids.values(), *([int(vocab["unk"])] if "unk" in vocab else [])}))
         if cfg.special_tokens == "shared_cls":
             self.img1_id = self.img2_id = self.cls_id
         d = cfg.d_model
