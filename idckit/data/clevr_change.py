@@ -263,18 +263,11 @@ class ClevrChange(PairDataset):
 
 
 def load_image(path: str | Path):
-    """Open an image as RGB, raising :class:`DatasetError` if PIL cannot read it."""
-    from PIL import Image, UnidentifiedImageError
+    """An image file as 8-bit RGB (any mode and bit depth), or a :class:`DatasetError`: the kit's one image reader,
+    :func:`idckit.data.images.load_image`."""
+    from idckit.data.images import load_image as read
 
-    path = Path(path)
-    try:
-        with Image.open(path) as im:
-            return im.convert("RGB")
-    except FileNotFoundError as e:
-        raise DatasetError("image file not found", path=path, fix=LAYOUT_HELP) from e
-    except (UnidentifiedImageError, OSError) as e:
-        raise DatasetError(f"unreadable image: {e}", path=path,
-                           fix="re-download or re-generate this image (PIL cannot decode it)") from e
+    return read(path)
 
 
 def split_counts(ds: ClevrChange, splits: Sequence[str] = SPLITS) -> dict[str, dict[str, int]]:

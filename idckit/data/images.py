@@ -9,6 +9,9 @@ per batch in :meth:`ImageCache.batch`.
 Resizing follows the public code's ``rawimage_util.py``: RGB, bicubic, straight to S x S without keeping the
 aspect ratio ("squash"; a centre crop would cut objects off the sides of CLEVR's 3:2 images).
 
+Every image the kit reads (these pixels, the IDC-PCL features, ``idckit caption``, the plots and baselines) goes
+through :func:`load_image`: any mode and bit depth to 8-bit RGB, scaled right or refused with the path.
+
 On disk (optional ``cache_dir``): ``images.npy`` (uint8, np.lib.format) + ``index.json`` (relative path -> row)
 + ``meta.json`` (size, count, complete), written atomically, so notebooks in separate kernels share one decode.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from pathlib import Path
 from typing import Sequence
 
@@ -23,11 +27,89 @@ import numpy as np
 import torch
 
 from idckit import fileio
-from idckit.data.clevr_change import load_image
+from idckit.data.clevr_change import LAYOUT_HELP
+from idckit.errors import DatasetError
 
 #: OpenAI CLIP's normalisation (open_clip's OPENAI_DATASET_MEAN/STD), used by every CLIP incl. the stand-in.
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+#: Pillow's 16-bit greyscale modes. Pillow reads a 16-bit RGB PNG as 8-bit RGB by keeping each value's high byte, so
+#: these keep the high byte too: the same picture saved either way gives the same pixels.
+GREY16 = ("I;16", "I;16B", "I;16L", "I;16N")
+
+
+def load_image(path: str | Path):
+    """An image file as an 8-bit RGB PIL image, or a :class:`DatasetError` naming the path.
+
+    * 8-bit modes (1, L, P, LA, PA, RGB, RGBA, RGBX, CMYK, YCbCr, HSV, LAB) convert as Pillow converts them; alpha
+      is dropped, not composited, as both papers' loaders do.
+    * 16-bit greyscale (I;16, I;16B, ...): the high byte of each value (``v >> 8``).
+    * 32-bit integers (I): values within 0..255 as they are, within 0..65535 as 16-bit; any other range is refused.
+    * 32-bit floats (F): values within [0, 1] as fractions of white, within [0, 255] as 8-bit levels (rounded);
+      any other range, NaN or infinity is refused.
+    * A file of several frames (animated GIF/PNG/WebP, multi-page TIFF): its first frame.
+    * EXIF orientation is not applied: the pixels as stored, as the authors' loaders read them.
+
+    A file that is not a whole image (truncated, not an image, too many pixels to decode safely) is refused."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    try:
+        with Image.open(path) as im:
+            im.seek(0)
+            im.load()     # the whole first frame: a truncated file fails here, not later
+            return _to_rgb(im, path)
+    except FileNotFoundError as e:
+        raise DatasetError("image file not found", path=path, fix=LAYOUT_HELP) from e
+    except IsADirectoryError as e:
+        raise DatasetError("a directory, not an image file", path=path, fix="pass the path of an image file") from e
+    except PermissionError as e:
+        raise DatasetError("image file not readable (permission denied)", path=path,
+                           fix="make it readable (chmod a+r) or copy it somewhere you can read") from e
+    except Image.DecompressionBombError as e:
+        raise DatasetError(f"image too large to decode safely ({e})", path=path,
+                           fix="resize it to a few thousand pixels a side (CLEVR's images are 480 x 320)") from e
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, struct.error) as e:
+        # Pillow reports a damaged file with any of these, depending on the format
+        raise DatasetError(f"unreadable image ({type(e).__name__}: {e})", path=path,
+                           fix="re-download or re-generate this image (PIL cannot decode it)") from e
+
+
+def _to_rgb(im, path: Path):
+    from PIL import Image
+
+    if im.mode in GREY16 or im.mode in ("I", "F"):
+        return Image.fromarray(_levels(np.asarray(im), im.mode, path), "L").convert("RGB")
+    try:
+        return im.convert("RGB")
+    except ValueError as e:
+        raise DatasetError(f"an image in Pillow mode {im.mode!r}, which has no conversion to RGB ({e})", path=path,
+                           fix="save it as an 8-bit RGB or greyscale PNG") from e
+
+
+def _levels(a: np.ndarray, mode: str, path: Path) -> np.ndarray:
+    """A 16-bit, 32-bit integer or float greyscale array as 8-bit levels (:func:`load_image` says how)."""
+    fix = "save it as an 8-bit or 16-bit PNG, scaled to the range you mean"
+    if mode in GREY16:
+        return (a.astype(np.uint32) >> 8).astype(np.uint8)
+    if mode == "F" and not np.isfinite(a).all():
+        raise DatasetError("a floating-point image with NaN or infinite pixels", path=path, fix=fix)
+    lo, hi = (a.min(), a.max()) if a.size else (0, 0)
+    if mode == "I":
+        if lo >= 0 and hi <= 255:
+            return a.astype(np.uint8)
+        if lo >= 0 and hi <= 65535:
+            return (a >> 8).astype(np.uint8)
+        raise DatasetError(f"a 32-bit integer image with values {lo}..{hi}: neither 8-bit (0..255) nor 16-bit "
+                           "(0..65535), so no scale to 8 bits is known", path=path, fix=fix)
+    if lo >= 0 and hi <= 1:
+        return np.rint(a.astype(np.float64) * 255).astype(np.uint8)
+    if lo >= 0 and hi <= 255:
+        return np.rint(a).astype(np.uint8)
+    raise DatasetError(f"a floating-point image with values {lo:g}..{hi:g}: neither fractions of white (0..1) nor "
+                       "8-bit levels (0..255), so no scale to 8 bits is known", path=path, fix=fix)
 
 
 def resize_uint8(path: str | Path, size: int) -> np.ndarray:
