@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from idckit.experiments.config import model_config
 from idckit.models.pcl import PCL
 from idckit.text.vocab import Vocab
+from numeric import assert_close
 
 SDPA = F.scaled_dot_product_attention
 
@@ -38,7 +39,7 @@ def checked(monkeypatch):
     def both(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         fused = SDPA(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
         ref = textbook(q, k, v, attn_mask, dropout_p, is_causal, scale)
-        torch.testing.assert_close(fused, ref, rtol=1e-5, atol=1e-5)
+        assert_close(fused, ref)
         masked = attn_mask is not None and attn_mask.dtype == torch.bool and not bool(attn_mask.all())
         calls.append({"masked": masked, "causal": is_causal, "float_mask": attn_mask is not None
                       and attn_mask.dtype != torch.bool})

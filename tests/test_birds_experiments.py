@@ -8,6 +8,7 @@ import torch
 
 from idckit.errors import ConfigError
 from idckit.experiments import birds, reporting
+from numeric import assert_close
 
 PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl": 1.0, "tau_fda": 1.0}
 
@@ -112,7 +113,7 @@ def test_the_full_chain_runs_caches_and_scores_on_rouge(smoke):
     rows = reporting.rows([r, {**again, "seed": 1}], labels=birds.TABLE1_LABELS, percent=birds.GRAMMAR)
     mean = [x for x in rows if x["seed"] == "mean"]
     assert mean and mean[0]["variant"] == "IDC-PCL (+extra data)" and mean[0]["sd"]["ROUGE_L"] == 0.0
-    assert math.isclose(rows[0]["metrics"]["ROUGE_L"], 100 * r["test"]["total"]["ROUGE_L"])
+    assert_close(rows[0]["metrics"]["ROUGE_L"], 100 * r["test"]["total"]["ROUGE_L"])
     assert rows[0]["metrics"]["verified_share"] == pytest.approx(100 * r["verified_share"])
     with pytest.raises(ConfigError, match="unknown pcl-birds recipe 'imagenet'"):
         birds.run_variant(smoke, "imagenet")

@@ -17,6 +17,7 @@ from idckit.models.decoding import greedy_decode
 from idckit.models.pcl import PCL, PCLConfig
 from idckit.parity.pcl import authors_ids_of_kit, kit_ids_of_authors
 from idckit.text.vocab import Vocab
+from numeric import assert_close
 
 RECORDINGS = Path(__file__).parent / "parity"
 
@@ -70,8 +71,8 @@ def test_a_fine_tuning_checkpoint_becomes_a_run_that_computes_the_authors_captio
     with torch.no_grad():
         o = model(rec["f1"], rec["f2"], k_of_a[rec["cap"]], mode="finetune")
         logits = model.mlm_logits(o.text[rec["cap_label"] != -1])[:, k_of_a]
-    torch.testing.assert_close(logits, rec["logits"], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(model.judge_logits(o), rec["judge_logits"], rtol=1e-5, atol=1e-5)
+    assert_close(logits, rec["logits"])
+    assert_close(model.judge_logits(o), rec["judge_logits"])
     tokens = a_of_k[greedy_decode(model, (rec["f1"], rec["f2"]), rec["max_len"] - 1)]
     eos = rec["vocab"]["<EOS>"]
     cut = lambda rows: [r[:r.index(eos) + 1] if eos in r else r for r in rows]
@@ -95,7 +96,7 @@ def test_fp16_pretraining_checkpoint_with_its_pickled_counts_loads_safely(tmp_pa
     with torch.no_grad():
         o = model(rec["f1"], rec["f2"], k_of_a[mlm["cap"]], mode="pretrain")
         logits = model.mlm_logits(o.text[mlm["cap_label"] != -1])[:, k_of_a]
-    torch.testing.assert_close(logits, mlm["logits"], rtol=0, atol=0.05)    # fp16 weights: within rounding
+    assert_close(logits, mlm["logits"], rtol=3e-3)    # fp16 weights: within their rounding (measured 1.2e-3)
 
 
 def test_a_birds_checkpoint_keeps_its_nabirds_heads(tmp_path):
@@ -105,7 +106,7 @@ def test_a_birds_checkpoint_keeps_its_nabirds_heads(tmp_path):
     assert model.cfg.n_classes == 555 and done["kind"] == "idc-pcl-birds"
     with torch.no_grad():
         _, match, _ = model.fgvc_logits(rec["f1"], rec["f2"])
-    torch.testing.assert_close(match, rec["match_logits"], rtol=1e-5, atol=1e-5)
+    assert_close(match, rec["match_logits"])
 
 
 def test_errors_name_the_problem_and_the_fix(tmp_path, capsys):

@@ -18,6 +18,7 @@ from idckit.models.clip_loader import load_clip, save_clip_checkpoint
 from idckit.tasks.clip4idc import AdaptTask, CaptionTask, IntraCache, decode_ids, load_pair_data
 from idckit.tasks.clip_pretrain import (StandinPretrainTask, join_objects, load_description_data,
                                         split_objects)
+from numeric import assert_close
 
 MODEL = "idckit-standin-ViT-T-16"
 SMALL = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
@@ -109,7 +110,7 @@ def test_standin_pretraining_uses_train_images_only_and_learns(tiny_clevr, tmp_p
     again, _, _ = load_clip(MODEL, path)
     x = data.images.batch(torch.tensor([0, 1]))
     with torch.no_grad():
-        torch.testing.assert_close(again.eval().encode_image(x), model.eval().encode_image(x), rtol=0, atol=0)
+        assert torch.equal(again.eval().encode_image(x), model.eval().encode_image(x))
     assert open_clip.create_model(MODEL, pretrained=str(path)).logit_scale.item() == model.logit_scale.item()
 
 
@@ -171,7 +172,7 @@ def test_adaptation_learns_and_the_intra_cache_changes_nothing(pairs, clip_file)
     m2 = cached.build_model()
     l1, _ = plain.train_step(m1, batch, 0)
     l2, _ = cached.train_step(m2, batch, 0)
-    torch.testing.assert_close(l1, l2, rtol=1e-5, atol=1e-5)
+    assert_close(l1, l2)
     assert cached.intra_cache is not None and cached.intra_cache.n_intra == 4
     l2.backward()
     frozen = {n for n, p in m2.named_parameters() if not p.requires_grad}
@@ -229,7 +230,7 @@ def test_caption_task_learns_with_cached_frozen_encoder_equal_to_images(pairs, c
         s = pairs.splits["train"]
         imgs = (pairs.images.batch(s.before[batch["pairs"]]), pairs.images.batch(s.after[batch["pairs"]]))
         b = mlm_loss(*m.teacher_forcing(m.memories(imgs), batch["ids"]))
-    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert_close(a, b)
     assert cached.param_groups(m) and all(not p.requires_grad for p in m.pair_encoder.parameters())
     losses = _learns(cached, m, batch, steps=10, lr=3e-3)
     assert losses[-1] < losses[0] - 1.0
@@ -261,7 +262,7 @@ def test_k_references_per_pair_read_the_pair_memory_k_times(pairs, clip_file):
         memories = m.memories(task._visual(m, "train", batch["pairs"].repeat_interleave(3)))
         ref = mlm_loss(*m.teacher_forcing(memories, ids.flatten(0, 1)), "sum")
         words = int((ids[:, :, 1:] != m.pad_id).sum())
-    torch.testing.assert_close(loss, ref / words)
+    assert_close(loss, ref / words)
     with pytest.raises(ConfigError, match="captions_per_pair"):
         CaptionTask(pairs, MODEL, clip_file, SMALL, **(CAPTION | dict(captions_per_pair=0)))
 
@@ -288,7 +289,7 @@ def test_trimmed_vocabulary_is_the_full_model_restricted(pairs):
     with torch.no_grad():
         a, b = full.full_logits(visual, tokens), trimmed.full_logits(visual, tokens)
     assert torch.isinf(b[..., 1000]).all()                          # an id no caption uses
-    torch.testing.assert_close(b[..., keep], a[..., keep], rtol=1e-5, atol=1e-5)
+    assert_close(b[..., keep], a[..., keep])
     # the loss is the softmax over the kept ids only: equal to the full model's restricted to them
     with torch.no_grad():
         mem = full.memories(visual)
@@ -296,7 +297,7 @@ def test_trimmed_vocabulary_is_the_full_model_restricted(pairs):
                                                trimmed.to_rows(s.sample_ids[:2, 1:]).flatten(),
                                                ignore_index=int(trimmed.to_rows(torch.tensor([0]))[0]))
         lb = mlm_loss(*trimmed.teacher_forcing(trimmed.memories(visual), s.sample_ids[:2]))
-    torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-5)
+    assert_close(la, lb)
     with pytest.raises(ValueError, match="trimmed vocabulary"):
         trimmed.embed_tokens(torch.tensor([[1000]]))
 
@@ -329,6 +330,6 @@ def test_intra_cache_lookup_refuses_unknown_rows(pairs):
     cache = IntraCache.compute(enc, pairs.images, torch.tensor([3, 1, 3]))
     assert cache.rows.tolist() == [1, 3] and cache.values.shape == (2, 50, 128)
     with torch.no_grad():
-        torch.testing.assert_close(cache[torch.tensor([3])], enc.encode_intra(pairs.images.batch(torch.tensor([3]))))
+        assert_close(cache[torch.tensor([3])], enc.encode_intra(pairs.images.batch(torch.tensor([3]))))
     with pytest.raises(KeyError):
         cache[torch.tensor([0])]

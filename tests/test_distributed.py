@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from numeric import assert_close
+
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("ddp_worker", HERE / "ddp_worker.py")
 worker = importlib.util.module_from_spec(_spec)
@@ -58,7 +60,7 @@ def assert_close_weights(a: Path, b: Path) -> None:
             # zero up to rounding, and Adam scales that rounding up to lr-sized steps, so it is noise in any run
             d = x.shape[0] // 3
             x, y = torch.cat([x[:d], x[2 * d:]]), torch.cat([y[:d], y[2 * d:]])
-        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=k)
+        assert_close(x, y, rtol=1e-4, what=k)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,7 @@ def test_two_processes_follow_the_one_process_loss_trajectory(runs, kind):
     a, b = losses(one / kind), losses(two / kind)
     assert len(a) == len(b) == (4 if kind in ("adapt", "caption") else 8)
     assert a != pytest.approx(a[0])          # the loss moves, so agreeing is not trivial
-    assert b == pytest.approx(a, rel=1e-5, abs=1e-6)
+    assert_close(b, a, rtol=1e-5)
     assert_close_weights(one / kind / "last.pt", two / kind / "last.pt")
     assert evals(two / kind) == evals(one / kind)
 

@@ -12,6 +12,7 @@ from idckit.data.synth import captions
 from idckit.data.synth.clevr_change import generate
 from idckit.data.synth.vocab import NO_CHANGE_SENTENCES, SYNONYMS
 from idckit.errors import DatasetError
+from numeric import assert_close
 
 SIZE = (96, 64)
 
@@ -239,7 +240,7 @@ def test_scenes_follow_clevr_constraints_and_relationship_definition(synth):
         xy = np.array([o["3d_coords"][:2] for o in objs])
         r = np.array([SIZES[o["size"]] / (np.sqrt(2) if o["shape"] == "cube" else 1) for o in objs])
         for i in range(len(objs)):
-            assert abs(objs[i]["3d_coords"][2] - r[i]) < 1e-9  # resting on the ground
+            assert_close(objs[i]["3d_coords"][2], r[i])  # resting on the ground
             for j in range(i):
                 assert np.linalg.norm(xy[i] - xy[j]) - r[i] - r[j] >= 0.25 - 1e-9  # CLEVR min_dist
         for name in ("left", "right", "front", "behind"):

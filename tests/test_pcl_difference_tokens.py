@@ -9,6 +9,7 @@ import torch
 from idckit.models import pcl as model
 from idckit.text.vocab import SPECIALS, Vocab
 from lab.scripts import pcl_difference_tokens as diagnostic
+from numeric import assert_close, assert_differ
 
 
 def _config(**kw):
@@ -39,8 +40,8 @@ def test_patch_appends_difference_tokens_and_keeps_the_read_positions():
         assert torch.equal(pair[:, :10], plain)
         # the new tokens see only after - before: two pairs with the same difference get the same tokens
         _, shifted = patched.encode_images(f1 + 1.0, f2 + 1.0)
-        assert torch.allclose(shifted[:, 10:], pair[:, 10:], atol=1e-5)
-        assert not torch.allclose(shifted[:, :10], pair[:, :10])
+        assert_close(shifted[:, 10:], pair[:, 10:])
+        assert_differ(shifted[:, :10], pair[:, :10])
         # decoding reads all 2 + 3n visual keys
         assert patched.start_decoding((f1, f2)).n_keys == 14
     assert (model.PCL.__init__, model.PCL.encode_images) == (init, encode)

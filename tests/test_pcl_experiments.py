@@ -10,6 +10,7 @@ import torch
 from idckit.errors import ConfigError
 from idckit.experiments import pcl, reporting
 from idckit.experiments.runs import RESULT_KEYS
+from numeric import assert_close
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +247,7 @@ def test_every_position_targets_label_each_query_with_the_next_word_and_train(sm
     f1, f2 = data.pair_features("train", b["pairs"])
     out = model.forward_grouped(f1, f2, b["text"], queries=True)
     keep = labels != -100
-    torch.testing.assert_close(loss, F.cross_entropy(model.mlm_logits(out.text[keep]), labels[keep]))
+    assert_close(loss, F.cross_entropy(model.mlm_logits(out.text[keep]), labels[keep]))
     assert "judge" not in logs
     with pytest.raises(ConfigError, match='targets "every" needs finetune.group_by_pair'):
         FinetuneTask(data, smoke.config["model"], batch_size=16, group_by_pair=False, captions_per_pair=1, **kw)
@@ -267,9 +268,8 @@ def test_grouped_forward_equals_the_per_caption_forward(smoke):
     f1, f2 = data.pair_features("train", b["pairs"])
     grouped = model.forward_grouped(f1, f2, b["text"])
     flat = model(f1.repeat_interleave(2, 0), f2.repeat_interleave(2, 0), b["text"].flatten(0, 1), mode="finetune")
-    torch.testing.assert_close(grouped.text, flat.text, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(model.judge_logits(grouped), model.judge_logits(flat)[::2],
-                               atol=1e-5, rtol=1e-5)
+    assert_close(grouped.text, flat.text)
+    assert_close(model.judge_logits(grouped), model.judge_logits(flat)[::2])
     with pytest.raises(ConfigError, match="captions_per_pair"):
         FinetuneTask(data, smoke.config["model"], batch_size=4, group_by_pair=True, captions_per_pair=4, **FINETUNE)
 

@@ -12,6 +12,7 @@ from idckit.experiments.config import load_config, model_config
 from idckit.models.decoding import beam_search, greedy_decode, naive_greedy_decode
 from idckit.models.pcl import PCL, SWITCHES, PCLConfig, mask_regions, mask_tokens
 from idckit.text.vocab import Vocab
+from numeric import assert_close, assert_differ
 
 VOCAB = Vocab.build(["the red cube changed to blue", "the small sphere has been added",
                      "no change was made", "the big rubber cylinder is missing"])
@@ -118,10 +119,10 @@ def test_finetune_mask_is_unidirectional():
     later = t.clone()
     later[0, 4] = VOCAB.ids["sphere"]                  # change the 5th token of caption 0
     out = m(f1, f2, later, mode="finetune")
-    assert torch.allclose(out.visual, base.visual)     # visual tokens never see text
-    assert torch.allclose(out.text[0, :4], base.text[0, :4], atol=1e-6)   # earlier text unaffected
-    assert not torch.allclose(out.text[0, 4:], base.text[0, 4:], atol=1e-3)
-    assert torch.allclose(out.text[1:], base.text[1:], atol=1e-6)          # other captions unaffected
+    assert_close(out.visual, base.visual)     # visual tokens never see text
+    assert_close(out.text[0, :4], base.text[0, :4])   # earlier text unaffected
+    assert_differ(out.text[0, 4:], base.text[0, 4:], rtol=1e-3)
+    assert_close(out.text[1:], base.text[1:])          # other captions unaffected
 
 
 @pytest.mark.parametrize("mode", ["pretrain", "finetune"])
@@ -132,13 +133,13 @@ def test_padding_never_reaches_real_tokens(mode):
     with torch.no_grad():                               # whatever a [PAD] embeds to, nothing else changes
         m.word.weight[VOCAB.pad_id] += 3.0 * torch.randn(D)  # (not a constant: LayerNorm removes it)
     out = m(f1, f2, t, mode=mode)
-    assert torch.allclose(out.visual, base.visual, atol=1e-5)
-    assert torch.allclose(out.text[real], base.text[real], atol=1e-5)
-    assert not torch.allclose(out.text[~real], base.text[~real], atol=1e-3)   # the PAD rows themselves do change
+    assert_close(out.visual, base.visual)
+    assert_close(out.text[real], base.text[real])
+    assert_differ(out.text[~real], base.text[~real], rtol=1e-3)   # the PAD rows themselves do change
     # and neither does padding further: 4 more [PAD] columns
     longer = m(f1, f2, torch.cat([t, torch.full((3, 4), VOCAB.pad_id)], 1), mode=mode)
-    assert torch.allclose(longer.visual, base.visual, atol=1e-5)
-    assert torch.allclose(longer.text[:, :10][real], base.text[real], atol=1e-5)
+    assert_close(longer.visual, base.visual)
+    assert_close(longer.text[:, :10][real], base.text[real])
 
 
 def test_pretraining_attention_is_bidirectional():
@@ -147,10 +148,10 @@ def test_pretraining_attention_is_bidirectional():
     other = t.clone()
     other[0, 3] = VOCAB.ids["sphere"]
     out = m(f1, f2, other, mode="pretrain")
-    assert not torch.allclose(out.visual[0], base.visual[0], atol=1e-4)    # text reaches the images
-    assert not torch.allclose(out.text[0, :3], base.text[0, :3], atol=1e-4)  # and earlier words
-    assert not torch.allclose(out.cls[0], base.cls[0], atol=1e-4)
-    assert torch.allclose(out.visual[1:], base.visual[1:], atol=1e-6)       # only within its own sample
+    assert_differ(out.visual[0], base.visual[0], rtol=1e-4)    # text reaches the images
+    assert_differ(out.text[0, :3], base.text[0, :3], rtol=1e-4)  # and earlier words
+    assert_differ(out.cls[0], base.cls[0], rtol=1e-4)
+    assert_close(out.visual[1:], base.visual[1:])       # only within its own sample
 
 
 # -- the image difference encoder -------------------------------------------------------------------------------
@@ -164,17 +165,18 @@ def test_difference_encoder_switch():
     assert greedy_decode(without, (f1, f2), 4).shape[0] == 3
     # without the encoder, image 1's tokens know nothing of image 2 before the cross-modal stage
     v, v2 = without.encode_visual(f1, f2), without.encode_visual(f1, f2 + 1)
-    assert torch.allclose(v[:, :1 + N], v2[:, :1 + N]) and not torch.allclose(v[:, 1 + N:], v2[:, 1 + N:])
+    assert_close(v[:, :1 + N], v2[:, :1 + N])
+    assert_differ(v[:, 1 + N:], v2[:, 1 + N:])
     w, w2 = with_de.encode_visual(f1, f2), with_de.encode_visual(f1, f2 + 1)
-    assert not torch.allclose(w[:, :1 + N], w2[:, :1 + N], atol=1e-4)          # the pair encoder mixes them
+    assert_differ(w[:, :1 + N], w2[:, :1 + N], rtol=1e-4)          # the pair encoder mixes them
 
 
 def test_single_image_encoder_sees_each_image_alone():
     m = tiny(single_layers=1, pair_layers=0)
     f1, f2 = feats()
     v, v2 = m.encode_visual(f1, f2), m.encode_visual(f1, f2 + 1)
-    assert torch.allclose(v[:, :1 + N], v2[:, :1 + N], atol=1e-6)
-    assert not torch.allclose(v[:, 1 + N:], v2[:, 1 + N:], atol=1e-4)
+    assert_close(v[:, :1 + N], v2[:, :1 + N])
+    assert_differ(v[:, 1 + N:], v2[:, 1 + N:], rtol=1e-4)
     # one set of weights for both images: 1 block, not 2
     assert sum(p.numel() for p in m.single.parameters()) == sum(p.numel() for p in m.cross[0].parameters())
 
@@ -185,8 +187,8 @@ def test_region_mask_zeroes_raw_features_before_the_projection():
         rm = mask_regions(3, N, torch.Generator().manual_seed(0))
         masked = m(f1, f2, t, region_mask=rm)
         zeroed = m(f1.masked_fill(rm[:, 0, :, None], 0), f2.masked_fill(rm[:, 1, :, None], 0), t)
-        assert torch.allclose(masked.visual, zeroed.visual, atol=1e-6)
-        assert not torch.allclose(masked.visual, m(f1, f2, t).visual, atol=1e-4)
+        assert_close(masked.visual, zeroed.visual)
+        assert_differ(masked.visual, m(f1, f2, t).visual, rtol=1e-4)
 
 
 # -- heads ------------------------------------------------------------------------------------------------------
@@ -194,8 +196,8 @@ def test_heads():
     m, (f1, f2), t = tiny(), feats(), text()
     pre = m(f1, f2, t, mode="pretrain")
     want = F.cosine_similarity((pre.visual[:, 0] + pre.visual[:, 1 + N]) / 2, pre.cls, dim=-1)
-    assert torch.allclose(m.fda_similarity(pre), want)
-    assert torch.allclose(m.judge_logits(pre), m.judge(torch.cat([pre.visual[:, 0], pre.visual[:, 1 + N]], 1)))
+    assert_close(m.fda_similarity(pre), want)
+    assert_close(m.judge_logits(pre), m.judge(torch.cat([pre.visual[:, 0], pre.visual[:, 1 + N]], 1)))
     with pytest.raises(ConfigError, match="pre-training layout"):
         m.fda_similarity(m(f1, f2, t, mode="finetune"))
     with pytest.raises(ConfigError, match="distractor_head=False"):
@@ -220,7 +222,7 @@ def test_dropout_is_active_in_training_only():
     m, (f1, f2), t = tiny(dropout=0.2), feats(), text()
     m.train()
     a, b = m(f1, f2, t).text, m(f1, f2, t).text
-    assert not torch.allclose(a, b)
+    assert_differ(a, b)
     m.eval()
     assert torch.equal(m(f1, f2, t).text, m(f1, f2, t).text)
 
@@ -270,8 +272,9 @@ def test_decode_step_equals_full_logits_at_every_position():
         plain = m.mlm_logits(m(*visual, torch.cat([ids, torch.full((3, 1), VOCAB.mask_id)], 1), mode="finetune")
                              .text[:, -1])
     assert full.shape == (3, 10, len(VOCAB)) and last.shape == (3, 1, len(VOCAB))
-    assert torch.allclose(steps, full, atol=1e-5)
-    assert torch.allclose(last[:, 0], steps[:, -1], atol=1e-5) and torch.allclose(plain, last[:, 0], atol=1e-5)
+    assert_close(steps, full)
+    assert_close(last[:, 0], steps[:, -1])
+    assert_close(plain, last[:, 0])
 
 
 def test_reorder_state_follows_the_index():
@@ -286,7 +289,7 @@ def test_reorder_state_follows_the_index():
         state = m.reorder_state(state, index)
         got = torch.stack([m.decode_step(state, ids[index, i]) for i in (3, 4)], 1)
         want = m.full_logits(tuple(v[index] for v in visual), ids[index], every_step=True)[:, 3:]
-    assert torch.allclose(got, want, atol=1e-5)
+    assert_close(got, want)
 
 
 def test_beam_search_is_batch_independent():
@@ -378,10 +381,10 @@ def test_every_position_queries_see_what_generation_sees():
     for i in range(1, length):
         prefix = torch.cat([ids[:, :i], torch.full((3, 1), VOCAB.mask_id)], 1)
         ref = m(f1, f2, prefix, mode="finetune").text[:, i]
-        torch.testing.assert_close(out.text[:, i - 1], ref, atol=1e-5, rtol=1e-5, msg=f"position {i}")
+        assert_close(out.text[:, i - 1], ref, what=f"position {i}")
     plain = m.forward_grouped(f1, f2, ids[:, None])
-    torch.testing.assert_close(out.img1, plain.img1)
-    torch.testing.assert_close(out.visual, plain.visual)
+    assert_close(out.img1, plain.img1)
+    assert_close(out.visual, plain.visual)
     # the greedy decoder's first word is the argmax of query 1 (a generation step, not only a forward)
     first = greedy_decode(m, (f1, f2), 2)[:, 0]
     assert torch.equal(first, m.mlm_logits(out.text[:, 0]).argmax(-1))
@@ -402,18 +405,18 @@ def test_attention_probe_is_uniform_by_hand_when_every_query_is_zero_and_leaves_
             blk.attn.qkv.bias[:D].zero_()                  # q = 0: every allowed key scores the same
     got = pcl_attention_on_change(m, f1, f2, t, changed)
     nv = 2 * N + 2
-    assert got["changed_share"] == pytest.approx(2 / nv)
-    assert got["pair"][0]["same_position"] == pytest.approx([1 / nv] * 4)
-    assert got["pair"][0]["same_position_changed"] == pytest.approx([1 / nv] * 4)
+    assert_close(got["changed_share"], 2 / nv, rtol=1e-5)                 # float32 attention, float64 reference
+    assert_close(got["pair"][0]["same_position"], [1 / nv] * 4, rtol=1e-5)
+    assert_close(got["pair"][0]["same_position_changed"], [1 / nv] * 4, rtol=1e-5)
     # query i sees the nv visual keys, the clean non-[PAD] words before it and itself
     real = t[:, 1:] != VOCAB.pad_id
     n_words = (t != VOCAB.pad_id).long()
     vis = torch.stack([nv / (nv + n_words[:, :i + 1].sum(1) + 1) for i in range(t.shape[1] - 1)], 1)
     want = float(vis[real].mean())
     for layer in got["cross"]:
-        assert layer["visual"] == pytest.approx([want] * 4, rel=1e-5)
-        assert layer["changed_of_visual"] == pytest.approx([2 / nv] * 4, rel=1e-5)
-        assert layer["img_of_visual"] == pytest.approx([2 / nv] * 4, rel=1e-5)
+        assert_close(layer["visual"], [want] * 4, rtol=1e-5)
+        assert_close(layer["changed_of_visual"], [2 / nv] * 4, rtol=1e-5)
+        assert_close(layer["img_of_visual"], [2 / nv] * 4, rtol=1e-5)
     # the recording wrapper is gone and the forward is the model's own again
     assert not m.training and all("attend" not in vars(blk.attn) for blk in [*m.single, *m.pair, *m.cross])
     m2 = tiny()
@@ -434,8 +437,8 @@ def test_attention_probe_pair_layer_equals_the_softmax_of_its_own_queries_and_ke
     hook.remove()
     p = ((q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])).softmax(-1)          # [B, h, nv, nv]
     same = torch.stack([p[:, :, N + 2 + i, 1 + i] for i in range(N)], -1)
-    assert got["pair"][0]["same_position"] == pytest.approx(same.mean((0, 2)).tolist(), rel=1e-5)
-    assert got["pair"][0]["same_position_changed"] == pytest.approx(
-        [float(same[:, h][changed].mean()) for h in range(4)], rel=1e-5)
+    assert_close(got["pair"][0]["same_position"], same.mean((0, 2)).tolist(), rtol=1e-5)
+    assert_close(got["pair"][0]["same_position_changed"], [float(same[:, h][changed].mean()) for h in range(4)],
+                 rtol=1e-5)
     for layer in got["cross"]:                             # a random model: proper shares, not a uniform split
         assert all(0 < v < 1 for v in layer["visual"] + layer["changed_of_visual"] + layer["img_of_visual"])
