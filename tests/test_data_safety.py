@@ -30,16 +30,19 @@ def test_written_files_follow_the_umask_not_mkstemps_0600(tmp_path, umask, mode)
 def test_features_out_refuses_another_backbones_store_and_keeps_it(tiny_clevr, tmp_path):
     from idckit.data.features import extract_features
 
+    # the small backbone's store, and the refusal comes before the big one (ResNet-101) is built
     out = tmp_path / "store"
     two = ["images/CLEVR_default_000000.png", "sc_images/CLEVR_semantic_000000.png"]
-    first = extract_features(tiny_clevr, "resnet101", weights="random", images=two, out_dir=out, progress=False)
+    first = extract_features(tiny_clevr, "efficientnet_lite0", weights="random", images=two, out_dir=out,
+                             progress=False)
     digest = {p.name: p.read_bytes() for p in out.iterdir()}
-    with pytest.raises(DatasetError, match="'resnet101', not 'efficientnet_lite0'") as err:
-        extract_features(tiny_clevr, "efficientnet_lite0", weights="random", images=two, out_dir=out, progress=False)
+    with pytest.raises(DatasetError, match="'efficientnet_lite0', not 'resnet101'") as err:
+        extract_features(tiny_clevr, "resnet101", weights="random", images=two, out_dir=out, progress=False)
     assert str(out) in str(err.value) and err.value.fix
     assert {p.name: p.read_bytes() for p in out.iterdir()} == digest
     # the same backbone with the same weights is reused, not re-extracted
-    again = extract_features(tiny_clevr, "resnet101", weights="random", images=two, out_dir=out, progress=False)
+    again = extract_features(tiny_clevr, "efficientnet_lite0", weights="random", images=two, out_dir=out,
+                             progress=False)
     assert again.meta == first.meta and {p.name: p.read_bytes() for p in out.iterdir()} == digest
 
 
@@ -70,6 +73,9 @@ def test_only_the_default_profile_into_reports_touches_the_readme(tmp_path, monk
     monkeypatch.setattr(rp, "reproduce", lambda *a, **kw: [Outcome("t", True, 1.0)])
     calls = []
     monkeypatch.setattr(readme, "update_readme", lambda *a, **kw: calls.append(1))
+    # the default reports/ of a project of its own (the session points IDCKIT_REPORTS_DIR out of the clone)
+    monkeypatch.delenv("IDCKIT_REPORTS_DIR")
+    monkeypatch.setattr(paths, "project_root", lambda: tmp_path)
     argv = ["reproduce", "--profile", profile] + (["--report-dir", str(tmp_path / report_dir)] if report_dir else [])
     assert cli.main(argv) == 0
     assert bool(calls) == touches
@@ -420,12 +426,11 @@ def test_a_store_with_the_users_files_is_refused_and_force_keeps_them(tiny_clevr
     from idckit.errors import DatasetError
 
     store = tmp_path / "store"
-    extract_features(tiny_clevr, "resnet101", weights="random", images=TWO, out_dir=store, progress=False)
+    extract_features(tiny_clevr, weights="random", images=TWO, out_dir=store, progress=False)
     (store / "notes.txt").write_text("mine")
     with pytest.raises(DatasetError, match="notes.txt"):
-        extract_features(tiny_clevr, "resnet101", weights="random", images=TWO[:1], out_dir=store, progress=False)
-    s = extract_features(tiny_clevr, "resnet101", weights="random", images=TWO[:1], out_dir=store, progress=False,
-                         force=True)
+        extract_features(tiny_clevr, weights="random", images=TWO[:1], out_dir=store, progress=False)
+    s = extract_features(tiny_clevr, weights="random", images=TWO[:1], out_dir=store, progress=False, force=True)
     assert s.array.shape[0] == 1 and (store / "notes.txt").read_text() == "mine"
 
 
@@ -495,7 +500,8 @@ def test_readme_with_a_partial_report_set_refuses_and_keeps_every_row(tmp_path, 
 FOREIGN = b"the user's own bytes\x00\xff"
 SMALL = {"clevr-change": ["--pairs", "20", "--size", "64x48"], "spot-the-diff": ["--pairs", "12"],
          "editing-request": ["--pairs", "12"],
-         "birds": ["--pairs", "30", "--size", "48", "--cub-per-class", "2", "--nabirds-per-class", "2"]}
+         "birds": ["--pairs", "30", "--size", "48", "--cub-per-class", "2", "--nabirds-per-class", "2",
+                   "--tree", "2", "2", "2", "2"]}    # 16 species, not the cpu profile's 200: 840 renders fewer
 
 
 def _write_paths(c):
