@@ -9,6 +9,7 @@ write for a dataset pair.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -220,11 +221,9 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
         grid = grid.flatten(2).transpose(1, 2).half().float()              # as stored: float16, row-major
         f1, f2 = grid[0:1], grid[1:2]
         damaged = "pass another run with --model, or train this one again (delete its directory)"
-        try:
-            state = torch.load(run / "best.pt", map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - truncated or foreign files all mean "not this run's weights"
-            raise ConfigError(f"the run's best.pt is not a PyTorch checkpoint ({type(e).__name__})",
-                              path=run / "best.pt", fix=damaged) from e
+        from idckit import checkpoints
+
+        state = checkpoints.load(run / "best.pt", what="run's best.pt", fix=damaged)
         # runs trained before the model section named n_classes and the switches (idckit.models.pcl.SWITCHES) lack
         # them; the default profile's values (the kit's choices) are what those runs were built with
         from idckit.experiments.config import load_config
@@ -234,11 +233,8 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
         model = {**{k: base[k] for k in ("n_classes", *SWITCHES)}, **cfg["model"]}
         pcl = PCL(PCLConfig(vocab_size=len(vocab), feat_dim=grid.shape[2], n_regions=grid.shape[1],
                             max_text_len=cfg["max_len"], **model), vocab)
-        try:
-            pcl.load_state_dict(state)
-        except (RuntimeError, TypeError, AttributeError) as e:
-            raise ConfigError(f"the run's best.pt does not fit its config.json and vocab.json ({str(e)[:200]})",
-                              path=run / "best.pt", fix=damaged) from e
+        # every key and shape of the model its config.json and vocab.json build, and finite values
+        checkpoints.load_into(pcl, state, path=run / "best.pt", what="run's best.pt", fix=damaged)
         pcl.to(dev).eval()
         decode = (lambda v: beam_search(pcl, v, cfg["max_len"] - 1, beam)) if beam > 1 else \
             (lambda v: greedy_decode(pcl, v, cfg["max_len"] - 1))
@@ -247,6 +243,9 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
         if pcl.cfg.distractor_head:
             out = pcl(f1, f2, torch.full((1, 1), vocab.bos_id, device=dev), mode="finetune")
             p = float(pcl.judge_logits(out).softmax(-1)[0, 1])
+            if not math.isfinite(p):     # finite weights can still overflow: never print "nan" as a judgment
+                raise ConfigError(f"the model's change judgment is {p} for this pair, not a probability",
+                                  path=run / "best.pt", fix=damaged)
             changed = p >= 0.5
     return Captioned(caption=text, changed=changed, p_changed=p, run=run, why=why)
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from idckit import fileio
+from idckit import checkpoints, fileio
 from idckit.errors import ConfigError
 
 #: kind -> "module:function" of its converter
@@ -54,17 +54,11 @@ def _counts(factory=None) -> dict:
 
 
 def read_authors_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The file's top-level object, loaded safely (``weights_only``). Clear errors for a missing, truncated or
-    foreign file."""
+    """The file's top-level object, loaded safely through the kit's checkpoint gate (:func:`idckit.checkpoints.load`:
+    ``weights_only``, declared sizes checked first). Clear errors for a missing, truncated or foreign file."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError("the checkpoint does not exist", path=path, fix="pass the .pt file the authors released")
-    try:
-        with torch.serialization.safe_globals([(_counts, "collections.defaultdict"), int]):
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - truncated zips, pickles with code and foreign files alike
-        raise ConfigError(f"not a readable PyTorch checkpoint ({type(e).__name__}: {str(e)[:160]})", path=path,
-                          fix="the file is truncated or not a checkpoint; download it again") from e
+    obj = checkpoints.load(path, fix="pass the .pt file the authors released; if it is truncated, download it again",
+                           safe_globals=[(_counts, "collections.defaultdict"), int])
     if not isinstance(obj, Mapping):
         raise ConfigError(f"the file holds a {type(obj).__name__}, not a state dict", path=path,
                           fix="pass the authors' checkpoint (a state dict, or their {'model_state_dict': ...})")
@@ -118,23 +112,22 @@ def _import_pcl(family: str, checkpoint: Path, out: Path, *, force: bool, vocab:
     if family == "pcl-birds" and judge:
         raise ConfigError("this is a clver/ fine-tuning checkpoint (it has the distractor judge)", path=checkpoint,
                           fix="pass --from idc-pcl")
-    kit_sd, words = convert_state_dict(sd, authors_vocab)
+    _need_settings(kind, n_heads=n_heads, max_len=max_len)
+    try:
+        kit_sd, words = convert_state_dict(sd, authors_vocab)
+    except ConfigError as e:
+        raise ConfigError(str(e).split("\n")[0], path=checkpoint, fix=e.fix) from e
     paper = load_config(family.replace("-", "_"), "paper")
-    sizes = {**paper_config_fields(sd), "vocab_size": len(words), "max_text_len": max_len or paper["max_len"],
+    sizes = {**paper_config_fields(sd), "vocab_size": len(words), "max_text_len": max_len, "n_heads": n_heads,
              "n_regions": n_regions or 49}
-    if n_heads:
-        sizes["n_heads"] = n_heads
     cfg = model_config(f"{family}-paper", **sizes)
-    torch.manual_seed(0)            # keys the checkpoint lacks (a fine-tuning model has no MVCL head) start here
+    torch.manual_seed(0)            # the MVCL head a fine-tuning model lacks starts here (recorded as filled)
     model = PCL(cfg, Vocab(words))
     own = model.state_dict()
-    wrong = [f"{k}: checkpoint {tuple(v.shape)}, model {tuple(own[k].shape)}" for k, v in kit_sd.items()
-             if k in own and own[k].shape != v.shape]
-    unexpected = sorted(set(kit_sd) - set(own))
-    if wrong or unexpected:
-        raise ConfigError("the checkpoint does not fit the model its sizes imply: " + "; ".join(wrong + unexpected)[:400],
-                          path=checkpoint, fix="check --from, and --heads / --max-len if the checkpoint was "
-                                               "trained with other settings than the paper's")
+    mvcl = [k for k in own if k.startswith(("mvcl_head.", "mvcl_bias"))] if "feat_regress.bias" not in sd else []
+    checkpoints.check_state(kit_sd, own, path=checkpoint, allow_missing=mvcl,
+                            fix="pass an unmodified checkpoint of the public code, with the --from kind, --heads "
+                                "and --max-len it was trained with")
     model.load_state_dict(kit_sd, strict=False)
     filled = sorted(set(own) - set(kit_sd))
     dropped = sorted(k for k in sd if not k.startswith(("word_embedding", "img_project", "position_encoding.type_pe",
@@ -156,6 +149,20 @@ def _import_pcl(family: str, checkpoint: Path, out: Path, *, force: bool, vocab:
         fileio.write_json(tmp / "config.json", config, indent=1)
         fileio.write_json(tmp / "import.json", summary, indent=1)
     return {**summary, "out": str(out)}
+
+
+def _need_settings(kind: str, *, n_heads: int | None, max_len: int | None) -> None:
+    """Heads and the caption length are not in any checkpoint's weights, and another value is another function
+    (other logits, other captions): the user says them, the kit never assumes the paper's."""
+    missing = [flag for flag, value in (("--heads", n_heads), ("--max-len", max_len)) if value is None]
+    if missing:
+        raise ConfigError(f"--from {kind} needs {' and '.join(missing)}: the attention heads and the caption length "
+                          "are not in the checkpoint's weights, and other values compute another function",
+                          fix="pass the values the checkpoint was trained with (the authors' released checkpoints: "
+                              "their configuration's num_heads / max_len)")
+    for flag, value in (("--heads", n_heads), ("--max-len", max_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{flag} must be a positive integer, got {value!r}", fix=f"pass {flag} N")
 
 
 def _read_vocab(path: Path) -> dict[str, int]:

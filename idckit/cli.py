@@ -474,8 +474,10 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("checkpoint", type=Path, help="the authors' checkpoint file")
     ic.add_argument("--out", type=Path, required=True, help="the run directory to write, e.g. runs/idc-pcl-clevr")
     ic.add_argument("--vocab", type=Path, default=None, help="IDC-PCL: the authors' dict.json the checkpoint used")
-    ic.add_argument("--max-len", type=int, default=None, help="IDC-PCL: caption length (default: the paper's)")
-    ic.add_argument("--heads", type=int, default=None, help="IDC-PCL: attention heads (default: the paper's 8)")
+    ic.add_argument("--max-len", type=int, default=None,
+                    help="IDC-PCL and clip4idc-caption: the caption length it was trained with (required)")
+    ic.add_argument("--heads", type=int, default=None,
+                    help="IDC-PCL and clip4idc-caption: its attention heads (required: not in the weights)")
     ic.add_argument("--force", action="store_true", help="write beside files in --out the kit did not write")
     ic.set_defaults(func=cmd_import_checkpoint)
 

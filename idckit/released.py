@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from idckit import fileio
+from idckit import checkpoints, fileio
 from idckit.errors import ConfigError
 
 #: the variant column of every released row
@@ -67,10 +67,26 @@ def imported_run(checkpoint: str | Path, kind: str, runs_dir: Path, *, vocab: st
                                   "import-checkpoint --from idc-pcl CKPT --vocab dict.json --out runs/NAME, and "
                                   "pass runs/NAME")
         options["vocab"] = vocab
+    options.update(_released_settings(kind))
     out = runs_dir / f"imported-{kind}-{fileio.sha256(path)[:12]}"
     if not (out / "import.json").is_file():
         import_checkpoint(kind, path, out, **options)
     return out
+
+
+def _released_settings(kind: str) -> dict[str, int]:
+    """The heads and caption length of the authors' released files, which their weights do not record: the values
+    of the authors' configurations the files were trained with (the kit's ``paper`` profile holds them). Only the
+    released files are imported with them; ``idckit import-checkpoint`` asks for both."""
+    from idckit.experiments.config import load_config, model_config
+
+    if kind == "idc-pcl":
+        paper = load_config("pcl", "paper")
+        return {"n_heads": paper["model"]["n_heads"], "max_len": paper["max_len"]}
+    if kind == "clip4idc-caption":
+        cfg = model_config("clip4idc-paper")
+        return {"n_heads": cfg.heads, "max_len": cfg.max_len}
+    return {}
 
 
 def _scored(runs_dir: Path, kind: str, config: Mapping[str, Any], score: Callable[[Path], dict[str, Any]],
@@ -139,8 +155,13 @@ def _pcl_model(s, imported: Path):
 
     cfg = json.loads((imported / "config.json").read_text(encoding="utf-8"))
     vocab = Vocab.load(imported / "vocab.json")
-    state = torch.load(imported / "best.pt", map_location="cpu", weights_only=True)
+    damaged = f"import the checkpoint again (delete {imported} and rerun)"
+    state = checkpoints.load(imported / "best.pt", fix=damaged)
     data = pcl.loaded_data(s)
+    if not isinstance(state, dict) or not isinstance(state.get("project.weight"), torch.Tensor) \
+            or state["project.weight"].ndim != 2:
+        raise ConfigError("the imported run's best.pt is not an IDC-PCL state dict", path=imported / "best.pt",
+                          fix=damaged)
     want = state["project.weight"].shape[1]
     if want != data.feat_dim:
         raise ConfigError(f"the checkpoint reads {want}-d region features ({cfg.get('features')}), this setup's "
@@ -148,7 +169,7 @@ def _pcl_model(s, imported: Path):
                           fix="score it at PROFILE=paper (ResNet-101 features, backbone=resnet101)")
     model = PCL(PCLConfig(vocab_size=len(vocab), feat_dim=data.feat_dim, n_regions=data.features.shape[1],
                           max_text_len=cfg["max_len"], **cfg["model"]), vocab)
-    model.load_state_dict(state)
+    checkpoints.load_into(model, state, path=imported / "best.pt", fix=damaged)
     # the test pairs are the setup's; only the words and the caption length are the checkpoint's
     return model.to(resolve(s.device)).eval(), dataclasses.replace(data, vocab=vocab, max_len=cfg["max_len"])
 

@@ -101,7 +101,8 @@ def test_fp16_pretraining_checkpoint_with_its_pickled_counts_loads_safely(tmp_pa
 
 def test_a_birds_checkpoint_keeps_its_nabirds_heads(tmp_path):
     rec, ckpt, vocab = authors_files(tmp_path, "bird_pretrain", pretraining=True)
-    done = import_checkpoint("idc-pcl-birds", ckpt, tmp_path / "run", vocab=vocab, n_heads=rec["sizes"]["heads"])
+    done = import_checkpoint("idc-pcl-birds", ckpt, tmp_path / "run", vocab=vocab, n_heads=rec["sizes"]["heads"],
+                             max_len=rec["sizes"]["max_len"])
     model = load_run(tmp_path / "run", rec["sizes"]["feat"], rec["sizes"]["regions"])
     assert model.cfg.n_classes == 555 and done["kind"] == "idc-pcl-birds"
     with torch.no_grad():
@@ -111,7 +112,7 @@ def test_a_birds_checkpoint_keeps_its_nabirds_heads(tmp_path):
 
 def test_errors_name_the_problem_and_the_fix(tmp_path, capsys):
     rec, ckpt, vocab = authors_files(tmp_path, "clver_finetune")
-    opts = dict(vocab=vocab, n_heads=rec["sizes"]["heads"])
+    opts = dict(vocab=vocab, n_heads=rec["sizes"]["heads"], max_len=rec["max_len"])
     with pytest.raises(ConfigError, match="(?s)unknown checkpoint kind 'idc'.*idc-pcl"):
         import_checkpoint("idc", ckpt, tmp_path / "a", **opts)
     assert main(["import-checkpoint", "--from", "nope", str(ckpt), "--out", str(tmp_path / "a")]) == 2

@@ -329,7 +329,7 @@ def test_import_checkpoint_writes_a_caption_run_that_computes_their_function(tmp
     heads = rec["meta"]["decoder_config"]["num_attention_heads"]
     out = tmp_path / "runs" / "clip4idc-released"
     assert main(["import-checkpoint", "--from", "clip4idc-caption", str(ckpt), "--out", str(out),
-                 "--heads", str(heads)]) == 0
+                 "--heads", str(heads), "--max-len", str(parity.MAX_WORDS)]) == 0
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(parity.RUN_FILES)
     record = json.loads((out / "import.json").read_text())
     assert record["precision"] == "fp16 tensors upcast to fp32" and record["n_intra"] == 3

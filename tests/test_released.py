@@ -159,7 +159,8 @@ def test_released_checkpoint_errors_name_the_fix(pcl_smoke, tmp_path):
     (tmp_path / "dict.json").write_text(json.dumps(rec["vocab"]))
     from idckit.checkpoint_import import import_checkpoint
 
-    import_checkpoint("idc-pcl", tmp_path / "tiny.pt", tmp_path / "tiny", vocab=tmp_path / "dict.json")
+    import_checkpoint("idc-pcl", tmp_path / "tiny.pt", tmp_path / "tiny", vocab=tmp_path / "dict.json",
+                      n_heads=rec["sizes"]["heads"], max_len=rec["max_len"])
     with pytest.raises(ConfigError, match=r"(?s)reads 12-d region features .*PROFILE=paper"):
         released.pcl_rows(s, tmp_path / "tiny")
     import_checkpoint("clip4idc-adapt", _clip_file(tmp_path, "adapt"), tmp_path / "clip")
@@ -202,7 +203,7 @@ def test_a_released_clip4idc_caption_checkpoint_is_a_scored_side_row(clip_smoke)
     s, base = clip_smoke
     heads = recording("clip4idc_caption")["meta"]["decoder_config"]["num_attention_heads"]
     run = base / "imported-caption"
-    import_checkpoint("clip4idc-caption", _clip_file(base, "caption"), run, n_heads=heads)
+    import_checkpoint("clip4idc-caption", _clip_file(base, "caption"), run, n_heads=heads, max_len=32)
     (row,) = released.clip4idc_caption_rows(s, run)
     assert row["model"] == released.MODEL and row["seed"] is None and finite(row)
     assert row["test_pairs"] == len(s.data.dataset().pairs("test", check_images=False))

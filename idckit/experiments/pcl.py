@@ -194,16 +194,17 @@ def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
         raise DatasetError("this run was trained on another vocabulary than this data's", path=run_dir,
                            fix="set up with the run's data root and train_fraction (see its config.json)")
     model = PCL(model_config(data, json.loads(cfg_path.read_text())["model"]), data.vocab)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - truncated or foreign files all mean "not this run's weights"
-        raise DatasetError(f"{files[checkpoint]} is not a PyTorch checkpoint ({type(e).__name__})", path=path,
-                           fix="train the run again (delete its directory), or load the other checkpoint") from e
+    from idckit import checkpoints
+
+    fix = "train the run again (delete its directory), or load the other checkpoint"
+    state = checkpoints.load(path, what=f"run's {files[checkpoint]}", fix=fix, error=DatasetError)
     if checkpoint == "last":
-        model.load_state_dict(state["model"])
+        if not isinstance(state, dict) or not isinstance(state.get("loop"), dict) or "step" not in state["loop"]:
+            raise DatasetError("the run's last.pt is not a resumable checkpoint", path=path, fix=fix)
+        checkpoints.load_into(model, state.get("model"), path=path, what="run's last.pt", fix=fix, error=DatasetError)
         step = state["loop"]["step"]
     else:
-        model.load_state_dict(state)
+        checkpoints.load_into(model, state, path=path, what="run's best.pt", fix=fix, error=DatasetError)
         metrics = run_dir / "metrics.json"
         step = json.loads(metrics.read_text()).get("best_step") if metrics.is_file() else None
     from idckit.device import resolve

@@ -27,15 +27,12 @@ def _load_state_dict(path: str | Path, backbone: str) -> dict:
     """A state dict from a local file, or the kit's error naming the file (never a raw unpickler traceback)."""
     import torch
 
+    from idckit import checkpoints
+
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file() and not path.is_dir():
         raise WeightsUnavailableError("weights file not found", path=path, fix=_WEIGHTS_FIX[backbone])
-    try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - truncated zip, pickle junk, text: all mean "not a state dict"
-        raise WeightsUnavailableError(f"weights file is not a PyTorch state dict ({type(e).__name__}: "
-                                      f"{str(e).splitlines()[0][:200] if str(e) else ''})", path=path,
-                                      fix=_WEIGHTS_FIX[backbone]) from e
+    sd = checkpoints.load(path, what="weights file", fix=_WEIGHTS_FIX[backbone], error=WeightsUnavailableError)
     if not isinstance(sd, dict) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
         raise WeightsUnavailableError("weights file holds no state dict (a non-empty mapping of names to tensors)",
                                       path=path, fix=_WEIGHTS_FIX[backbone])
@@ -64,7 +61,10 @@ def _efficientnet_lite0(weights: str | None):
     if len(sd) != len(own) or any(a.shape != b.shape for a, b in zip(sd.values(), own.values())):
         raise WeightsUnavailableError("weights file does not match timm's efficientnet_lite0", path=weights,
                                       fix=_WEIGHTS_FIX["efficientnet_lite0"])
-    model.load_state_dict(dict(zip(own, sd.values())))
+    from idckit import checkpoints
+
+    checkpoints.load_into(model, dict(zip(own, sd.values())), path=weights, what="weights file",
+                          fix=_WEIGHTS_FIX["efficientnet_lite0"], error=WeightsUnavailableError)
     return model.eval(), lambda x: model.forward_features(x), label
 
 
@@ -78,11 +78,11 @@ def _resnet101(weights: str | None):
     if weights == "random":
         label = "random (untrained; for tests only)"
     elif weights and Path(weights).is_file():
-        try:
-            model.load_state_dict(_load_state_dict(weights, "resnet101"))
-        except RuntimeError as e:  # missing, unexpected or mis-shaped keys
-            raise WeightsUnavailableError(f"weights file does not match torchvision's resnet101: {str(e)[:300]}",
-                                          path=weights, fix=_WEIGHTS_FIX["resnet101"]) from e
+        from idckit import checkpoints
+
+        checkpoints.load_into(model, _load_state_dict(weights, "resnet101"), path=weights,
+                              what="weights file (torchvision's resnet101)", fix=_WEIGHTS_FIX["resnet101"],
+                              error=WeightsUnavailableError)
         label = f"local file {weights}"
     elif weights in (None, "IMAGENET1K_V1", "imagenet"):
         if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("IDCKIT_OFFLINE") == "1":

@@ -189,7 +189,7 @@ def convert_captioner(state: Mapping[str, Any], max_len: int) -> dict[str, torch
     kit's :class:`~idckit.models.clip4idc.CLIP4IDCCaptioner` keys, for captions of ``max_len`` tokens. Their
     decoder's word embedding and output matrix are CLIP's token embedding, its position embedding CLIP's text
     position embedding (first ``max_len`` rows kept); CLIP's text tower is not part of the kit's captioner."""
-    s = _float32(state)
+    s = _Used(_float32(state))
     out = _pair_encoder_keys(s)
     words = s.get("clip.token_embedding.weight", s.get("decoder.embeddings.word_embeddings.weight"))
     positions = s.get("clip.positional_embedding", s.get("decoder.embeddings.position_embeddings.weight"))
@@ -219,7 +219,30 @@ def convert_captioner(state: Mapping[str, Any], max_len: int) -> dict[str, torch
             for a, b in _FFN.items():
                 for p in ("weight", "bias"):
                     out[f"{stack}.{i}.ffn.{a}.{p}"] = s[f"{theirs}{b}.{p}"]
+    # a decoder key the kit has no place for (a layer the counts above skipped, a module it does not know) would
+    # leave it computing another function; CLIP's text tower and the decoder's copies of CLIP's tables are unused
+    left = sorted(k for k in s if k.startswith("decoder.") and k not in s.used and k not in _TIED)
+    if left:
+        raise KeyError(f"decoder keys the kit's captioner has no place for: {', '.join(left[:4])}"
+                       + (f", ... ({len(left)} in all)" if len(left) > 4 else ""))
     return out
+
+
+class _Used(dict):
+    """A state dict that records which keys were read (``used``), so a conversion's leftovers can be refused."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.used: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.used.add(key)
+        return super().__getitem__(key)
+
+
+#: their decoder's copies of CLIP's token table, position table and output matrix (tied in their model)
+_TIED = ("decoder.embeddings.word_embeddings.weight", "decoder.embeddings.position_embeddings.weight",
+         "decoder.classifier.cls.predictions.decoder.weight")
 
 
 def captioner_sizes(state: Mapping[str, Any]) -> dict[str, int]:
@@ -236,15 +259,12 @@ def read_checkpoint(path: str | Path, upcast: bool = True) -> dict[str, torch.Te
     wrapper is unwrapped. Clear errors for a missing, truncated or foreign file."""
     from idckit.errors import ConfigError
 
+    from idckit import checkpoints
+
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError("the checkpoint does not exist", path=path,
-                          fix="pass the file their training wrote (pytorch_model.bin.<epoch>)")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - truncated zips, pickles with code and foreign files alike
-        raise ConfigError(f"not a readable PyTorch state dict ({type(e).__name__}: {str(e)[:160]})", path=path,
-                          fix="the file is truncated or not a checkpoint; download it again") from e
+    state = checkpoints.load(path, what="state dict",
+                             fix="pass the file their training wrote (pytorch_model.bin.<epoch>); if it is truncated, "
+                                 "download it again")
     if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not any(isinstance(v, torch.Tensor) for v in state.values()):
@@ -270,7 +290,7 @@ def retrieval_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | 
     with _as_config_error("clip4idc-adapt", path):
         n_intra = default_n_intra(state) if n_intra is None else n_intra
         model = CLIP4IDCRetrieval(clip_from_authors_state(state), n_intra=n_intra)
-        model.load_state_dict(convert_retrieval(state), strict=True)
+        _load_exactly(model, convert_retrieval(state), path, "clip4idc-adapt")
     return model.eval()
 
 
@@ -292,9 +312,19 @@ def captioner_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | 
         if max_len is not None:
             fields["max_len"] = max_len
         cfg = model_config(f"clip4idc-{profile}", **fields)
+        converted = convert_captioner(state, cfg.max_len)      # a key it has no place for: said before any build
         model = CLIP4IDCCaptioner(clip_from_authors_state(state), cfg)
-        model.load_state_dict(convert_captioner(state, cfg.max_len), strict=True)
+        _load_exactly(model, converted, path, "clip4idc-caption")
     return model.eval()
+
+
+def _load_exactly(model: torch.nn.Module, converted: Mapping[str, torch.Tensor], path: str | Path | None,
+                  kind: str) -> None:
+    """Every key, every shape, finite values (:func:`idckit.checkpoints.load_into`), or the kit's error."""
+    from idckit import checkpoints
+
+    checkpoints.load_into(model, converted, path=path, what=f"{kind} checkpoint",
+                          fix=f"pass an unmodified checkpoint of the public CLIP4IDC code of the --from {kind} stage")
 
 
 @contextlib.contextmanager
@@ -356,12 +386,31 @@ def _import(kind: str, checkpoint: Path, out: Path, *, force: bool, n_intra: int
     half = any(isinstance(v, torch.Tensor) and v.dtype == torch.float16 for v in raw.values())
     state = _float32(raw)
     del raw
+    caption_stage = any(k.startswith("decoder.") for k in state)
+    if kind == "clip4idc-adapt" and caption_stage:
+        raise ConfigError("this is a caption-stage checkpoint (it has the caption decoder's decoder.* weights), not an "
+                          "adaptation one", path=checkpoint, fix="import it with --from clip4idc-caption")
+    from idckit import checkpoints
+
+    bad = checkpoints.non_finite(state)     # any tensor, the text tower the caption stage drops too
+    if bad:
+        raise ConfigError(f"the checkpoint has tensors holding NaN or Inf: {checkpoints.listed(bad)}",
+                          path=checkpoint, fix="pass a checkpoint of a training run that did not diverge")
+    foreign = sorted(k for k in state if not k.startswith(("clip.", "decoder.")))
+    if foreign:
+        raise ConfigError(f"keys no CLIP4IDC model has: {', '.join(foreign[:4])}"
+                          + (f", ... ({len(foreign)} in all)" if len(foreign) > 4 else ""), path=checkpoint,
+                          fix="pass an unmodified checkpoint of the public CLIP4IDC code")
+    if kind == "clip4idc-caption" and caption_stage:
+        from idckit.checkpoint_import import _need_settings
+
+        _need_settings(kind, n_heads=n_heads, max_len=max_len)
     with _as_config_error(kind, checkpoint):
         sizes = clip_sizes(state)
     if kind == "clip4idc-adapt":
         model = retrieval_from_checkpoint(state, n_intra, path=checkpoint)
         config: dict[str, Any] = {"kind": kind, "n_intra": model.pair_encoder.n_intra}
-        dropped = [k for k in state if not k.startswith("clip.")]
+        dropped: list[str] = []
     else:
         model = captioner_from_checkpoint(state, n_intra, heads=n_heads, max_len=max_len, path=checkpoint)
         cfg = dataclasses.asdict(model.cfg)
@@ -400,7 +449,11 @@ def load_imported(run: str | Path):
         model = CLIP4IDCRetrieval(clip, n_intra=config["n_intra"])
     else:
         model = CLIP4IDCCaptioner(clip, CaptionerConfig(**config["captioner"], max_len=config["max_len"]))
-    model.load_state_dict(torch.load(run / "best.pt", map_location="cpu", weights_only=True), strict=True)
+    from idckit import checkpoints
+
+    damaged = "import the checkpoint again (idckit import-checkpoint ... --out DIR --force)"
+    state = checkpoints.load(run / "best.pt", fix=damaged)
+    checkpoints.load_into(model, state, path=run / "best.pt", fix=damaged)
     return model.eval()
 
 

@@ -90,7 +90,7 @@ def convert_state_dict(authors_sd: Mapping[str, torch.Tensor], authors_vocab: Ma
     in float32. Keys the authors' model lacks (the fine-tuning model has no MVCL head) are absent here too.
     Dropped: the positional buffer (recomputed), the pre-training ITM ``pooler`` ([3d -> 2], unused by the paper's
     tasks), ``aligner`` of a pre-training model (the same)."""
-    sd = {k.removeprefix("module."): v.float() if v.is_floating_point() else v for k, v in authors_sd.items()}
+    sd = _Used({k.removeprefix("module."): v.float() if v.is_floating_point() else v for k, v in authors_sd.items()})
     if "word_embedding.weight" not in sd:
         raise ConfigError("not an IDC-PCL state_dict: no 'word_embedding.weight'",
                           fix="pass the authors' checkpoint of clver/ or bird/ (model_state_dict)")
@@ -108,6 +108,7 @@ def convert_state_dict(authors_sd: Mapping[str, torch.Tensor], authors_vocab: Ma
     out.update(_blocks(sd, "single_img_encoder", "single"))
     out.update(_blocks(sd, "double_img_encoder", "pair"))
     out.update(_blocks(sd, "encoder", "cross"))
+    sd.used.add("feat_regress.weight")            # tied to the visual projection: the kit has no copy of it
     if "feat_regress.bias" in sd:
         out.update({"mvcl_head.0.weight": sd["feat_regress.net.0.weight"], "mvcl_head.0.bias": sd["feat_regress.net.0.bias"],
                     "mvcl_head.2.weight": sd["feat_regress.net.2.a_2"], "mvcl_head.2.bias": sd["feat_regress.net.2.b_2"],
@@ -117,7 +118,31 @@ def convert_state_dict(authors_sd: Mapping[str, torch.Tensor], authors_vocab: Ma
     if "classifier.0.weight" in sd:                                              # bird/: NABirds heads
         out["classifier.weight"], out["classifier.bias"] = sd["classifier.0.weight"], sd["classifier.0.bias"]
         out["matcher.weight"], out["matcher.bias"] = sd["aligner.0.weight"], sd["aligner.0.bias"]
+    # what the paper's tasks never read (the positional buffer the kit recomputes, a pre-training model's ITM pooler
+    # and aligner) is dropped; any other key left over (a layer more than the blocks hold, a module the kit does not
+    # know) would leave the kit computing another function, so it is refused
+    left = sorted(k for k in sd if k not in sd.used and k != "position_encoding.pe"
+                  and not k.startswith(("pooler.", "aligner.")))
+    if left:
+        shown = ", ".join(left[:4]) + (f", ... ({len(left)} in all)" if len(left) > 4 else "")
+        raise ConfigError(f"the checkpoint has keys the model has no place for: {shown}",
+                          fix="pass an unmodified checkpoint of the public clver/ or bird/ code")
     return out, words
+
+
+class _Used(dict):
+    """A state dict that records which keys were read (``used``): what a conversion left over is refused."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.used: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self:
+            raise ConfigError(f"the checkpoint lacks {key!r}, which its other keys imply",
+                              fix="pass an unmodified checkpoint of the public clver/ or bird/ code")
+        self.used.add(key)
+        return super().__getitem__(key)
 
 
 def paper_config_fields(authors_sd: Mapping[str, torch.Tensor]) -> dict[str, Any]:

@@ -424,11 +424,16 @@ class CaptionTask:
         out_ids = self.data.caption_ids() if self.trim_vocab else None
         model = CLIP4IDCCaptioner(clip, self.cfg, output_ids=out_ids)
         if self.init_from is not None:
-            state = torch.load(self.init_from, map_location="cpu", weights_only=True)
-            encoder = {k[len("pair_encoder."):]: v for k, v in state.items() if k.startswith("pair_encoder.")}
+            from idckit import checkpoints
+
+            fix = "pass the best.pt of an adaptation run (or of idckit import-checkpoint --from clip4idc-adapt)"
+            state = checkpoints.load(self.init_from, what="init_from checkpoint", fix=fix)
+            encoder = {k[len("pair_encoder."):]: v for k, v in state.items() if k.startswith("pair_encoder.")} \
+                if isinstance(state, dict) else {}
             if not encoder:
-                raise ConfigError("the adaptation checkpoint has no pair_encoder weights", path=self.init_from)
-            model.pair_encoder.load_state_dict(encoder)
+                raise ConfigError("the adaptation checkpoint has no pair_encoder weights", path=self.init_from, fix=fix)
+            checkpoints.load_into(model.pair_encoder, encoder, path=self.init_from, what="init_from checkpoint",
+                                  fix=fix)
         return model
 
     def param_groups(self, model: CLIP4IDCCaptioner) -> list[dict[str, Any]]:

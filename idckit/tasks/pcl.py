@@ -60,7 +60,17 @@ class _PCLTask:
     def build_model(self) -> PCL:
         model = PCL(model_config(self.data, self.model_settings), self.data.vocab)
         if self.init_from is not None:
-            state = torch.load(self.init_from, map_location="cpu", weights_only=True)
+            from idckit import checkpoints
+
+            state = checkpoints.load(self.init_from, what="init_from checkpoint",
+                                     fix="pass the best.pt or last.pt of a finished pre-training run as init_from")
+            # a pre-training model's other heads may differ (load_pretrained reports them); NaN or Inf, a number
+            # where a float belongs, or no state dict at all may not
+            bad = [p for p in checkpoints.problems(state, model.state_dict(), allow_missing=model.state_dict())
+                   if not p.startswith(("keys the model does not have", "shapes that do not fit"))]
+            if bad:
+                raise ConfigError(f"the init_from checkpoint cannot start this model: {'; '.join(bad)}",
+                                  path=self.init_from, fix="pass the best.pt of a pre-training run of this data")
             model.load_pretrained(state)
         return model
 

@@ -162,9 +162,42 @@ def _optimizer(cfg: TrainConfig, groups: list[dict[str, Any]]) -> torch.optim.Op
     raise ConfigError(f"unknown optimizer {cfg.optimizer!r}; known: adam, adamw")
 
 
-def _load(path: Path) -> dict[str, Any]:
-    # checkpoints hold CPU tensors; map_location also reads files that other tools wrote from a GPU
-    return torch.load(path, map_location="cpu", weights_only=True)
+def _load(path: Path, fix: str) -> Any:
+    # through the kit's one checkpoint gate: weights_only, declared sizes checked, the file named in any error
+    from idckit import checkpoints
+
+    return checkpoints.load(path, what=f"run's {path.name}", fix=fix)
+
+
+def _redo(run_dir: Path) -> str:
+    return f"delete the run directory {run_dir} to train the run again"
+
+
+def _resume_state(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+                  scaler: Any) -> dict[str, Any]:
+    """``last.pt`` loaded into the model, optimizer, scheduler and scaler, or one error naming the file: a truncated,
+    foreign or hand-edited file never resumes half a run."""
+    from idckit import checkpoints
+
+    fix = (f"delete {ckpt} to restart the run from its first step (the run's best.pt is not resumable), or delete "
+           "the run directory")
+    state = _load(ckpt, fix)
+    keys = ("model", "optimizer", "scheduler", "loop", "rng")
+    if not isinstance(state, dict) or any(k not in state for k in keys) or not isinstance(state["loop"], dict) \
+            or "step" not in state["loop"]:
+        raise ConfigError(f"the run's last.pt is not a resumable checkpoint (it needs {', '.join(keys)})", path=ckpt,
+                          fix=fix)
+    checkpoints.check_state(state["model"], model.state_dict(), path=ckpt, what="run's last.pt", fix=fix)
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])     # moves the moments to the parameters' device
+        scheduler.load_state_dict(state["scheduler"])
+        if "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"the run's last.pt does not fit this run's model and optimizer ({type(e).__name__}: "
+                          f"{str(e)[:160]})", path=ckpt, fix=fix) from e
+    return state
 
 
 def _seed(seed: int) -> None:
@@ -180,8 +213,11 @@ def rank_seed(seed: int, rank: int) -> int:
 
 def load_best(task: Task, run_dir: str | Path, device: str | torch.device | None = "cpu") -> torch.nn.Module:
     """The selected weights of a finished (or interrupted) run, in a freshly built model on ``device``, eval mode."""
-    model = task.build_model()
-    model.load_state_dict(_load(Path(run_dir) / "best.pt"))
+    from idckit import checkpoints
+
+    model, path = task.build_model(), Path(run_dir) / "best.pt"
+    checkpoints.load_into(model, _load(path, _redo(Path(run_dir))), path=path, what="run's best.pt",
+                          fix=_redo(Path(run_dir)))
     return model.to(devices.resolve(device)).eval()
 
 
@@ -238,12 +274,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
          "bad_evals": 0, "elapsed": 0.0}
     ckpt = run_dir / "last.pt"
     if ckpt.is_file():
-        state = _load(ckpt)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])     # moves the moments to the parameters' device
-        scheduler.load_state_dict(state["scheduler"])
-        if "scaler" in state:
-            scaler.load_state_dict(state["scaler"])
+        state = _resume_state(ckpt, model, optimizer, scheduler, scaler)
         s = state["loop"]
         per_rank = state.get("rng_ranks")
         if world > 1 and per_rank is not None and len(per_rank) == world:
