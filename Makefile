@@ -1,10 +1,11 @@
 # idckit: every set-up step lives here, so a fresh clone needs only `make reproduce` or `make test`.
 # Both are idempotent: the venv is rebuilt only when pyproject.toml changes, finished runs are cached.
-SHELL := /bin/bash
+# The kit's own names are fixed (`override`): no command line or environment turns them into other shell text.
+override SHELL := /bin/bash
+override VENV  := .venv
+override PY    := $(VENV)/bin/python
+override STAMP := $(VENV)/.idckit-installed
 PYTHON ?= python3.11
-VENV   := .venv
-PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.idckit-installed
 PROFILE ?= cpu
 # One root per dataset (idckit/manifest.py); unset: that dataset's synthetic set. A notebook gets the roots it reads.
 CLEVR_ROOT ?=
@@ -29,12 +30,24 @@ NPROC ?= 1
 JOBS ?=
 # TEST_WORKERS: `make test`'s pytest-xdist processes, one torch thread each (tests/conftest.py); 0: one process.
 TEST_WORKERS ?= 2
+# The GPU check's output folder and interpreter (see gpu-check below).
+GPU_CHECK_OUT ?= gpu_check
+GPU_CHECK_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+
+# A value a user sets, on the command line or in the environment, is text: taken as given (never expanded as make
+# code, so `$(shell ...)` in it does nothing) and handed to the recipes in their environment, where they read it
+# quoted ("$$CLEVR_ROOT"). No value is ever part of the shell text a recipe runs.
+override USER_VARIABLES := PYTHON PROFILE CLEVR_ROOT SPOT_ROOT IER_ROOT BIRDS_ROOT PCL_CKPT CLIP4IDC_CKPT \
+  CLIP4IDC_ADAPT_CKPT NOTEBOOKS DEVICE NPROC JOBS TEST_WORKERS GPU_CHECK_OUT GPU_CHECK_PY
+$(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
+  $(eval override $(v) := $$(value $(v)))))
+export $(USER_VARIABLES)
 export PYTHONHASHSEED = 0
 
 .PHONY: help setup reproduce test lab bench doctor gpu-check clean-reports check-java chromium screenshots
 
 help:
-	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$(PROFILE); smoke|cpu|paper;"
+	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$$PROFILE; smoke|cpu|paper;"
 	@echo "                 DEVICE=auto|cpu|cuda:N; NPROC=N trains on N GPUs with torchrun first;"
 	@echo "                 JOBS=N notebooks at once (default: runtime.json's reproduce_jobs);"
 	@echo "                 CLEVR_ROOT= SPOT_ROOT= IER_ROOT= BIRDS_ROOT= real datasets (unset: synthetic)"
@@ -43,7 +56,7 @@ help:
 	@echo "                 profiles other than cpu write to reports/<profile>/ and leave the README's table alone)"
 	@echo "make doctor      devices, bf16, Java, weights and datasets this machine has"
 	@echo "make gpu-check   minutes on one GPU: CPU=GPU equality, resume, torchrun, paper-size speed -> gpu_check/"
-	@echo "make test        set up .venv and run the test suite (TEST_WORKERS=$(TEST_WORKERS) processes)"
+	@echo "make test        set up .venv and run the test suite (TEST_WORKERS=$$TEST_WORKERS processes)"
 	@echo "make lab         open JupyterLab with the idckit kernel"
 	@echo "make bench       run the benchmarks in bench/"
 
@@ -53,8 +66,8 @@ check-java:
 	  echo "        fix: sudo apt-get install -y default-jre-headless   (or any Java >= 8 on PATH)"; exit 1; }
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "idckit: $(PYTHON) not found; install Python 3.11 or pass PYTHON=/path/to/python3.11"; exit 1; }
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@command -v "$$PYTHON" >/dev/null 2>&1 || { echo "idckit: $$PYTHON not found; install Python 3.11 or pass PYTHON=/path/to/python3.11"; exit 1; }
+	test -x $(PY) || "$$PYTHON" -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch/torchvision are pinned in pyproject.toml to the wheels this machine has on disk.
 	$(PY) -m pip install --quiet -e .
@@ -77,36 +90,36 @@ chromium:
 
 setup: check-java chromium $(STAMP)
 
-ROOT_ARGS = $(if $(CLEVR_ROOT),--clevr-root $(CLEVR_ROOT)) $(if $(SPOT_ROOT),--spot-root $(SPOT_ROOT)) \
-            $(if $(IER_ROOT),--ier-root $(IER_ROOT)) $(if $(BIRDS_ROOT),--birds-root $(BIRDS_ROOT))
-RELEASED_ARGS = $(if $(PCL_CKPT),--released-checkpoint $(PCL_CKPT)) \
-                $(if $(CLIP4IDC_CKPT),--released-caption-checkpoint $(CLIP4IDC_CKPT)) \
-                $(if $(CLIP4IDC_ADAPT_CKPT),--released-adapt-checkpoint $(CLIP4IDC_ADAPT_CKPT))
-TRAIN_ARGS = --profile $(PROFILE) $(ROOT_ARGS) $(if $(DEVICE),--device $(DEVICE))
+# Options for the set variables; each value is read from the recipe's environment, quoted.
+override ROOT_ARGS = $(if $(CLEVR_ROOT),--clevr-root "$$CLEVR_ROOT") $(if $(SPOT_ROOT),--spot-root "$$SPOT_ROOT") \
+  $(if $(IER_ROOT),--ier-root "$$IER_ROOT") $(if $(BIRDS_ROOT),--birds-root "$$BIRDS_ROOT")
+override RELEASED_ARGS = $(if $(PCL_CKPT),--released-checkpoint "$$PCL_CKPT") \
+  $(if $(CLIP4IDC_CKPT),--released-caption-checkpoint "$$CLIP4IDC_CKPT") \
+  $(if $(CLIP4IDC_ADAPT_CKPT),--released-adapt-checkpoint "$$CLIP4IDC_ADAPT_CKPT")
+override TRAIN_ARGS = --profile "$$PROFILE" $(ROOT_ARGS) $(if $(DEVICE),--device "$$DEVICE")
 # the experiment families of the table manifest (read when a target needs them, after setup)
-FAMILIES = $(shell $(PY) -c "from idckit.manifest import FAMILIES; print(*FAMILIES)")
+override FAMILIES = $(shell $(PY) -c "from idckit.manifest import FAMILIES; print(*FAMILIES)")
 
+# NOTEBOOKS is a list of names: split at blanks, never globbed (set -f) or run.
 reproduce: setup
 ifneq ($(NPROC),1)
-	for f in $(FAMILIES); do $(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train $$f $(TRAIN_ARGS) || exit 1; done
-	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m idckit.cli train clip4idc $(TRAIN_ARGS) --variants clip4idc --seeds 1 2
+	for f in $(FAMILIES); do $(VENV)/bin/torchrun --standalone --nproc_per_node="$$NPROC" -m idckit.cli train $$f $(TRAIN_ARGS) || exit 1; done
+	$(VENV)/bin/torchrun --standalone --nproc_per_node="$$NPROC" -m idckit.cli train clip4idc $(TRAIN_ARGS) --variants clip4idc --seeds 1 2
 endif
-	$(PY) -m idckit.cli reproduce $(TRAIN_ARGS) $(RELEASED_ARGS) $(if $(JOBS),--jobs $(JOBS)) $(NOTEBOOKS)
+	set -f; $(PY) -m idckit.cli reproduce $(TRAIN_ARGS) $(RELEASED_ARGS) $(if $(JOBS),--jobs "$$JOBS") $$NOTEBOOKS
 
 # The tests never reach a model hub; reproduce may (PROFILE=paper fetches ResNet-101 and ViT-B/32 by name).
 test: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider -n "$$TEST_WORKERS"
 
 doctor: setup
-	$(PY) -m idckit.cli doctor --profile $(PROFILE) $(ROOT_ARGS)
+	$(PY) -m idckit.cli doctor --profile "$$PROFILE" $(ROOT_ARGS)
 
 # The GPU check (idckit/gpu_check.py): at most 8 minutes on one GPU, no dataset, no weights, no Java. It imports
 # only torch, torchvision, open_clip_torch, numpy, pillow and tqdm, so it needs no `make setup`: it runs with the
 # venv's Python when there is one, else with the box's own (GPU_CHECK_PY=...). DEVICE=cpu is the dry mode.
-GPU_CHECK_OUT ?= gpu_check
-GPU_CHECK_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
 gpu-check:
-	$(GPU_CHECK_PY) -m idckit.gpu_check --out $(GPU_CHECK_OUT) $(if $(DEVICE),--device $(DEVICE))
+	"$$GPU_CHECK_PY" -m idckit.gpu_check --out "$$GPU_CHECK_OUT" $(if $(DEVICE),--device "$$DEVICE")
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
@@ -116,7 +129,7 @@ bench: setup
 
 # The README's picture of reports/index.html (1280 px wide, as tall as the page) and the first screen (1400 x 900)
 # of two reports, whose summary card a reader sees before any scrolling; in headless Chromium.
-SCREENSHOT_REPORTS = table2_clevr_change clip4idc_table1_clevr_change
+override SCREENSHOT_REPORTS := table2_clevr_change clip4idc_table1_clevr_change
 screenshots: setup
 	$(PY) -c "from idckit.browser import screenshot; screenshot('reports/index.html', 'docs/img/index.png', width=1280, full_page=True)"
 	for r in $(SCREENSHOT_REPORTS); do $(PY) -c "from idckit.browser import screenshot; screenshot('reports/$$r.html', 'docs/img/$$r.png', width=1400, height=900)" || exit 1; done

@@ -112,7 +112,8 @@ def test_make_target_and_doctor_flag(monkeypatch, tmp_path):
     from idckit import doctor
     from idckit.cli import main as cli
 
-    made = subprocess.run(["make", "-n", "gpu-check", "DEVICE=cpu", f"GPU_CHECK_OUT={tmp_path}"],
+    # run for real with `echo` as the interpreter: the values reach the command from the environment
+    made = subprocess.run(["make", "-s", "gpu-check", "DEVICE=cpu", f"GPU_CHECK_OUT={tmp_path}", "GPU_CHECK_PY=echo"],
                           cwd=gpu_check.Path(gpu_check.__file__).resolve().parents[1], capture_output=True,
                           text=True, check=True).stdout
     assert f"-m idckit.gpu_check --out {tmp_path} --device cpu" in made

@@ -82,7 +82,7 @@ def test_one_option_and_one_make_variable_per_dataset():
     make = (ROOT / "Makefile").read_text()
     for d in manifest.DATASETS.values():
         assert re.search(rf"^{d.variable} \?=", make, re.M), d.variable
-        assert f"$(if $({d.variable}),{d.option} $({d.variable}))" in make
+        assert f'$(if $({d.variable}),{d.option} "$${d.variable}")' in make     # the value: quoted, from the env
     assert "DATA_ROOT" not in make
 
 

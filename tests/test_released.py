@@ -292,7 +292,7 @@ def test_reproduce_passes_a_released_checkpoint_only_to_the_tables_that_take_it(
         ("a.bin", "b.pt", None)
     make = (ROOT / "Makefile").read_text()
     for r in RELEASED.values():
-        assert f"$(if $({r.variable}),{r.option} $({r.variable}))" in make
+        assert f'$(if $({r.variable}),{r.option} "$${r.variable}")' in make     # the value: quoted, from the env
 
 
 @pytest.mark.slow
