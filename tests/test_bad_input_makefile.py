@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 
 PAYLOADS = {"semicolon": "x; touch PWNED", "make-shell": "$(shell touch PWNED)", "backticks": "`touch PWNED`",
             "command-substitution": "$(touch PWNED)", "make-escaped": "$$(touch PWNED)",
-            "blanks-and-quotes": "a dir/with 'single' \"double\" quotes", "glob-and-pipe": "* | touch PWNED &"}
+            "blanks-and-quotes": "a dir/with 'single' \"double\" quotes", "glob-and-pipe": "* | touch PWNED &",
+            "newline": "x\ntouch PWNED", "comment-and-backslash": "x # \\ ; touch PWNED"}
 #: every variable a user sets (the Makefile's USER_VARIABLES), with the option that carries it to the kit
 OPTIONS = {"CLEVR_ROOT": "--clevr-root", "SPOT_ROOT": "--spot-root", "IER_ROOT": "--ier-root",
            "BIRDS_ROOT": "--birds-root", "PCL_CKPT": "--released-checkpoint",
