@@ -123,6 +123,23 @@ def load(path: str | Path, *, fix: str, what: str = "checkpoint", error: type[Id
     import torch
 
     path = Path(path)
+    check_declared(path, fix=fix, what=what, error=error)
+    try:
+        with torch.serialization.safe_globals(list(safe_globals)) if safe_globals else contextlib.nullcontext():
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except MemoryError as e:
+        raise error(f"the {what} does not fit in memory", path=path, fix=fix) from e
+    except Exception as e:  # noqa: BLE001 - truncated zips, pickles with code and foreign files alike
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        raise error(f"the file is not a readable PyTorch {what} ({type(e).__name__}: {first})", path=path,
+                    fix=fix) from e
+
+
+def check_declared(path: str | Path, *, fix: str, what: str = "checkpoint",
+                   error: type[IdckitError] = ConfigError) -> None:
+    """What :func:`load` checks before torch reads ``path`` (a file, not empty, its declared tensor bytes within
+    the file's size and free memory), for loaders that hand the file to another library (open_clip)."""
+    path = Path(path)
     if path.is_dir():
         raise error(f"the {what} is a directory, not a file", path=path, fix=fix)
     if not path.is_file():
@@ -143,15 +160,6 @@ def load(path: str | Path, *, fix: str, what: str = "checkpoint", error: type[Id
         if free is not None and declared > free:
             raise error(f"the {what} needs {_size(declared)} of memory to load, {_size(free)} is free", path=path,
                         fix="free memory, or load it on a machine with more")
-    try:
-        with torch.serialization.safe_globals(list(safe_globals)) if safe_globals else contextlib.nullcontext():
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except MemoryError as e:
-        raise error(f"the {what} does not fit in memory", path=path, fix=fix) from e
-    except Exception as e:  # noqa: BLE001 - truncated zips, pickles with code and foreign files alike
-        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
-        raise error(f"the file is not a readable PyTorch {what} ({type(e).__name__}: {first})", path=path,
-                    fix=fix) from e
 
 
 # -- checking ------------------------------------------------------------------------------------------------------
@@ -236,4 +244,4 @@ def load_into(model: Any, state: Any, *, path: str | Path | None, fix: str, what
     return model
 
 
-__all__ = ["load", "declared_storages", "problems", "non_finite", "listed", "check_state", "load_into"]
+__all__ = ["load", "check_declared", "declared_storages", "problems", "non_finite", "listed", "check_state", "load_into"]

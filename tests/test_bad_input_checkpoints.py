@@ -306,3 +306,23 @@ def test_the_gate_names_empty_files_directories_and_lists_only_the_first_keys(tm
     expected = {f"k{i}": torch.zeros(2) for i in range(10)}
     with pytest.raises(ConfigError, match=r"missing keys: k0, k1, k2, k3, \.\.\. \(10 in all\)"):
         checkpoints.check_state({}, expected, path=tmp_path / "x.pt", fix="x")
+
+
+def test_a_clip_weights_file_with_nan_is_refused(tmp_path):
+    from idckit.errors import WeightsUnavailableError
+    from idckit.models.clip_loader import STANDIN_CLIP, load_clip, save_clip_checkpoint
+
+    model, _, _ = load_clip(STANDIN_CLIP, None)
+    with torch.no_grad():
+        model.visual.conv1.weight.fill_(float("nan"))
+    path = save_clip_checkpoint(model, tmp_path / "standin.pt", STANDIN_CLIP)
+    with pytest.raises(WeightsUnavailableError, match=r"NaN or Inf: visual\.conv1\.weight") as e:
+        load_clip(STANDIN_CLIP, path)
+    assert e.value.path == path
+
+
+def test_a_checkpoint_of_the_other_family_says_which_kind_it_is(tmp_path):
+    rec, ckpt, _ = authors_files(tmp_path, "clver_finetune")
+    with pytest.raises(ConfigError, match="this is an IDC-PCL checkpoint") as e:
+        import_checkpoint("clip4idc-caption", ckpt, tmp_path / "run", n_heads=2, max_len=8)
+    assert "--from idc-pcl" in e.value.fix and not (tmp_path / "run").exists()

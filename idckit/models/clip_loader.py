@@ -154,6 +154,12 @@ def load_clip(name: str, pretrained: str | os.PathLike | None, *, device: str = 
             raise WeightsUnavailableError(
                 f"CLIP weights {pretrained!r} for {name} are neither a known open_clip tag ({shown}) "
                 f"nor an existing file", path=pretrained, fix="check the path; otherwise " + _OFFLINE_FIX)
+    local = pretrained is not None and os.path.isfile(pretrained)
+    if local:   # open_clip reads it (weights_only, strict); the kit's gate first checks what it declares
+        from idckit import checkpoints
+
+        checkpoints.check_declared(pretrained, what="CLIP weights file", fix=_OFFLINE_FIX,
+                                   error=WeightsUnavailableError)
     try:
         if name in HYBRID_STANDINS:
             # open_clip would load the file into a model without the stem; build the kit's model, then load
@@ -166,6 +172,13 @@ def load_clip(name: str, pretrained: str | os.PathLike | None, *, device: str = 
         raise WeightsUnavailableError(
             f"could not load CLIP weights {pretrained!r} for {name}: {type(err).__name__}: {err}",
             path=pretrained if pretrained and os.path.isfile(pretrained) else None, fix=_OFFLINE_FIX) from err
+    if local:
+        from idckit import checkpoints
+
+        bad = checkpoints.non_finite(model.state_dict())
+        if bad:
+            raise WeightsUnavailableError(f"the CLIP weights file holds NaN or Inf: {checkpoints.listed(bad)}",
+                                          path=pretrained, fix="pass the weights of a run that did not diverge")
     tokenizer = open_clip.get_tokenizer(name)
     return model, preprocess, tokenizer
 

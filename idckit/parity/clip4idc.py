@@ -397,6 +397,9 @@ def _import(kind: str, checkpoint: Path, out: Path, *, force: bool, n_intra: int
         raise ConfigError(f"the checkpoint has tensors holding NaN or Inf: {checkpoints.listed(bad)}",
                           path=checkpoint, fix="pass a checkpoint of a training run that did not diverge")
     foreign = sorted(k for k in state if not k.startswith(("clip.", "decoder.")))
+    if "word_embedding.weight" in foreign:
+        raise ConfigError("this is an IDC-PCL checkpoint (it has word_embedding.weight), not a CLIP4IDC one",
+                          path=checkpoint, fix="import it with --from idc-pcl (or idc-pcl-birds) and --vocab")
     if foreign:
         raise ConfigError(f"keys no CLIP4IDC model has: {', '.join(foreign[:4])}"
                           + (f", ... ({len(foreign)} in all)" if len(foreign) > 4 else ""), path=checkpoint,
