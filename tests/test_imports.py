@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "idckit"
 #: module-name prefix -> layer; the longest matching prefix wins, anything unlisted is an application (the top)
 LAYERS = {
     "idckit": 0, "idckit.errors": 0, "idckit.paths": 0, "idckit.fileio": 0, "idckit.device": 0,
-    "idckit.settings": 0, "idckit.manifest": 0,
+    "idckit.settings": 0, "idckit.manifest": 0, "idckit.checkpoints": 0,
     "idckit.losses": 1, "idckit.train": 1,
     "idckit.models": 2,
     "idckit.data": 3, "idckit.text": 3,
