@@ -216,6 +216,7 @@ class Claim:
     will_write: Sequence[str] = ()
     error: type | None = None        # the error class the command raises for its outputs (default ConfigError)
     foreign_note: str = ""           # what a folder without the command's marker lacks, said in the refusal
+    force_option: str = "--force"    # how this command is told to write beside them ("": it cannot be)
 
     def check(self, force: bool) -> None:
         """Refuse (nothing written or deleted) a folder holding entries the command did not write, unless ``force``
@@ -225,9 +226,10 @@ class Claim:
             shown = ", ".join(self.foreign[:5]) + (f" and {len(self.foreign) - 5} more" if len(self.foreign) > 5 else "")
             whose = f"a {self.what} idckit wrote, and also holds" if self.previous else \
                 f"a folder idckit did not write{self.foreign_note}: it holds"
+            beside = f", or pass {self.force_option} to write beside them (they are kept, never replaced)" \
+                if self.force_option else ""
             raise _error(f"{flag} is {whose} {shown}; nothing was written or deleted", path,
-                         f"choose a new or empty folder for {flag}, move those entries away, or pass --force to "
-                         "write beside them (they are kept, never replaced)", self.error)
+                         f"choose a new or empty folder for {flag}, move those entries away{beside}", self.error)
         blocked = sorted(set(self.foreign) & set(self.will_write))
         if blocked:
             raise _error(f"{flag} holds {', '.join(blocked)}, which this command would have to replace but did "
@@ -243,7 +245,7 @@ class Claim:
 def claim_dir(path: str | Path, kind: str, *, flag: str = "--out", force: bool = False,
               recognise: Callable[[Path], dict | None] | None = None, will_write: Sequence[str] = (),
               what: str | None = None, check: bool = True, error: type | None = None,
-              foreign_note: str = "") -> Claim:
+              foreign_note: str = "", force_option: str = "--force") -> Claim:
     """Check, before any work, that the command writing ``kind`` may write into ``path`` (see the policy above).
 
     ``recognise(dir)`` gives an owner record for the command's outputs written before the marker; ``will_write``:
@@ -253,7 +255,7 @@ def claim_dir(path: str | Path, kind: str, *, flag: str = "--out", force: bool =
     what = what or kind
     path = resolve_out(path, flag, must_write=False, error=error)
     if not path.exists():
-        c = Claim(path, kind, None, [], flag, what, tuple(will_write), error, foreign_note)
+        c = Claim(path, kind, None, [], flag, what, tuple(will_write), error, foreign_note, force_option)
     else:
         names = [n for n in _entries(path) if not _is_bookkeeping(n)]
         owner = (read_owner(path) or (recognise(path) if recognise else None)) if names else None
@@ -262,7 +264,7 @@ def claim_dir(path: str | Path, kind: str, *, flag: str = "--out", force: bool =
                          "nothing was written", path, f"choose another {flag} (a new or empty folder)", error)
         owned = set(owner["entries"]) if owner else set()
         c = Claim(path, kind, owner, [n for n in names if n not in owned], flag, what, tuple(will_write), error,
-                  foreign_note)
+                  foreign_note, force_option)
     if check:
         c.check(force)
     return c

@@ -4,7 +4,8 @@ papermill runs ``-p NAME VALUE`` as a cell it inserts after the cell tagged ``pa
 ``# Parameters``) and only warns about a name the notebook does not take: ``-p profil smoke`` would silently run
 the default profile for many minutes. Each notebook calls :func:`check_parameters` right after its parameters
 cell; it reads the two cells from the kernel's input history (``In``) and raises naming the unknown parameters
-and the known ones.
+and the known ones. It also claims the notebook's ``report_dir`` as ``idckit reproduce`` claims its own, so a
+folder holding the user's files is refused in seconds, not after the work.
 """
 from __future__ import annotations
 
@@ -45,10 +46,17 @@ def unknown_parameters(cells: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def check_parameters(namespace: Mapping[str, Any]) -> None:
-    """Raise when papermill injected a parameter the notebook's parameters cell does not define."""
+    """Raise when papermill injected a parameter the notebook's parameters cell does not define, or when its
+    ``report_dir`` (default: the profile's reports folder) is one the kit may not write into: a user's own files
+    there are refused now, before the work, not met when the report is written."""
     unknown, known = unknown_parameters(namespace.get("In") or [])
     if unknown:
         raise ConfigError(f"unknown notebook parameter{'s' if len(unknown) > 1 else ''} "
                           f"{', '.join(map(repr, unknown))}; this notebook takes: {', '.join(known)}",
                           fix=f"check the spelling of -p {unknown[0]} (papermill -p NAME VALUE, NAME one of the "
                               "above); nothing was run")
+    if "report_dir" in namespace:
+        from idckit import paths
+        from idckit.report import claim_notebook_report_dir
+
+        claim_notebook_report_dir(namespace["report_dir"] or paths.reports_dir(namespace.get("profile")))

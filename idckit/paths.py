@@ -18,7 +18,10 @@ def project_root() -> Path:
 
 
 def _dir(env: str, default: str) -> Path:
-    return Path(os.environ.get(env) or project_root() / default)
+    """The folder ``env`` names, absolute against the working directory now (a path kept, then used after a
+    ``chdir`` or handed to a kernel in ``notebooks/``, still names the same place); else ``default`` in the clone."""
+    value = os.environ.get(env)
+    return Path(os.path.abspath(os.path.expanduser(value))) if value else project_root() / default
 
 
 def data_dir() -> Path:

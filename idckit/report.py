@@ -144,7 +144,8 @@ def write_report(report_dir: str | Path, notebook: str, table: str, rows: Sequen
                  provenance: Provenance | Mapping[str, Any], *, notes: Sequence[str] = (),
                  headline: Mapping[str, Any] | None = None, title: str | None = None,
                  extra: Mapping[str, Any] | None = None) -> Path:
-    """Validate and atomically write ``<report_dir>/<notebook>.json``; returns the path.
+    """Validate and atomically write ``<report_dir>/<notebook>.json`` into a folder the kit may write into
+    (:func:`claim_notebook_report_dir`); returns the path.
 
     ``headline`` = ``{"label": "CIDEr-D (test, total)", "kit": 97.3, "paper": 128.9}`` is what the index page
     shows for this report (``paper`` None where the paper has no such number; ``kit`` None where the run cannot
@@ -171,9 +172,20 @@ def write_report(report_dir: str | Path, notebook: str, table: str, rows: Sequen
     doc = {"notebook": notebook, "table": table, "title": title, "scale": "x100", "rows": rows, "paper": paper,
            "headline": dict(headline) if headline else {}, "provenance": prov, "notes": list(notes),
            **(dict(extra) if extra else {})}
-    path = Path(report_dir) / f"{notebook}.json"
+    path = claim_notebook_report_dir(report_dir, notebook) / f"{notebook}.json"
     fileio.write_json(path, doc, indent=1)
     return path
+
+
+def claim_notebook_report_dir(report_dir: str | Path, notebook: str | None = None) -> Path:
+    """``report_dir`` resolved and claimed as ``idckit reproduce`` claims its ``--report-dir``
+    (:func:`idckit.reproduce.claim_report_dir`): absent, empty or the kit's own (a running reproduce's stage
+    included); a user's ``<notebook>.json`` or any other file of theirs there is refused, never replaced. A notebook
+    has no ``--force``: the user moves the files, or picks another folder."""
+    from idckit.reproduce import claim_report_dir
+
+    return claim_report_dir(report_dir, [], flag="report_dir", force_option="",
+                            will_write=[f"{notebook}.json"] if notebook else [])
 
 
 def read_report(path: str | Path) -> dict:

@@ -25,11 +25,11 @@ import shutil
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from idckit import fileio, paths
 from idckit.errors import ConfigError
@@ -104,7 +104,8 @@ def to_html(executed: Path, html_path: Path) -> None:
 def updates_readme(profile: str, report_dir: str | Path | None) -> bool:
     """Only the default profile writing into the default reports/ may rewrite the README's results table: the
     table describes the committed reports, not a smoke test's."""
-    return profile == paths.DEFAULT_PROFILE and report_dir is None
+    return profile == paths.DEFAULT_PROFILE and report_dir is None and \
+        paths.reports_dir(profile).resolve() == (paths.project_root() / "reports").resolve()
 
 
 INDEX_TITLE = "<title>idckit reports</title>"
@@ -118,10 +119,20 @@ def _kit_report(path: Path) -> bool:
     return isinstance(doc, dict) and doc.get("notebook") == path.stem
 
 
+def _executed_notebook(path: Path) -> bool:
+    """A notebook papermill executed (its metadata says so): reproduce stages one beside the report its notebook
+    writes, and ``papermill NB OUT -p report_dir DIR`` may put OUT there."""
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(nb, dict) and isinstance(nb.get("metadata"), dict) and "papermill" in nb["metadata"]
+
+
 def _recognise_reports(d: Path) -> dict | None:
     """Which entries of ``d`` are the kit's reports (None: nothing says the folder is the kit's): its status.json,
-    index page, ``NAME.json`` reports of notebook NAME with their ``NAME.html``, and other profiles' report
-    folders inside it."""
+    index page, ``NAME.json`` reports of notebook NAME with their ``NAME.html``, executed notebooks, and other
+    profiles' report folders inside it."""
     owned = []
     doc = _read_status(d / "status.json")      # a damaged one is named as such, not called foreign
     if (d / "status.json").is_file() and all(isinstance(v, dict) and ("status" in v or k == TIMES_KEY)
@@ -135,26 +146,70 @@ def _recognise_reports(d: Path) -> dict | None:
     for jp in d.glob("*.json"):
         if jp.name != "status.json" and _kit_report(jp):
             owned += [jp.name] + ([f"{jp.stem}.html"] if (d / f"{jp.stem}.html").is_file() else [])
+    owned += [p.name for p in d.glob("*.ipynb") if _executed_notebook(p)]
     owned += [p.name for p in d.iterdir() if p.is_dir() and p.name.startswith("_tmp-")]   # older runs' staging
     owned += [p.name for p in d.iterdir() if p.is_dir() and p.name in PROFILES and _recognise_reports(p)]
     return {"kind": "reports", "what": "idckit report folder", "entries": owned} if owned else None
 
 
-def claim_report_dir(report_dir: str | Path, notebooks: Sequence[Path], force: bool = False) -> Path:
-    """The report folder resolved and checked before the first notebook (see the module's docstring)."""
-    will = ["index.html", "status.json"] + [f"{nb.stem}{s}" for nb in notebooks for s in (".json", ".html")]
-    return fileio.claim_dir(report_dir, "reports", flag="--report-dir", force=force, recognise=_recognise_reports,
-                            will_write=will, what="idckit report folder").path
+def claim_report_dir(report_dir: str | Path, notebooks: Sequence[Path | str], force: bool = False, *,
+                     flag: str = "--report-dir", force_option: str = "--force",
+                     will_write: Sequence[str] | None = None) -> Path:
+    """The report folder resolved and checked before the first notebook (see the module's docstring); a notebook
+    claims its ``report_dir`` the same way (:func:`idckit.report.write_report`), with no ``--force`` to offer.
+    ``will_write``: what is written there (default: reproduce's index, status and each notebook's JSON and HTML)."""
+    stems = [nb.stem if isinstance(nb, Path) else nb for nb in notebooks]
+    will = ["index.html", "status.json"] + [f"{n}{s}" for n in stems for s in (".json", ".html")] \
+        if will_write is None else list(will_write)
+    return fileio.claim_dir(report_dir, "reports", flag=flag, force=force, recognise=_recognise_reports,
+                            will_write=will, what="idckit report folder", force_option=force_option).path
+
+
+def absolute(path: str | Path | None) -> str | None:
+    """``path`` absolute against this process's working directory (``~`` expanded; symbolic links kept), None
+    where not given: a notebook's kernel runs in ``notebooks/``, where a relative path would name another place."""
+    return os.path.abspath(os.path.expanduser(str(path))) if path else None
+
+
+#: environment variables naming a place, which a kernel or lane worker inherits: made absolute for them
+PATH_ENV = ("IDCKIT_DATA_DIR", "IDCKIT_RUNS_DIR", "IDCKIT_REPORTS_DIR", "IDCKIT_CHROMIUM", "HF_HOME", "HF_HUB_CACHE",
+            "TORCH_HOME", "XDG_CACHE_HOME", "STANZA_RESOURCES_DIR")
+
+
+@contextmanager
+def absolute_env() -> Iterator[None]:
+    """For the block (the prepare stage, the notebooks' kernels and the lane workers it starts): the kit's data,
+    runs and reports folders pinned to the absolute ones this process resolved, and every other relative
+    :data:`PATH_ENV` value made absolute; the caller's environment is restored afterwards."""
+    pinned = {"IDCKIT_DATA_DIR": paths.data_dir(), "IDCKIT_RUNS_DIR": paths.runs_dir(),
+              "IDCKIT_REPORTS_DIR": paths.reports_dir()}
+    for var in PATH_ENV:
+        value = os.environ.get(var)
+        # a bare command name (IDCKIT_CHROMIUM=chromium) is looked up on PATH, not a path
+        if value and var not in pinned and (os.sep in value or var != "IDCKIT_CHROMIUM"):
+            pinned[var] = absolute(value)
+    before = {var: os.environ.get(var) for var in pinned}
+    os.environ.update({var: str(v) for var, v in pinned.items()})
+    try:
+        yield
+    finally:
+        for var, value in before.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 def parameters(name: str, *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
                extra_parameters: dict | None = None, released: dict | None = None) -> dict:
     """What notebook ``name`` is run with: the profile, the roots of the datasets it reads
-    (:func:`idckit.manifest.notebook_roots`: None where not given, its synthetic set), where reports and runs go."""
+    (:func:`idckit.manifest.notebook_roots`: None where not given, its synthetic set), where reports and runs go.
+    Every path is absolute (:func:`absolute`): the notebook runs in ``notebooks/``, not in the caller's folder."""
     from idckit.manifest import notebook_released, notebook_roots
 
-    return {"profile": profile, **notebook_roots(name, roots), "report_dir": str(report_dir),
-            "runs_dir": str(runs_dir), **notebook_released(name, released), **(extra_parameters or {})}
+    places = {**notebook_roots(name, roots), "report_dir": report_dir, "runs_dir": runs_dir,
+              **notebook_released(name, released)}
+    return {"profile": profile, **{k: absolute(v) for k, v in places.items()}, **(extra_parameters or {})}
 
 
 def check_roots(notebooks: Sequence[str], roots: dict | None) -> None:
@@ -218,6 +273,13 @@ def run_one(nb: Path, *, profile: str, roots: dict | None = None, report_dir: Pa
         doc = json.loads(report_json.read_text())
         doc.setdefault("provenance", {})["notebook_wall_seconds"] = round(seconds, 1)
         fileio.write_json(report_json, doc, indent=1)
+        # the folder was claimed before the first notebook; a file of these names the kit did not write may have
+        # appeared since, and is kept
+        if any((report_dir / f"{name}{s}").exists() for s in (".json", ".html")) and \
+                not _kit_report(report_dir / f"{name}.json"):
+            raise ConfigError(f"{name}.json or {name}.html appeared in the report folder while {name} ran, and the "
+                              "kit did not write it; it was kept, this report not written", path=report_dir,
+                              fix=f"move {name}.json/.html away and run {name} again")
         for suffix in (".json", ".html"):
             (stage / f"{name}{suffix}").replace(report_dir / f"{name}{suffix}")
         return Outcome(name, True, seconds)
@@ -280,7 +342,11 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
     jobs = default_jobs(profile) if jobs is None else check_jobs(jobs)
     notebooks = discover(names, notebooks_dir)
     report_dir = claim_report_dir(report_dir or paths.reports_dir(profile), notebooks, force)
-    runs_dir = fileio.check_output_dir(runs_dir or paths.runs_dir(), "--runs-dir")
+    runs_dir = fileio.check_output_dir(Path(absolute(runs_dir or paths.runs_dir())), "--runs-dir")
+    _check_apart(report_dir, runs_dir)
+    # the caller's relative paths, as the caller meant them: the notebooks run elsewhere (see `parameters`)
+    roots = {k: absolute(v) for k, v in roots.items()} if roots else roots
+    released = {k: absolute(v) for k, v in released.items()} if released else released
     check_roots([nb.stem for nb in notebooks], roots)   # a wrong root fails here, before any notebook works
     check_released([nb.stem for nb in notebooks], released)
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -288,6 +354,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
     _read_status(status_path)       # an unreadable status file fails here, before the first notebook
     fileio.remove_stale_staging(report_dir, fileio._STAGING)
     with ExitStack() as held:
+        held.enter_context(absolute_env())      # inherited by every kernel and lane worker started below
         for nb in notebooks:        # all of them before the first runs: a refusal costs nothing
             held.enter_context(fileio.lock(
                 report_dir, nb.stem, what=f"{nb.stem} in this report folder",
@@ -314,6 +381,16 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
             write_index(report_dir)
         print(f"[idckit reproduce] wall {times['total_seconds'] / 60:.1f} min ({jobs} lane(s))", flush=True)
         return outcomes
+
+
+def _check_apart(report_dir: Path, runs_dir: Path) -> None:
+    """Reports and runs in one folder, or one inside the other, would make each a foreign entry of the other's
+    folder (refused by the next reproduce) and mix run folders with reports."""
+    report_dir, runs = report_dir.resolve(), runs_dir.resolve()
+    if report_dir == runs or report_dir in runs.parents or runs in report_dir.parents:
+        raise ConfigError("--report-dir and --runs-dir must be apart (neither the same folder nor one inside the "
+                          "other)", path=runs_dir,
+                          fix=f"pass a --runs-dir outside {report_dir} (e.g. runs/ beside it), or another --report-dir")
 
 
 # -- the prepare stage ----------------------------------------------------------------------------------------
