@@ -184,6 +184,9 @@ def claim_notebook_report_dir(report_dir: str | Path, notebook: str | None = Non
     has no ``--force``: the user moves the files, or picks another folder."""
     from idckit.reproduce import claim_report_dir
 
+    if not isinstance(report_dir, (str, Path)):      # papermill -p report_dir 5 injects an int
+        raise ConfigError(f"report_dir must be a folder path, got {report_dir!r}",
+                          fix="pass -p report_dir PATH (a folder), or leave it None for the profile's reports folder")
     return claim_report_dir(report_dir, [], flag="report_dir", force_option="",
                             will_write=[f"{notebook}.json"] if notebook else [])
 

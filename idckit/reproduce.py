@@ -340,6 +340,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
     ``jobs``: notebooks run at once (None: ``reproduce_jobs`` of ``configs/runtime.json``)."""
     check_profile(profile)
     jobs = default_jobs(profile) if jobs is None else check_jobs(jobs)
+    _check_extra(extra_parameters)
     notebooks = discover(names, notebooks_dir)
     report_dir = claim_report_dir(report_dir or paths.reports_dir(profile), notebooks, force)
     runs_dir = fileio.check_output_dir(Path(absolute(runs_dir or paths.runs_dir())), "--runs-dir")
@@ -381,6 +382,17 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
             write_index(report_dir)
         print(f"[idckit reproduce] wall {times['total_seconds'] / 60:.1f} min ({jobs} lane(s))", flush=True)
         return outcomes
+
+
+def _check_extra(extra_parameters: dict | None) -> None:
+    """Places go through their own arguments, which are claimed and made absolute; an extra parameter naming one
+    would bypass both (a report_dir there would even replace the notebook's stage)."""
+    from idckit.manifest import RELEASED, ROOT_PARAMS
+
+    places = sorted(set(extra_parameters or {}) & {"report_dir", "runs_dir", *ROOT_PARAMS, *RELEASED})
+    if places:
+        raise ConfigError(f"extra_parameters may not set {', '.join(places)}",
+                          fix="pass report_dir=, runs_dir=, roots={...} or released={...} to reproduce instead")
 
 
 def _check_apart(report_dir: Path, runs_dir: Path) -> None:

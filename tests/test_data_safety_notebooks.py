@@ -275,3 +275,25 @@ def test_a_notebook_run_by_reproduce_from_another_cwd_writes_nothing_beside_the_
     assert seen["data_dir"] == str(work / "reldata") and seen["runs_dir"] == str(work / "relruns")
     assert Path(seen["report_dir"]).parent.parent == (work / "rep").resolve()      # its stage in rep/
     assert sorted(p.name for p in nbs.iterdir()) == ["probe.ipynb"]
+
+
+@pytest.mark.parametrize("value", [5, ["s"]])
+def test_a_report_dir_that_is_not_a_path_is_a_clear_error(tmp_path, value):
+    """papermill -p report_dir 5 injects an int: an idckit error naming the parameter, not a TypeError."""
+    with pytest.raises(ConfigError, match="report_dir must be a folder path") as e:
+        check_parameters(_namespace(value))
+    assert e.value.fix
+
+
+def test_reproduce_refuses_places_smuggled_through_extra_parameters(tmp_path, monkeypatch, fake_reproduce):
+    """An extra parameter is passed as is, after the claimed, absolute ones: a report_dir there would replace the
+    notebook's stage (past the write policy), a relative root would be read from notebooks/."""
+    from idckit.reproduce import reproduce
+
+    monkeypatch.chdir(tmp_path)
+    for extra in ({"report_dir": "mine"}, {"clevr_root": "d"}, {"runs_dir": "r", "device": "cpu"}):
+        with pytest.raises(ConfigError, match=next(iter(extra))) as e:
+            reproduce(["00_walkthrough"], profile="smoke", report_dir="rep", runs_dir="runs", jobs=1,
+                      extra_parameters=extra)
+        assert e.value.fix
+    assert fake_reproduce == [] and sorted(p.name for p in tmp_path.iterdir()) == []
