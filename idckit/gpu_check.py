@@ -20,7 +20,9 @@ What it runs (each a row of the printed table and a key of ``OUT/gpu_check.json`
   in the same run, and the hours of the papers' full schedules at that speed (compute only: no data loading or
   evaluation);
 - ``torchrun``: ``torchrun --nproc_per_node=1`` (a process group on NCCL, gloo on the CPU) trains a small run for a
-  few steps, is stopped, and a second launch resumes it; the result must equal the in-process run bit for bit.
+  few steps, is stopped, and a second launch resumes it; the result must equal the in-process run bit for bit. The
+  workers run as many CPU threads as the in-process run did: a CPU matmul's sums split by thread, so a different
+  count changes the last bits of the weights however correct the resume is.
 
 ``--device cpu`` is the dry mode: the same code paths at the smoke profile's sizes (the "GPU" side is the CPU too,
 so equality is trivially true there; the numbers are not a GPU's). tests/test_gpu_check.py runs it.
@@ -340,21 +342,26 @@ def deterministic():
 
 
 def check_resume(dev: torch.device, tmp: Path) -> tuple[dict, dict]:
+    threads = torch.get_num_threads()          # the torchrun workers are given the same: like with like
     with deterministic():
         whole = train_run(dev, tmp / "whole")
         again = train_run(dev, tmp / "again")
         assert train_run(dev, tmp / "killed", KILL_AT) is None
         resumed = train_run(dev, tmp / "killed")
     return ({"steps": RESUME_STEPS, "killed_at": KILL_AT, "bit_identical": _state_equal(whole, resumed),
-             "determinism": _state_equal(whole, again)}, whole)
+             "determinism": _state_equal(whole, again), "threads": threads}, whole)
 
 
 # -- torchrun ------------------------------------------------------------------------------------------------------
-def worker(run_dir: Path, device: str, kill_at: int | None) -> int:
-    """One torchrun process: join a process group on NCCL (CUDA) or gloo, check an all-reduce, train the resume run."""
+def worker(run_dir: Path, device: str, kill_at: int | None, threads: int | None = None) -> int:
+    """One torchrun process: join a process group on NCCL (CUDA) or gloo, check an all-reduce, train the resume run
+    on ``threads`` CPU threads (the in-process run's count)."""
     import torch.distributed as dist
 
     from idckit.device import resolve
+
+    if threads is not None:
+        torch.set_num_threads(threads)
 
     dev = resolve(device)
     if dev.type == "cuda":
@@ -364,7 +371,8 @@ def worker(run_dir: Path, device: str, kill_at: int | None) -> int:
     dist.init_process_group(backend)
     t = torch.ones(3, device=dev)
     dist.all_reduce(t)
-    info = {"backend": backend, "world": dist.get_world_size(), "all_reduce": t.tolist()}
+    info = {"backend": backend, "world": dist.get_world_size(), "all_reduce": t.tolist(),
+            "threads": torch.get_num_threads()}
     with deterministic():
         state = train_run(dev, run_dir, kill_at)
     if state is not None:
@@ -375,15 +383,17 @@ def worker(run_dir: Path, device: str, kill_at: int | None) -> int:
     return 0
 
 
-def check_torchrun(dev: torch.device, tmp: Path, whole: dict) -> dict:
+def check_torchrun(dev: torch.device, tmp: Path, whole: dict, threads: int) -> dict:
+    """Kill and resume the resume run under torchrun on ``threads`` CPU threads (the in-process run's count); its
+    final weights must equal the in-process run's bit for bit."""
     run_dir = tmp / "torchrun"
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+           "OMP_NUM_THREADS": str(threads)}
     out: dict[str, Any] = {}
     for label, extra in (("killed", ["--kill-at", str(KILL_AT)]), ("resumed", [])):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "-m",
-               "idckit.gpu_check", "--worker", str(run_dir), "--device", str(dev), *extra]
+               "idckit.gpu_check", "--worker", str(run_dir), "--device", str(dev), "--threads", str(threads), *extra]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
         out[f"{label}_seconds"] = round(time.perf_counter() - t0, 1)
@@ -392,9 +402,11 @@ def check_torchrun(dev: torch.device, tmp: Path, whole: dict) -> dict:
             return out
         out[label] = json.loads((run_dir / f"torchrun_{label}.json").read_text())
     final = torch.load(run_dir / "final_weights.pt", map_location="cpu", weights_only=True)
+    out["threads"] = threads                   # each launch's own count is in out["killed"] / out["resumed"]
     out["bit_identical_to_in_process"] = _state_equal(whole, final)
     out["ok"] = bool(out["bit_identical_to_in_process"] and out["killed"]["killed"]
-                     and out["resumed"]["all_reduce"] == [1.0, 1.0, 1.0])
+                     and out["resumed"]["all_reduce"] == [1.0, 1.0, 1.0]
+                     and out["killed"].get("threads") == out["resumed"].get("threads") == threads)
     return out
 
 
@@ -683,8 +695,8 @@ def run(device: str = "auto", out: str | Path = "gpu_check", *, progress: bool =
             whole.update(w)
             return res
         section("resume", resume)
-        section("torchrun", lambda: check_torchrun(dev, tmp, whole) if whole else {"ok": False,
-                                                                                    "error": "no resume run"})
+        section("torchrun", lambda: check_torchrun(dev, tmp, whole, result["resume"]["threads"]) if whole
+                else {"ok": False, "error": "no resume run"})
     del fw
     section("matmul_peak_tflops", lambda: matmul_peak(dev, dry))
     peak = result["matmul_peak_tflops"] if isinstance(result["matmul_peak_tflops"], float) else float("nan")
@@ -760,9 +772,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("gpu_check"), help="folder for gpu_check.json")
     ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--kill-at", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker is not None:
-        return worker(args.worker, args.device, args.kill_at)
+        return worker(args.worker, args.device, args.kill_at, args.threads)
     r = run(args.device, args.out)
     print(table(r))
     print(f"written: {args.out / 'gpu_check.json'}")

@@ -45,7 +45,9 @@ def test_dry_run_passes_every_check(result):
     assert r["resume"]["killed_at"] < r["resume"]["steps"]
     tr = r["torchrun"]
     assert tr["ok"] and tr["bit_identical_to_in_process"]
-    assert tr["killed"] == {"backend": "gloo", "world": 1, "all_reduce": [1.0, 1.0, 1.0], "killed": True}
+    assert tr["threads"] == r["resume"]["threads"] == tr["resumed"]["threads"]    # like with like
+    assert tr["killed"] == {"backend": "gloo", "world": 1, "all_reduce": [1.0, 1.0, 1.0], "killed": True,
+                            "threads": tr["threads"]}
     assert tr["resumed"]["killed"] is False
     # the table printed
     assert "cpu=device  IDC-PCL pre-training: yes" in log and "all checks passed: yes" in log
@@ -123,3 +125,48 @@ def test_make_target_and_doctor_flag(monkeypatch, tmp_path):
     assert cli(["doctor", "--gpu-check", "--out", str(tmp_path)]) == 1      # a failed check fails doctor
     assert calls == [["--out", str(tmp_path)]]
     assert cli(["doctor"]) == 0 and len(calls) == 1
+
+
+def test_torchrun_workers_run_the_in_process_thread_count(monkeypatch, tmp_path):
+    """A CPU matmul's sums split by thread: the torchrun run is held to bit-equality with the in-process run only
+    on the same number of threads, whatever OMP_NUM_THREADS says (unset: torch takes every core in-process)."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    whole = {"w": torch.ones(2)}
+    launched = []
+
+    def fake_run(cmd, env, **_):
+        launched.append((cmd, env))
+        threads = int(cmd[cmd.index("--threads") + 1])
+        label = "killed" if "--kill-at" in cmd else "resumed"
+        (tmp_path / "torchrun").mkdir(exist_ok=True)
+        info = {"backend": "gloo", "world": 1, "all_reduce": [1.0] * 3, "killed": label == "killed",
+                "threads": reported.get(label, threads)}
+        (tmp_path / "torchrun" / f"torchrun_{label}.json").write_text(json.dumps(info))
+        torch.save(whole, tmp_path / "torchrun" / "final_weights.pt")
+        return gpu_check.subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_run)
+    reported: dict = {}
+    out = gpu_check.check_torchrun(torch.device("cpu"), tmp_path, whole, 3)
+    assert out["ok"] and out["threads"] == 3 and len(launched) == 2
+    assert all(env["OMP_NUM_THREADS"] == "3" and cmd[cmd.index("--threads") + 1] == "3" for cmd, env in launched)
+    reported = {"resumed": 1}                   # a worker that ran on another count is not a like-with-like result
+    assert not gpu_check.check_torchrun(torch.device("cpu"), tmp_path, whole, 3)["ok"]
+
+
+def test_worker_sets_the_thread_count_it_is_given(monkeypatch, tmp_path):
+    import torch.distributed as dist
+
+    for name, fake in (("init_process_group", lambda backend: None), ("all_reduce", lambda t: None),
+                       ("get_world_size", lambda: 1), ("destroy_process_group", lambda: None)):
+        monkeypatch.setattr(dist, name, fake)                  # the process group is the dry run's part
+    seen = []
+    monkeypatch.setattr(gpu_check, "train_run", lambda dev, run_dir, kill_at: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    want = 2 if before == 1 else 1
+    try:
+        assert gpu_check.main(["--worker", str(tmp_path), "--device", "cpu", "--kill-at", "3",
+                               "--threads", str(want)]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [want] and json.loads((tmp_path / "torchrun_killed.json").read_text())["threads"] == want
