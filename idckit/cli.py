@@ -15,6 +15,10 @@ from idckit.manifest import DATASETS, FAMILIES, RELEASED
 from idckit.settings import PROFILES
 
 
+#: the largest image side a command draws or resizes to: memory grows with its square (the real releases: 480 px)
+MAX_SIDE = 4096
+
+
 def _size(text: str) -> tuple[int, int]:
     try:
         w, h = (int(v) for v in text.lower().split("x"))
@@ -22,7 +26,23 @@ def _size(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"size must look like 240x160, got {text!r}") from e
     if w < 32 or h < 32:     # the generator's own floor: objects are not drawable below it
         raise argparse.ArgumentTypeError(f"size {text} is too small (at least 32x32)")
+    if max(w, h) > MAX_SIDE:
+        raise argparse.ArgumentTypeError(f"--size {text} is too large (at most {MAX_SIDE}x{MAX_SIDE}; "
+                                         "the real CLEVR-Change is 480x320)")
     return w, h
+
+
+def _side(flag: str):
+    """An image side in pixels, 32 to :data:`MAX_SIDE`, refused while parsing (not as an allocation error later)."""
+    def parse(text: str) -> int:
+        try:
+            side = int(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{flag} must be a whole number of pixels, got {text!r}") from e
+        if not 32 <= side <= MAX_SIDE:
+            raise argparse.ArgumentTypeError(f"{flag} {text} is out of range (at least 32, at most {MAX_SIDE})")
+        return side
+    return parse
 
 
 def _objects(text: str) -> tuple[int, int]:
@@ -326,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     gb.add_argument("--pairs", type=int, default=None, help="Birds-to-Words pairs (4-5 paragraphs each)")
     gb.add_argument("--cub-per-class", type=int, default=None, help="CUB images per species")
     gb.add_argument("--nabirds-per-class", type=int, default=None, help="NABirds images per leaf class")
-    gb.add_argument("--size", type=int, default=None, help="square image side in pixels")
+    gb.add_argument("--size", type=_side("--size"), default=None, help="square image side in pixels")
     gb.add_argument("--tree", type=int, nargs=4, default=None, metavar=("ORDERS", "FAMILIES", "GENERA", "SPECIES"),
                     help="the taxonomy: orders, families per order, genera per family, species per genus")
     gb.set_defaults(func=cmd_generate_birds)
@@ -362,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "or clip:<open_clip model>")
     f.add_argument("--weights", default=None, help="a local state-dict file ('random' for tests only)")
     f.add_argument("--batch-size", type=int, default=16)
-    f.add_argument("--image-size", type=int, default=224,
+    f.add_argument("--image-size", type=_side("--image-size"), default=224,
                    help="square side the images are resized to (224: a 7x7 grid; 160: 5x5; 320: 10x10)")
     f.add_argument("--out", type=Path, default=None,
                    help="default: DATA_ROOT/features/BACKBONE (BACKBONE-SIZEpx at other sizes)")
@@ -493,6 +513,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except IdckitError as err:
         print(f"idckit: error: {err}", file=sys.stderr)
+        return 2
+    except (OSError, MemoryError) as err:   # a full disk, a limit, no permission: the machine's, said one way
+        from idckit.errors import resource_error
+
+        mapped = resource_error(err)
+        if mapped is None:
+            raise
+        print(f"idckit: error: {mapped}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("idckit: interrupted", file=sys.stderr)

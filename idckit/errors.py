@@ -41,3 +41,48 @@ class WeightsUnavailableError(IdckitError):
 
 class ConfigError(IdckitError):
     """A configuration or profile is unknown or inconsistent."""
+
+
+class ResourceError(IdckitError):
+    """The machine said no: a full disk or quota, a file-size limit, a read-only place, a name too long, too many
+    open files, too little memory or a file the user may not read."""
+
+
+#: errno -> (what happened, the fix); the errors a resource limit raises, whatever the command was doing
+_OS_LIMITS = {
+    "ENOSPC": ("no space left on the device", "free space there (or write elsewhere: --out, IDCKIT_DATA_DIR, "
+                                              "IDCKIT_RUNS_DIR) and run the command again; it resumes"),
+    "EDQUOT": ("the disk quota is exceeded", "free space within your quota (or write elsewhere: --out, "
+                                             "IDCKIT_DATA_DIR, IDCKIT_RUNS_DIR) and run the command again"),
+    "EFBIG": ("the file would exceed the file-size limit", "raise the limit (`ulimit -f unlimited`) or write to a "
+                                                           "filesystem that takes larger files"),
+    "EROFS": ("the place is on a read-only filesystem", "choose an output path on a writable filesystem"),
+    "EACCES": ("permission denied", "give your user access to that path (chmod / chown), or choose another path"),
+    "EPERM": ("the operation is not permitted (permission denied)", "give your user access to that path (chmod / "
+                                                                    "chown), or choose another path"),
+    "ENAMETOOLONG": ("a file name is too long for the filesystem", "choose a shorter path (at most 255 bytes per "
+                                                                   "name)"),
+    "EMFILE": ("too many open files for this process", "raise the limit (`ulimit -n 4096`) and run the command "
+                                                       "again"),
+    "ENFILE": ("too many open files on this machine", "close other programs' files, or raise the system's limit "
+                                                      "(fs.file-max), and run the command again"),
+}
+
+
+def resource_error(err: BaseException) -> ResourceError | None:
+    """The kit's error for a resource limit the OS raised (:data:`_OS_LIMITS`, or an out-of-memory), or None for
+    anything else: the one translation the CLI boundary applies, so every command says the same."""
+    import errno
+
+    if isinstance(err, MemoryError):    # numpy's allocation error says how much it wanted
+        detail = f" ({err})" if str(err) else ""
+        return ResourceError(f"out of memory{detail}",
+                             fix="use smaller sizes (--size, --image-size, --batch-size, --pairs), close other "
+                                 "programs, or run on a machine with more memory")
+    if not isinstance(err, OSError) or err.errno is None:
+        return None
+    name = errno.errorcode.get(err.errno, "")
+    if name not in _OS_LIMITS:
+        return None
+    what, fix = _OS_LIMITS[name]
+    return ResourceError(f"{what}; nothing half-written is kept", path=err.filename, fix=fix)

@@ -52,6 +52,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as e:     # a full disk or a limit: the error names the user's file, not the temporary one
+        if e.filename is None or e.filename in (str(tmp), tmp):    # a failed write() names no file at all
+            e.filename = str(path)
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -303,6 +307,8 @@ class _Staging:
                 self.publish(self.last)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+        if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename).startswith(str(self.dir))):
+            exc.filename = str(self.claim.path)   # a full disk names the output folder, not the staging removed
         return False
 
     def publish(self, last: Sequence[str] = ()) -> None:

@@ -340,6 +340,26 @@ def _store_lock(out: Path) -> Iterator[None]:
                     break
 
 
+def _reserve(npy: Path, *, fresh: bool) -> None:
+    """Give the store's array file all its disk blocks before any row is written. ``open_memmap`` makes a sparse
+    file, whose pages a full disk refuses only when a row lands in them: as a SIGBUS that kills the process, not an
+    error. Reserved up front, a full disk is an OSError naming the file, and no fresh array is left to map (a
+    resumed one keeps its rows)."""
+    if not hasattr(os, "posix_fallocate"):      # macOS, Windows: nothing to reserve with
+        return
+    import errno
+
+    try:
+        with open(npy, "r+b") as f:
+            os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS):     # a filesystem that cannot reserve: write as before
+            return
+        if fresh:
+            npy.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(npy)) from e
+
+
 def _extract(root: Path, backbone: str, weights, images: list[str], batch_size: int, out_dir: Path,
              max_batches, progress: bool, device, image_size: int, other_data: str, force: bool,
              default_out: bool) -> FeatureStore | None:
@@ -380,6 +400,7 @@ def _extract(root: Path, backbone: str, weights, images: list[str], batch_size: 
     if meta and {k: meta.get(k) for k in want} == want and npy.is_file() and meta.get("rows_done", 0) > 0:
         if meta["complete"]:
             return FeatureStore.open(out)
+        _reserve(npy, fresh=False)      # a store begun before stores were reserved may still be sparse
         arr = np.load(npy, mmap_mode="r+")
     else:
         claim.check(force)      # a write is due: foreign files in the folder and a read-only place refused here
@@ -390,6 +411,7 @@ def _extract(root: Path, backbone: str, weights, images: list[str], batch_size: 
         fileio.write_json(meta_path, meta, indent=1)
         fileio.write_json(out / "index.json", {p: i for i, p in enumerate(images)})
         arr = np.lib.format.open_memmap(npy, mode="w+", dtype=np.float16, shape=tuple(shape))
+        _reserve(npy, fresh=True)       # before the first row is written into the map
     start = meta["rows_done"]
     batches = range(start, len(images), batch_size)
     for n, lo in enumerate(tqdm(batches, desc=f"features {backbone}", unit="batch", disable=not progress)):
