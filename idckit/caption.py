@@ -170,17 +170,11 @@ def _resolve(model, runs_dir, *, profile=None, data_root=None) -> tuple[Path, st
 
 
 def _run_config(run: Path) -> dict:
-    path = run / "config.json"
-    try:
-        cfg = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"the run's config.json is unreadable ({e})", path=path,
-                          fix="pass another run with --model; this one's files are damaged") from e
-    missing = [k for k in ("features", "max_len", "model") if not isinstance(cfg, dict) or k not in cfg]
-    if missing:
-        raise ConfigError(f"the run's config.json lacks {', '.join(missing)}: not an IDC-PCL fine-tuning run",
-                          path=path, fix="pass a runs/pcl-finetune-<key> directory with --model")
-    return cfg
+    from idckit.experiments.runs import read_run_file
+
+    return read_run_file(run / "config.json", {"features": str, "max_len": int, "model": dict},
+                         fix="pass another run (a runs/pcl-finetune-<key> directory) with --model; this one's "
+                             "config.json is damaged or not an IDC-PCL fine-tuning run's")
 
 
 def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | None = None,

@@ -39,6 +39,69 @@ def _unknown_keys(base: Mapping[str, Any], update: Mapping[str, Any], prefix: st
     return out
 
 
+#: settings that count something (examples, steps, tokens, heads, widths): below 1 a run cannot start
+COUNTS = frozenset({"batch_size", "eval_batch_size", "max_steps", "max_len", "captions_per_pair", "n_heads", "heads",
+                    "d_model", "d_ff", "n_layers", "log_every"})
+_KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+               dict: "an object", type(None): "null"}
+
+
+def _kind(value: Any) -> type:
+    return dict if isinstance(value, Mapping) else list if isinstance(value, (list, tuple)) else type(value)
+
+
+def _file_kinds(name: str) -> dict[tuple[str, ...], tuple[set[type], Any]]:
+    """Every setting of config file ``name`` -> (the JSON types its base, profiles and dataset blocks give it, an
+    example value); a ``train`` block's settings also take train.json's (the loop's defaults)."""
+    out: dict[tuple[str, ...], tuple[set[type], Any]] = {}
+
+    def walk(tree: Mapping[str, Any], prefix: tuple[str, ...]) -> None:
+        for key, value in tree.items():
+            kinds, example = out.setdefault((*prefix, key), (set(), None))
+            kinds.add(_kind(value))
+            if example is None and value is not None:
+                out[(*prefix, key)] = (kinds, value)
+            if isinstance(value, Mapping):
+                walk(value, (*prefix, key))
+
+    raw = read_config_file(name)
+    datasets = [d for d in raw.get("datasets", {}).values() if isinstance(d, Mapping)]
+    for layer in [raw["base"], *raw["profiles"].values(), *(block for d in datasets for block in d.values())]:
+        if isinstance(layer, Mapping):      # beside the layers, a file may hold an "_about" note
+            walk(layer, ())
+    loop = {} if name == "train" else read_config_file("train")["base"]
+    for path in [p for p, (kinds, _) in out.items() if p[-1] == "train" and dict in kinds]:
+        walk(loop, path)
+    return out
+
+
+def _check_kinds(name: str, overrides: Mapping[str, Any], kinds, prefix: tuple[str, ...] = ()) -> None:
+    """An override must have a type its config file gives that setting (an integer where a float goes, anything
+    where the file only has null), and a count at least 1: a wrong one would fail deep inside a run, or silently
+    train and cache a run under a setting no code reads as meant."""
+    for key, value in overrides.items():
+        path = (*prefix, str(key))
+        if path not in kinds:      # unknown: refused by name above, or a train setting TrainConfig checks
+            continue
+        seen, example = kinds[path]
+        example = json.dumps(example) if len(json.dumps(example)) <= 40 else json.dumps(example)[:36] + " ..."
+        got = _kind(value)
+        dotted = ".".join(path)
+        if got is dict and dict in seen:
+            _check_kinds(name, value, kinds, path)
+            continue
+        fits = seen == {type(None)} or got in seen or (got is int and float in seen)
+        if not fits:
+            expected = " or ".join(_KIND_NAMES[k] for k in sorted(seen, key=list(_KIND_NAMES).index))
+            raise ConfigError(f"override {dotted} = {value!r} is {_KIND_NAMES.get(got, got.__name__)}; {name}.json "
+                              f"gives it {expected}", path=CONFIG_DIR / f"{name}.json",
+                              fix=f"pass {expected} for {dotted}, like the file's {example}")
+        if path[-1] in COUNTS and got is int and value < 1:
+            raise ConfigError(f"override {dotted} = {value} must be an integer >= 1 (it counts)",
+                              path=CONFIG_DIR / f"{name}.json",
+                              fix=f"pass a count >= 1 for {dotted}, like the file's {example}")
+
+
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(dict(base))
     for key, value in update.items():
@@ -87,6 +150,7 @@ def load_config(name: str, profile: str, overrides: Mapping[str, Any] | None = N
     if unknown:  # a typo would otherwise train (and cache) a run with the setting silently ignored
         raise ConfigError(f"unknown settings in overrides for {name!r}: {', '.join(unknown)}",
                           path=CONFIG_DIR / f"{name}.json", fix="use the setting names of this config file")
+    _check_kinds(name, overrides or {}, _file_kinds(name))
     return deep_merge(resolved, overrides or {})
 
 

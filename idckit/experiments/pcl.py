@@ -21,7 +21,7 @@ from idckit.experiments import base, recipes
 from idckit.experiments.base import Setup
 from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
 from idckit.experiments.data import clevr_change
-from idckit.experiments.runs import Run, open_run, variant_result
+from idckit.experiments.runs import Run, open_run, read_run_file, variant_result
 from idckit.fileio import check_output_dir
 from idckit.train import distributed
 
@@ -193,7 +193,8 @@ def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
     if (run_dir / "vocab.json").is_file() and Vocab.load(run_dir / "vocab.json").words != data.vocab.words:
         raise DatasetError("this run was trained on another vocabulary than this data's", path=run_dir,
                            fix="set up with the run's data root and train_fraction (see its config.json)")
-    model = PCL(model_config(data, json.loads(cfg_path.read_text())["model"]), data.vocab)
+    run_cfg = read_run_file(cfg_path, {"model": dict}, fix="train the run again (delete its directory)")
+    model = PCL(model_config(data, run_cfg["model"]), data.vocab)
     from idckit import checkpoints
 
     fix = "train the run again (delete its directory), or load the other checkpoint"

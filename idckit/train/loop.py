@@ -254,7 +254,13 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         run_dir.mkdir(parents=True, exist_ok=True)
     distributed.barrier()
     if (run_dir / "fit.json").is_file():
-        stored = json.loads((run_dir / "fit.json").read_text())
+        from idckit.experiments.runs import read_run_file
+
+        stored = read_run_file(run_dir / "fit.json", {"best_step": int, "best_metrics": dict},
+                               may={"history": list, "steps": int, "wall_seconds": float, "stopped": str,
+                                    "max_steps": int},
+                               fix=f"delete {run_dir / 'fit.json'} and run again: the run resumes from its last.pt "
+                                   "and writes it anew")
         return FitResult(model=load_best(task, run_dir, dev), **stored)
 
     _seed(cfg.seed)
