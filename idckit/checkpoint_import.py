@@ -144,7 +144,7 @@ def _import_pcl(family: str, checkpoint: Path, out: Path, *, force: bool, vocab:
     config = {"kind": "pcl-finetune", "imported_from": kind, "profile": "paper", "features": "resnet101",
               "weights": "ImageNet (torchvision IMAGENET1K_V1)", "feature_size": 224, "max_len": cfg.max_text_len, "model": model_section}
     with claim.staging() as tmp:
-        torch.save(model.state_dict(), tmp / "best.pt")
+        fileio.torch_save(model.state_dict(), tmp / "best.pt")
         Vocab(words).save(tmp / "vocab.json")
         fileio.write_json(tmp / "config.json", config, indent=1)
         fileio.write_json(tmp / "import.json", summary, indent=1)

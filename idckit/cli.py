@@ -514,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     except IdckitError as err:
         print(f"idckit: error: {err}", file=sys.stderr)
         return 2
-    except (OSError, MemoryError) as err:   # a full disk, a limit, no permission: the machine's, said one way
+    except (OSError, MemoryError, RuntimeError) as err:   # a full disk, a limit, no permission: said one way
+        # (RuntimeError: torch's file writer wraps the OSError of a failed write in one)
         from idckit.errors import resource_error
 
         mapped = resource_error(err)

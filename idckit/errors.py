@@ -69,6 +69,16 @@ _OS_LIMITS = {
 }
 
 
+def os_error_in(err: BaseException) -> OSError | None:
+    """The OSError behind ``err``: itself, or the one a RuntimeError wraps (torch's file writer reports a failed
+    write, a full disk included, as a RuntimeError raised while handling the OSError)."""
+    seen = set()
+    while isinstance(err, RuntimeError) and id(err) not in seen:
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return err if isinstance(err, OSError) else None
+
+
 def resource_error(err: BaseException) -> ResourceError | None:
     """The kit's error for a resource limit the OS raised (:data:`_OS_LIMITS`, or an out-of-memory), or None for
     anything else: the one translation the CLI boundary applies, so every command says the same."""
@@ -79,7 +89,8 @@ def resource_error(err: BaseException) -> ResourceError | None:
         return ResourceError(f"out of memory{detail}",
                              fix="use smaller sizes (--size, --image-size, --batch-size, --pairs), close other "
                                  "programs, or run on a machine with more memory")
-    if not isinstance(err, OSError) or err.errno is None:
+    err = os_error_in(err)
+    if err is None or err.errno is None:
         return None
     name = errno.errorcode.get(err.errno, "")
     if name not in _OS_LIMITS:

@@ -52,9 +52,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
-    except OSError as e:     # a full disk or a limit: the error names the user's file, not the temporary one
-        if e.filename is None or e.filename in (str(tmp), tmp):    # a failed write() names no file at all
-            e.filename = str(path)
+    except (OSError, RuntimeError) as e:     # a full disk or a limit: the error names the user's file, not the temp
+        from idckit.errors import os_error_in
+
+        cause = os_error_in(e)
+        if cause is not None and (cause.filename is None or cause.filename in (str(tmp), tmp)):
+            cause.filename = str(path)     # (a failed write() names no file at all)
         raise
     finally:
         if tmp.exists():
@@ -307,8 +310,11 @@ class _Staging:
                 self.publish(self.last)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
-        if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename).startswith(str(self.dir))):
-            exc.filename = str(self.claim.path)   # a full disk names the output folder, not the staging removed
+        from idckit.errors import os_error_in
+
+        cause = None if exc is None else os_error_in(exc)
+        if cause is not None and (cause.filename is None or str(cause.filename).startswith(str(self.dir))):
+            cause.filename = str(self.claim.path)   # a full disk names the output folder, not the staging removed
         return False
 
     def publish(self, last: Sequence[str] = ()) -> None:
@@ -340,6 +346,15 @@ class _Staging:
             write_json(out / OWNER_FILE, owner, indent=1)
         finally:
             shutil.rmtree(trash, ignore_errors=True)
+
+
+def torch_save(obj: Any, path: str | Path) -> None:
+    """``torch.save`` through a Python file, so that a failed write (a full disk, a file-size limit) keeps its OSError
+    (as the context of torch's RuntimeError); torch's own file writer would say only "unexpected pos"."""
+    import torch
+
+    with open(path, "wb") as f:
+        torch.save(obj, f)
 
 
 def copy_file(src: str | Path, dst: str | Path) -> None:

@@ -276,3 +276,51 @@ def test_an_atomic_write_cut_by_a_full_disk_keeps_the_old_file_and_no_temp(tmp_p
     monkeypatch.setattr(os, "replace", real)
     assert e.value.filename == str(path)      # the boundary names the user's file, not the temporary one
     assert path.read_text() == '{"old": 1}' and _leftovers(tmp_path) == []
+
+
+# -- torch checkpoints: torch's own writer says only "unexpected pos"; through a Python file the OSError shows --------
+def test_a_real_file_size_limit_while_importing_a_checkpoint_is_an_idckit_error(tmp_path):
+    from test_checkpoint_import import authors_files
+
+    rec, ckpt, vocab = authors_files(tmp_path, "clver_finetune")
+    out = tmp_path / "runs" / "idc-pcl-clevr"
+    limit = 4096                   # best.pt is larger
+
+    def limited():
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "idckit.cli", "import-checkpoint", "--from", "idc-pcl", str(ckpt),
+                           "--out", str(out), "--vocab", str(vocab), "--max-len", str(rec["max_len"]),
+                           "--heads", str(rec["sizes"]["heads"])],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, preexec_fn=limited, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "idckit: error:" in proc.stderr and "Traceback" not in proc.stderr
+    assert "file-size limit" in proc.stderr and f"path: {out}\n" in proc.stderr
+    assert not out.exists() and _leftovers(tmp_path) == []
+
+
+def test_a_checkpoint_write_cut_by_a_full_disk_names_the_checkpoint(tmp_path, monkeypatch):
+    import io
+
+    import torch
+
+    from idckit import fileio
+    from idckit.errors import resource_error
+
+    class Full(io.BytesIO):
+        def write(self, data):                      # as a file on a full disk: write() raises, naming no file
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(fileio, "open", lambda path, mode: Full(), raising=False)
+    path = tmp_path / "run" / "last.pt"
+    with pytest.raises((OSError, RuntimeError)) as e:     # the OSError, or torch's RuntimeError around it
+        with fileio.atomic_path(path) as tmp:
+            fileio.torch_save({"w": torch.zeros(4)}, tmp)
+    monkeypatch.undo()
+    mapped = resource_error(e.value)
+    assert mapped is not None and "no space left" in str(mapped) and mapped.path == path
+    assert not path.exists() and _leftovers(tmp_path) == []

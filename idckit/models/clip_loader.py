@@ -47,7 +47,7 @@ import torch
 from open_clip.constants import IMAGENET_MEAN, IMAGENET_STD, OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
 
 from idckit.errors import ConfigError, WeightsUnavailableError
-from idckit.fileio import atomic_path
+from idckit.fileio import atomic_path, torch_save
 
 CONFIG_DIR = Path(__file__).parent / "clip_configs"
 STANDIN_CLIP = "idckit-standin-ViT-T-16"
@@ -198,5 +198,5 @@ def save_clip_checkpoint(model: torch.nn.Module, path: str | os.PathLike, name: 
     path = Path(path)
     with atomic_path(path) as tmp:
         # open_clip's loader takes the "state_dict" entry; the name is provenance for humans.
-        torch.save({"state_dict": state, "model_name": name}, tmp)
+        torch_save({"state_dict": state, "model_name": name}, tmp)
     return path

@@ -428,7 +428,7 @@ def _import(kind: str, checkpoint: Path, out: Path, *, force: bool, n_intra: int
                "parameters": sum(p.numel() for p in model.parameters()), "n_intra": model.pair_encoder.n_intra,
                "dropped": sorted(dropped), "precision": "fp16 tensors upcast to fp32" if half else "fp32"}
     with claim.staging() as tmp:
-        torch.save(model.state_dict(), tmp / "best.pt")
+        fileio.torch_save(model.state_dict(), tmp / "best.pt")
         fileio.write_json(tmp / "config.json", config, indent=1)
         fileio.write_json(tmp / "import.json", summary, indent=1)
     return {**summary, "out": str(out)}

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from idckit import device as devices
 from idckit.errors import ConfigError
-from idckit.fileio import atomic_path, write_json
+from idckit.fileio import atomic_path, torch_save, write_json
 from idckit.train import distributed
 from idckit.train.loader import BatchLoader, LoaderConfig
 from idckit.train.schedules import lr_factor
@@ -309,12 +309,12 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         if world > 1:
             content["rng_ranks"] = states
         with atomic_path(ckpt) as tmp:
-            torch.save(devices.to_cpu(content), tmp)
+            torch_save(devices.to_cpu(content), tmp)
 
     def save_best() -> None:
         if main:
             with atomic_path(run_dir / "best.pt") as tmp:
-                torch.save(devices.to_cpu(model.state_dict()), tmp)
+                torch_save(devices.to_cpu(model.state_dict()), tmp)
 
     log = (run_dir / "log.jsonl").open("a") if main else None
     started = time.perf_counter() - s["elapsed"]
