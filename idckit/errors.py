@@ -51,7 +51,8 @@ class ResourceError(IdckitError):
 #: errno -> (what happened, the fix); the errors a resource limit raises, whatever the command was doing
 _OS_LIMITS = {
     "ENOSPC": ("no space left on the device", "free space there (or write elsewhere: --out, IDCKIT_DATA_DIR, "
-                                              "IDCKIT_RUNS_DIR) and run the command again; it resumes"),
+                                              "IDCKIT_RUNS_DIR) and run the command again (training and feature "
+                                              "extraction resume where they stopped)"),
     "EDQUOT": ("the disk quota is exceeded", "free space within your quota (or write elsewhere: --out, "
                                              "IDCKIT_DATA_DIR, IDCKIT_RUNS_DIR) and run the command again"),
     "EFBIG": ("the file would exceed the file-size limit", "raise the limit (`ulimit -f unlimited`) or write to a "
@@ -84,8 +85,11 @@ def resource_error(err: BaseException) -> ResourceError | None:
     anything else: the one translation the CLI boundary applies, so every command says the same."""
     import errno
 
-    if isinstance(err, MemoryError):    # numpy's allocation error says how much it wanted
-        detail = f" ({err})" if str(err) else ""
+    # numpy's allocation error is a MemoryError; torch's are RuntimeErrors (its CPU allocator's, CUDA's
+    # OutOfMemoryError)
+    if isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and (
+            type(err).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(err))):
+        detail = f" ({str(err).split('] ')[-1][:300]})" if str(err) else ""
         return ResourceError(f"out of memory{detail}",
                              fix="use smaller sizes (--size, --image-size, --batch-size, --pairs), close other "
                                  "programs, or run on a machine with more memory")
@@ -96,4 +100,5 @@ def resource_error(err: BaseException) -> ResourceError | None:
     if name not in _OS_LIMITS:
         return None
     what, fix = _OS_LIMITS[name]
-    return ResourceError(f"{what}; nothing half-written is kept", path=err.filename, fix=fix)
+    written = "; nothing half-written is kept" if name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS") else ""
+    return ResourceError(f"{what}{written}", path=err.filename, fix=fix)

@@ -324,3 +324,16 @@ def test_a_checkpoint_write_cut_by_a_full_disk_names_the_checkpoint(tmp_path, mo
     mapped = resource_error(e.value)
     assert mapped is not None and "no space left" in str(mapped) and mapped.path == path
     assert not path.exists() and _leftovers(tmp_path) == []
+
+
+def test_torch_out_of_memory_is_an_idckit_error(capsys, monkeypatch):
+    import torch
+
+    import idckit.verify_data
+
+    def allocate(*args, **kwargs):
+        torch.empty(1 << 50, dtype=torch.uint8)      # 1 PiB: torch's CPU allocator refuses with a RuntimeError
+
+    monkeypatch.setattr(idckit.verify_data, "main", allocate)
+    err = _error(capsys, [*VERIFY, "anywhere"])
+    assert "out of memory" in err.lower() and "1125899906842624 bytes" in err and "enforce fail" not in err
