@@ -89,7 +89,11 @@ def resource_error(err: BaseException) -> ResourceError | None:
     # OutOfMemoryError)
     if isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and (
             type(err).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(err))):
-        detail = f" ({str(err).split('] ')[-1][:300]})" if str(err) else ""
+        import re
+
+        asked = re.search(r"tried to allocate (\d+) bytes", str(err))     # torch's; numpy's says it in GiB
+        detail = f" ({int(asked[1]) / 2 ** 30:.1f} GiB asked for)" if asked else f" ({str(err)[:300]})" if str(err) \
+            else ""
         return ResourceError(f"out of memory{detail}",
                              fix="use smaller sizes (--size, --image-size, --batch-size, --pairs), close other "
                                  "programs, or run on a machine with more memory")

@@ -336,4 +336,4 @@ def test_torch_out_of_memory_is_an_idckit_error(capsys, monkeypatch):
 
     monkeypatch.setattr(idckit.verify_data, "main", allocate)
     err = _error(capsys, [*VERIFY, "anywhere"])
-    assert "out of memory" in err.lower() and "1125899906842624 bytes" in err and "enforce fail" not in err
+    assert "out of memory" in err.lower() and "1048576.0 GiB" in err and "enforce fail" not in err
