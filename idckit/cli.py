@@ -45,6 +45,19 @@ def _side(flag: str):
     return parse
 
 
+def _at_least(flag: str, low: int):
+    """A whole number of at least ``low``, refused while parsing (a negative --limit would cut findings silently)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{flag} must be a whole number, got {text!r}") from e
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least {low}, got {value}")
+        return value
+    return parse
+
+
 def _objects(text: str) -> tuple[int, int]:
     try:
         lo, hi = (int(v) for v in text.split("-"))
@@ -483,8 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "synth_info.json (declared), or check structure only (none); auto: declared when "
                          "synth_info.json is there, else release")
     vd.add_argument("--json", type=Path, default=None, help="also write the findings here")
-    vd.add_argument("--limit", type=int, default=20, help="findings printed per kind (default 20)")
-    vd.add_argument("--workers", type=int, default=None, help="decoding threads (default: the cores, at most 8)")
+    vd.add_argument("--limit", type=_at_least("--limit", 0), default=20, help="findings printed per kind (default 20)")
+    vd.add_argument("--workers", type=_at_least("--workers", 1), default=None,
+                    help="decoding threads (default: the cores, at most 8)")
     vd.set_defaults(func=cmd_verify_data)
 
     ic = sub.add_parser("import-checkpoint", help="turn an authors' released checkpoint into a kit run directory "

@@ -337,3 +337,11 @@ def test_torch_out_of_memory_is_an_idckit_error(capsys, monkeypatch):
     monkeypatch.setattr(idckit.verify_data, "main", allocate)
     err = _error(capsys, [*VERIFY, "anywhere"])
     assert "out of memory" in err.lower() and "1048576.0 GiB" in err and "enforce fail" not in err
+
+
+@pytest.mark.parametrize("option, value", [("--limit", "-1"), ("--workers", "0"), ("--workers", "-2")])
+def test_verify_data_counts_below_their_floor_are_refused_while_parsing(clevr, capsys, option, value):
+    # a --limit of -1 printed all findings but one and "... and N+1 more"; a worker count below 1 was ignored
+    with pytest.raises(SystemExit) as exit_:
+        main([*VERIFY, str(clevr), option, value])
+    assert exit_.value.code == 2 and f"{option} must be at least" in capsys.readouterr().err
