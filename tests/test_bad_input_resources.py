@@ -345,3 +345,25 @@ def test_verify_data_counts_below_their_floor_are_refused_while_parsing(clevr, c
     with pytest.raises(SystemExit) as exit_:
         main([*VERIFY, str(clevr), option, value])
     assert exit_.value.code == 2 and f"{option} must be at least" in capsys.readouterr().err
+
+
+def test_a_full_disk_while_logging_a_run_names_its_log(tmp_path, monkeypatch):
+    import io
+
+    from test_loop import ToyTask
+
+    from idckit.errors import resource_error
+    from idckit.experiments.config import train_config
+    from idckit.train.loop import fit
+
+    class Full(io.StringIO):
+        def write(self, text):                  # as a file on a full disk: write() raises, naming no file
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real = pathlib.Path.open
+    monkeypatch.setattr(pathlib.Path, "open", lambda self, mode="r", *a, **k: Full() if self.name == "log.jsonl"
+                        else real(self, mode, *a, **k))
+    with pytest.raises(OSError) as e:
+        fit(ToyTask(), train_config(dict(max_steps=4, lr=1e-2, eval_every=2)), tmp_path / "run", progress=False)
+    mapped = resource_error(e.value)
+    assert mapped is not None and mapped.path == tmp_path / "run" / "log.jsonl"

@@ -321,8 +321,12 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
 
     def write_log(record: dict[str, Any]) -> None:
         if log is not None:
-            log.write(json.dumps(record) + "\n")
-            log.flush()  # so `tail -f log.jsonl` shows a long run's progress
+            try:
+                log.write(json.dumps(record) + "\n")
+                log.flush()  # so `tail -f log.jsonl` shows a long run's progress
+            except OSError as e:       # a full disk: a failed write() names no file, the error should
+                e.filename = e.filename or str(run_dir / "log.jsonl")
+                raise
 
     def collapsed(metrics: dict[str, Any]) -> bool:
         """Count this evaluation towards ``stop_on_collapse``; True when the run should stop."""
