@@ -170,7 +170,7 @@ def _resolve(model, runs_dir, *, profile=None, data_root=None) -> tuple[Path, st
 
 
 def _run_config(run: Path) -> dict:
-    from idckit.experiments.runs import read_run_file
+    from idckit.fileio import read_run_file
 
     return read_run_file(run / "config.json", {"features": str, "max_len": int, "model": dict},
                          fix="pass another run (a runs/pcl-finetune-<key> directory) with --model; this one's "

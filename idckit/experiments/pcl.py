@@ -21,8 +21,8 @@ from idckit.experiments import base, recipes
 from idckit.experiments.base import Setup
 from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
 from idckit.experiments.data import clevr_change
-from idckit.experiments.runs import Run, open_run, read_run_file, variant_result
-from idckit.fileio import check_output_dir
+from idckit.experiments.runs import Run, open_run, variant_result
+from idckit.fileio import check_output_dir, read_run_file
 from idckit.train import distributed
 
 FAMILY = "pcl"                 # the recipes this module trains: pcl/full, pcl/no_judge, ...

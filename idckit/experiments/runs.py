@@ -90,45 +90,6 @@ def run_key(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:12]
 
 
-_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object",
-          list: "a list"}
-
-
-def _is(value: Any, kind: type) -> bool:
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
-
-
-def read_run_file(path: str | Path, need: Mapping[str, type], *, may: Mapping[str, type] | None = None,
-                  fix: str) -> dict[str, Any]:
-    """A run's own JSON file (``config.json``, ``fit.json``) as a dict holding every key of ``need`` with a value of
-    its type, and (when ``may`` is given) no key outside ``need`` and ``may``; otherwise the kit's error naming the
-    file, the key, what was expected and ``fix``. The kit wrote the file, but a hand edit or a damaged disk can
-    leave anything in it."""
-    path = Path(path)
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"the run's {path.name} is not valid JSON ({e})", path=path, fix=fix) from e
-    if not isinstance(obj, dict):
-        raise ConfigError(f"the run's {path.name} must hold a JSON object, not {type(obj).__name__}", path=path,
-                          fix=fix)
-    missing = [k for k in need if k not in obj]
-    if missing:
-        raise ConfigError(f"the run's {path.name} lacks {', '.join(missing)}", path=path, fix=fix)
-    kinds = {**need, **(may or {})}
-    for key, kind in kinds.items():
-        if key in obj and not _is(obj[key], kind):
-            raise ConfigError(f"the run's {path.name} has {key} = {json.dumps(obj[key])[:60]}; expected "
-                              f"{_KINDS.get(kind, kind.__name__)}", path=path, fix=fix)
-    unknown = sorted(set(obj) - set(kinds)) if may is not None else []
-    if unknown:
-        raise ConfigError(f"the run's {path.name} holds keys the kit does not write: {', '.join(unknown)}",
-                          path=path, fix=fix)
-    return obj
-
-
 @dataclass
 class Run:
     dir: Path

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from idckit import device as devices
 from idckit.errors import ConfigError
-from idckit.fileio import atomic_path, torch_save, write_json
+from idckit.fileio import atomic_path, read_run_file, torch_save, write_json
 from idckit.train import distributed
 from idckit.train.loader import BatchLoader, LoaderConfig
 from idckit.train.schedules import lr_factor
@@ -254,8 +254,6 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         run_dir.mkdir(parents=True, exist_ok=True)
     distributed.barrier()
     if (run_dir / "fit.json").is_file():
-        from idckit.experiments.runs import read_run_file
-
         stored = read_run_file(run_dir / "fit.json", {"best_step": int, "best_metrics": dict},
                                may={"history": list, "steps": int, "wall_seconds": float, "stopped": str,
                                     "max_steps": int},
