@@ -18,7 +18,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from idckit.data.clevr_change import DISTRACTOR, Pair, load_image
+from idckit.data.clevr_change import DISTRACTOR, Pair
+from idckit.data.images import load_image
 
 #: below this (max |after - before| in [0, 1]) a pair's two images count as identical
 ZERO_DIFFERENCE = 1e-6

@@ -185,7 +185,7 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
 
     from idckit.device import resolve
 
-    from idckit.data.clevr_change import load_image
+    from idckit.data.images import load_image
     from idckit.data.features import IMAGE_SIZE, build_backbone, preprocess
     from idckit.models.decoding import beam_search, greedy_decode
     from idckit.models.pcl import PCL, PCLConfig

@@ -8,7 +8,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any, Mapping, Sequence
 
-from idckit.data.clevr_change import Pair, load_image
+from idckit.data.clevr_change import Pair
+from idckit.data.images import load_image
 from idckit.errors import ConfigError
 
 

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from idckit import fileio
 from idckit.errors import ConfigError
+from idckit.settings import PROFILES
 
 PAPER_NUMBERS = Path(__file__).parent / "experiments" / "paper_numbers.json"
 CAPTION_METRICS: tuple[str, ...] = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
@@ -177,13 +178,85 @@ def write_report(report_dir: str | Path, notebook: str, table: str, rows: Sequen
     return path
 
 
+# -- what a report folder is: the one claim reproduce and the notebooks make before writing ----------------
+#: status.json's record of where the last reproduce spent its time (prepare steps, training, each notebook)
+TIMES_KEY = "_reproduce"
+INDEX_TITLE = "<title>idckit reports</title>"
+
+
+def is_kit_report(path: Path) -> bool:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("notebook") == path.stem
+
+
+def _executed_notebook(path: Path) -> bool:
+    """A notebook papermill executed (its metadata says so): reproduce stages one beside the report its notebook
+    writes, and ``papermill NB OUT -p report_dir DIR`` may put OUT there."""
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(nb, dict) and isinstance(nb.get("metadata"), dict) and "papermill" in nb["metadata"]
+
+
+def recognise_reports(d: Path) -> dict | None:
+    """Which entries of ``d`` are the kit's reports (None: nothing says the folder is the kit's): its status.json,
+    index page, ``NAME.json`` reports of notebook NAME with their ``NAME.html``, executed notebooks, and other
+    profiles' report folders inside it."""
+    owned = []
+    doc = read_status(d / "status.json")      # a damaged one is named as such, not called foreign
+    if (d / "status.json").is_file() and all(isinstance(v, dict) and ("status" in v or k == TIMES_KEY)
+                                             for k, v in doc.items()):
+        owned.append("status.json")
+    try:
+        if INDEX_TITLE in (d / "index.html").read_text(encoding="utf-8", errors="replace")[:2000]:
+            owned.append("index.html")
+    except OSError:
+        pass
+    for jp in d.glob("*.json"):
+        if jp.name != "status.json" and is_kit_report(jp):
+            owned += [jp.name] + ([f"{jp.stem}.html"] if (d / f"{jp.stem}.html").is_file() else [])
+    owned += [p.name for p in d.glob("*.ipynb") if _executed_notebook(p)]
+    owned += [p.name for p in d.iterdir() if p.is_dir() and p.name.startswith("_tmp-")]   # older runs' staging
+    owned += [p.name for p in d.iterdir() if p.is_dir() and p.name in PROFILES and recognise_reports(p)]
+    return {"kind": "reports", "what": "idckit report folder", "entries": owned} if owned else None
+
+
+def claim_report_dir(report_dir: str | Path, notebooks: Sequence[Path | str], force: bool = False, *,
+                     flag: str = "--report-dir", force_option: str = "--force",
+                     will_write: Sequence[str] | None = None) -> Path:
+    """The report folder resolved and checked before the first notebook (see the module's docstring); a notebook
+    claims its ``report_dir`` the same way (:func:`write_report`), with no ``--force`` to offer.
+    ``will_write``: what is written there (default: reproduce's index, status and each notebook's JSON and HTML)."""
+    stems = [nb.stem if isinstance(nb, Path) else nb for nb in notebooks]
+    will = ["index.html", "status.json"] + [f"{n}{s}" for n in stems for s in (".json", ".html")] \
+        if will_write is None else list(will_write)
+    return fileio.claim_dir(report_dir, "reports", flag=flag, force=force, recognise=recognise_reports,
+                            will_write=will, what="idckit report folder", force_option=force_option).path
+
+
+def read_status(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        status = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"the reports' status file is unreadable ({e})", path=path,
+                          fix="delete it; the next run rewrites it (the reports themselves are kept)") from e
+    if not isinstance(status, dict):
+        raise ConfigError("the reports' status file must hold a JSON object", path=path,
+                          fix="delete it; the next run rewrites it (the reports themselves are kept)")
+    return status
+
+
 def claim_notebook_report_dir(report_dir: str | Path, notebook: str | None = None) -> Path:
     """``report_dir`` resolved and claimed as ``idckit reproduce`` claims its ``--report-dir``
-    (:func:`idckit.reproduce.claim_report_dir`): absent, empty or the kit's own (a running reproduce's stage
+    (:func:`claim_report_dir`): absent, empty or the kit's own (a running reproduce's stage
     included); a user's ``<notebook>.json`` or any other file of theirs there is refused, never replaced. A notebook
     has no ``--force``: the user moves the files, or picks another folder."""
-    from idckit.reproduce import claim_report_dir
-
     if not isinstance(report_dir, (str, Path)):      # papermill -p report_dir 5 injects an int
         raise ConfigError(f"report_dir must be a folder path, got {report_dir!r}",
                           fix="pass -p report_dir PATH (a folder), or leave it None for the profile's reports folder")

@@ -9,12 +9,10 @@ import json
 from pathlib import Path
 
 from idckit import fileio
+from idckit.report import TIMES_KEY
 from idckit.report_card import PAPERS, Summary, status_class, summary
 from idckit.report_format import fmt
 from idckit.report_status import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_LEARNED_FACTOR
-
-#: status.json's record of the last reproduce's stage times (idckit.reproduce writes it)
-TIMES_KEY = "_reproduce"
 
 COLUMNS = ("report", "headline", "idckit", "no-learning baseline", "paper", "status", "data", "seeds", "time")
 
@@ -56,7 +54,7 @@ def _status_cell(s: Summary, run_status: str) -> str:
 
 def time_section(times: object) -> str:
     """The "Time" section: where the last ``idckit reproduce`` spent its wall time (status.json's
-    :data:`idckit.reproduce.TIMES_KEY`: the prepare steps, training per run kind, each notebook), "" when none."""
+    :data:`idckit.report.TIMES_KEY`: the prepare steps, training per run kind, each notebook), "" when none."""
     if not isinstance(times, dict):
         return ""
     e = html.escape

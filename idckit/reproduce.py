@@ -33,8 +33,8 @@ from typing import Callable, Iterator, Sequence
 
 from idckit import fileio, paths
 from idckit.errors import ConfigError
-from idckit.experiments.config import PROFILES, check_profile
-from idckit.report_index import TIMES_KEY     # status.json's record of the stage times, beside the notebooks'
+from idckit.experiments.config import check_profile
+from idckit.report import TIMES_KEY, claim_report_dir, is_kit_report, read_status
 
 KERNEL = "idckit"
 
@@ -106,63 +106,6 @@ def updates_readme(profile: str, report_dir: str | Path | None) -> bool:
     table describes the committed reports, not a smoke test's."""
     return profile == paths.DEFAULT_PROFILE and report_dir is None and \
         paths.reports_dir(profile).resolve() == (paths.project_root() / "reports").resolve()
-
-
-INDEX_TITLE = "<title>idckit reports</title>"
-
-
-def _kit_report(path: Path) -> bool:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and doc.get("notebook") == path.stem
-
-
-def _executed_notebook(path: Path) -> bool:
-    """A notebook papermill executed (its metadata says so): reproduce stages one beside the report its notebook
-    writes, and ``papermill NB OUT -p report_dir DIR`` may put OUT there."""
-    try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(nb, dict) and isinstance(nb.get("metadata"), dict) and "papermill" in nb["metadata"]
-
-
-def _recognise_reports(d: Path) -> dict | None:
-    """Which entries of ``d`` are the kit's reports (None: nothing says the folder is the kit's): its status.json,
-    index page, ``NAME.json`` reports of notebook NAME with their ``NAME.html``, executed notebooks, and other
-    profiles' report folders inside it."""
-    owned = []
-    doc = _read_status(d / "status.json")      # a damaged one is named as such, not called foreign
-    if (d / "status.json").is_file() and all(isinstance(v, dict) and ("status" in v or k == TIMES_KEY)
-                                             for k, v in doc.items()):
-        owned.append("status.json")
-    try:
-        if INDEX_TITLE in (d / "index.html").read_text(encoding="utf-8", errors="replace")[:2000]:
-            owned.append("index.html")
-    except OSError:
-        pass
-    for jp in d.glob("*.json"):
-        if jp.name != "status.json" and _kit_report(jp):
-            owned += [jp.name] + ([f"{jp.stem}.html"] if (d / f"{jp.stem}.html").is_file() else [])
-    owned += [p.name for p in d.glob("*.ipynb") if _executed_notebook(p)]
-    owned += [p.name for p in d.iterdir() if p.is_dir() and p.name.startswith("_tmp-")]   # older runs' staging
-    owned += [p.name for p in d.iterdir() if p.is_dir() and p.name in PROFILES and _recognise_reports(p)]
-    return {"kind": "reports", "what": "idckit report folder", "entries": owned} if owned else None
-
-
-def claim_report_dir(report_dir: str | Path, notebooks: Sequence[Path | str], force: bool = False, *,
-                     flag: str = "--report-dir", force_option: str = "--force",
-                     will_write: Sequence[str] | None = None) -> Path:
-    """The report folder resolved and checked before the first notebook (see the module's docstring); a notebook
-    claims its ``report_dir`` the same way (:func:`idckit.report.write_report`), with no ``--force`` to offer.
-    ``will_write``: what is written there (default: reproduce's index, status and each notebook's JSON and HTML)."""
-    stems = [nb.stem if isinstance(nb, Path) else nb for nb in notebooks]
-    will = ["index.html", "status.json"] + [f"{n}{s}" for n in stems for s in (".json", ".html")] \
-        if will_write is None else list(will_write)
-    return fileio.claim_dir(report_dir, "reports", flag=flag, force=force, recognise=_recognise_reports,
-                            will_write=will, what="idckit report folder", force_option=force_option).path
 
 
 def absolute(path: str | Path | None) -> str | None:
@@ -276,7 +219,7 @@ def run_one(nb: Path, *, profile: str, roots: dict | None = None, report_dir: Pa
         # the folder was claimed before the first notebook; a file of these names the kit did not write may have
         # appeared since, and is kept
         if any((report_dir / f"{name}{s}").exists() for s in (".json", ".html")) and \
-                not _kit_report(report_dir / f"{name}.json"):
+                not is_kit_report(report_dir / f"{name}.json"):
             raise ConfigError(f"{name}.json or {name}.html appeared in the report folder while {name} ran, and the "
                               "kit did not write it; it was kept, this report not written", path=report_dir,
                               fix=f"move {name}.json/.html away and run {name} again")
@@ -294,20 +237,6 @@ def run_one(nb: Path, *, profile: str, roots: dict | None = None, report_dir: Pa
             stage.parent.rmdir()
         except OSError:
             pass
-
-
-def _read_status(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        status = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"the reports' status file is unreadable ({e})", path=path,
-                          fix="delete it; the next run rewrites it (the reports themselves are kept)") from e
-    if not isinstance(status, dict):
-        raise ConfigError("the reports' status file must hold a JSON object", path=path,
-                          fix="delete it; the next run rewrites it (the reports themselves are kept)")
-    return status
 
 
 def check_jobs(jobs: object) -> int:
@@ -352,7 +281,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
     check_released([nb.stem for nb in notebooks], released)
     report_dir.mkdir(parents=True, exist_ok=True)
     status_path = report_dir / "status.json"
-    _read_status(status_path)       # an unreadable status file fails here, before the first notebook
+    read_status(status_path)       # an unreadable status file fails here, before the first notebook
     fileio.remove_stale_staging(report_dir, fileio._STAGING)
     with ExitStack() as held:
         held.enter_context(absolute_env())      # inherited by every kernel and lane worker started below
@@ -376,7 +305,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
                  "prepare": steps, "notebooks": {o.notebook: round(o.seconds, 1) for o in outcomes},
                  "training": training_by_kind(runs_dir, since=t0), "training_jobs": unit_times}
         with fileio.wait_lock(report_dir / f"{fileio.LOCK}status"):
-            status = _read_status(status_path)
+            status = read_status(status_path)
             status[TIMES_KEY] = times
             fileio.write_json(status_path, status, indent=1, sort_keys=True)
             write_index(report_dir)
@@ -534,7 +463,7 @@ def estimates(names: Sequence[str], report_dir: Path) -> dict[str, float]:
     known: dict[str, float] = {}
     for path in (paths.reports_dir(paths.DEFAULT_PROFILE) / "status.json", report_dir / "status.json"):
         try:
-            doc = _read_status(path)
+            doc = read_status(path)
         except ConfigError:
             continue
         known.update({k: float(v["seconds"]) for k, v in doc.items()
@@ -842,7 +771,7 @@ def _last_times(report_dir: Path, key: str, kind: type):
     into the committed reports; None when neither has it."""
     for path in (report_dir / "status.json", paths.reports_dir(paths.DEFAULT_PROFILE) / "status.json"):
         try:
-            rec = _read_status(path).get(TIMES_KEY)
+            rec = read_status(path).get(TIMES_KEY)
         except ConfigError:
             continue
         if isinstance(rec, dict) and isinstance(rec.get(key), kind):
@@ -863,7 +792,7 @@ def _known_prepare(report_dir: Path) -> list[dict]:
 
 
 def _record(status_path: Path, out: Outcome, profile: str, when: str) -> None:
-    status = _read_status(status_path)
+    status = read_status(status_path)
     if out.ok:
         status[out.notebook] = {"status": "ok", "when": when, "profile": profile, "seconds": round(out.seconds, 1)}
     else:

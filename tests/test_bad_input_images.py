@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from idckit.data.clevr_change import load_image
+from idckit.data.images import load_image
 from idckit.data.images import resize_uint8
 from idckit.errors import DatasetError
 

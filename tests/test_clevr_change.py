@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from idckit.data.clevr_change import (ClevrChange, DISTRACTOR, load_image, pair_id, parse_pair_id, split_counts)
+from idckit.data.clevr_change import ClevrChange, DISTRACTOR, pair_id, parse_pair_id, split_counts
+from idckit.data.images import load_image
 from idckit.errors import DatasetError, IdckitError
 
 

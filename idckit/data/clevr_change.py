@@ -261,15 +261,6 @@ class ClevrChange(PairDataset):
         )
 
 
-
-def load_image(path: str | Path):
-    """An image file as 8-bit RGB (any mode and bit depth), or a :class:`DatasetError`: the kit's one image reader,
-    :func:`idckit.data.images.load_image`."""
-    from idckit.data.images import load_image as read
-
-    return read(path)
-
-
 def split_counts(ds: ClevrChange, splits: Sequence[str] = SPLITS) -> dict[str, dict[str, int]]:
     """Pairs per change type per split (distractor included)."""
     out: dict[str, dict[str, int]] = {}

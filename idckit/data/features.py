@@ -44,7 +44,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from idckit import __version__, fileio
-from idckit.data.clevr_change import ClevrChange, default_name, load_image, nonsemantic_name, semantic_name
+from idckit.data.clevr_change import ClevrChange, default_name, nonsemantic_name, semantic_name
+from idckit.data.images import load_image
 from idckit.errors import ConfigError, DatasetError, WeightsUnavailableError
 from idckit.models import backbones
 from idckit.models.backbones import MEAN, STD

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from idckit import fileio
-from idckit.data.clevr_change import LAYOUT_HELP
 from idckit.errors import DatasetError
 
 #: OpenAI CLIP's normalisation (open_clip's OPENAI_DATASET_MEAN/STD), used by every CLIP incl. the stand-in.
@@ -62,7 +61,8 @@ def load_image(path: str | Path):
             im.load()     # the whole first frame: a truncated file fails here, not later
             return _to_rgb(im, path)
     except FileNotFoundError as e:
-        raise DatasetError("image file not found", path=path, fix=LAYOUT_HELP) from e
+        raise DatasetError("image file not found", path=path,
+                           fix="check the path; for a dataset, `idckit verify-data ROOT` names what its layout lacks") from e
     except IsADirectoryError as e:
         raise DatasetError("a directory, not an image file", path=path, fix="pass the path of an image file") from e
     except PermissionError as e:

@@ -41,7 +41,9 @@ from idckit.fileio import check_output_dir, write_json
 #: 4: the run keys as the settings are (the compatibility bends that kept older keys are gone: DUDA's settings are
 #: no longer reshaped, feature_size and train_fraction always enter a feature-based run's identity, a frozen
 #: CLIP4IDC captioner keeps its visual_lr_scale, the stand-in CLIP's data_version is its data's)
-TRAINING_CODE_VERSION = "4"
+#: 5: decoding writes at least one word (a model whose val captions ended at once now writes words, so validation
+#: can select another step), and images of other modes and bit depths read as their pixels, not white
+TRAINING_CODE_VERSION = "5"
 #: (not bumped for features.py's float16 range check, the untrained ResNet-101's zero-initialised residuals and the
 #: efficientnet_lite0_b5 backbone: the stores of the existing backbones and weights come out the same; nor for the
 #: hybrid stand-in CLIP, a new architecture that builds no existing run differently; nor for the captioner's
@@ -52,7 +54,7 @@ TRAINING_CODE_VERSION = "4"
 #: unless the rule names another, and then in that run's key), nor for IDC-PCL's data assembly moving to
 #: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "c1d66d7b3ec04db0"
+TRAINING_CODE_FINGERPRINT = "fef6f828c92b4805"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",

@@ -65,7 +65,7 @@ class WalkthroughResult:
 def _identical(pair) -> bool:
     import numpy as np
 
-    from idckit.data.clevr_change import load_image
+    from idckit.data.images import load_image
 
     return bool(np.array_equal(np.asarray(load_image(pair.before)), np.asarray(load_image(pair.after))))
 
