@@ -385,9 +385,12 @@ def test_every_position_queries_see_what_generation_sees():
     plain = m.forward_grouped(f1, f2, ids[:, None])
     assert_close(out.img1, plain.img1)
     assert_close(out.visual, plain.visual)
-    # the greedy decoder's first word is the argmax of query 1 (a generation step, not only a forward)
-    first = greedy_decode(m, (f1, f2), 2)[:, 0]
-    assert torch.equal(first, m.mlm_logits(out.text[:, 0]).argmax(-1))
+    # the greedy decoder's first token is the argmax of query 1 (a generation step, not only a forward); by default
+    # over the words alone, since a caption has at least one word (decoding.MIN_WORDS)
+    logits = m.mlm_logits(out.text[:, 0])
+    assert torch.equal(greedy_decode(m, (f1, f2), 2, min_len=0)[:, 0], logits.argmax(-1))
+    words = logits.index_fill(-1, torch.tensor([m.bos_id, m.eos_id, m.pad_id, *m.special_ids]), float("-inf"))
+    assert torch.equal(greedy_decode(m, (f1, f2), 2)[:, 0], words.argmax(-1))
 
 
 # -- the attention probe (idckit.eval.probe) -------------------------------------------------------------------
