@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from idckit.errors import ConfigError, DatasetError, os_error_in
+
 
 def _umask() -> int:
     try:  # Linux reports it without changing it (setting it, even briefly, races with other threads)
@@ -34,15 +36,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path in the same directory; rename it onto ``path`` only if the block succeeds."""
     path = Path(path)
     if path.is_dir():
-        from idckit.errors import ConfigError
-
         raise ConfigError(f"cannot write {path.name}: a directory of that name is in the way", path=path,
                           fix="choose another output path, or move that directory")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as e:
-        from idckit.errors import ConfigError
-
         raise ConfigError(f"cannot write {path.name}: {_existing_ancestor(path)} is a file, not a directory",
                           path=path, fix="choose an output directory that is not a file") from e
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -53,8 +51,6 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:     # a full disk or a limit: the error names the user's file, not the temp
-        from idckit.errors import os_error_in
-
         cause = os_error_in(e)
         if cause is not None and (cause.filename is None or cause.filename in (str(tmp), tmp)):
             cause.filename = str(path)     # (a failed write() names no file at all)
@@ -90,22 +86,35 @@ def _is(value: Any, kind: type) -> bool:
     return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
 
 
+_JSON_KINDS = {dict: "object", list: "list"}
+
+
+def read_json(path: str | Path, expect: type, *, what: str, fix: str, error: type = ConfigError,
+              unreadable: bool = False) -> Any:
+    """The JSON file ``path`` holding a JSON ``expect`` (dict: an object, or list), else ``error`` naming ``what``, the
+    path and ``fix``: the one reader of a file a hand edit or a damaged disk can break. ``unreadable``: an OSError
+    is that error too (otherwise it reaches the CLI boundary, which names the path and the limit hit)."""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{what} is not valid JSON in UTF-8 ({e})", path=path, fix=fix) from e
+    except OSError as e:
+        if not unreadable:
+            raise
+        raise error(f"{what} is unreadable ({e})", path=path, fix=fix) from e
+    if not isinstance(obj, expect):
+        raise error(f"{what} must hold a JSON {_JSON_KINDS[expect]}, not {type(obj).__name__}", path=path, fix=fix)
+    return obj
+
+
 def read_run_file(path: str | Path, need: Mapping[str, type], *, may: Mapping[str, type] | None = None,
                   fix: str) -> dict[str, Any]:
     """A run's own JSON file (``config.json``, ``fit.json``) as a dict holding every key of ``need`` with a value of
     its type, and (when ``may`` is given) no key outside ``need`` and ``may``; otherwise the kit's error naming the
     file, the key, what was expected and ``fix``. The kit wrote the file, but a hand edit or a damaged disk can
     leave anything in it."""
-    from idckit.errors import ConfigError
-
     path = Path(path)
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"the run's {path.name} is not valid JSON ({e})", path=path, fix=fix) from e
-    if not isinstance(obj, dict):
-        raise ConfigError(f"the run's {path.name} must hold a JSON object, not {type(obj).__name__}", path=path,
-                          fix=fix)
+    obj = read_json(path, dict, what=f"the run's {path.name}", fix=fix)
     missing = [k for k in need if k not in obj]
     if missing:
         raise ConfigError(f"the run's {path.name} lacks {', '.join(missing)}", path=path, fix=fix)
@@ -130,8 +139,6 @@ def _existing_ancestor(path: Path) -> Path:
 
 def check_output_file(path: str | Path, flag: str, example: str = "out.json") -> Path:
     """Refuse, before any work, an output file path that is a directory or lies under a file or a read-only place."""
-    from idckit.errors import ConfigError
-
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{flag} names a directory; it must be a file path", path=path,
@@ -148,8 +155,6 @@ def check_output_file(path: str | Path, flag: str, example: str = "out.json") ->
 
 def check_output_dir(path: str | Path, flag: str) -> Path:
     """Refuse, before any work, an output directory path that is a file or lies under a file or a read-only place."""
-    from idckit.errors import ConfigError
-
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{flag} names a file, not a directory", path=path,
@@ -174,8 +179,6 @@ _STAGING, _TRASH, LOCK = ".idckit-staging-", ".idckit-trash-", ".idckit-lock-"
 
 
 def _error(message: str, path, fix: str, cls: type | None = None):
-    from idckit.errors import ConfigError
-
     return (cls or ConfigError)(message, path=path, fix=fix)
 
 
@@ -351,8 +354,6 @@ class _Staging:
                 self.publish(self.last)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
-        from idckit.errors import os_error_in
-
         cause = None if exc is None else os_error_in(exc)
         if cause is not None and (cause.filename is None or str(cause.filename).startswith(str(self.dir))):
             cause.filename = str(self.claim.path)   # a full disk names the output folder, not the staging removed
@@ -487,8 +488,6 @@ def claim_file(path: str | Path, flag: str, *, inputs: Sequence[str | Path] = ()
 def inside(base: Path, name: str, *, source: Path, entry: str) -> Path:
     """``base / name`` for a file name read from a dataset's own files (``source``, at ``entry``), refused when the
     name is absolute or climbs out of ``base`` with ``..``: a dataset file never makes the kit open another place."""
-    from idckit.errors import DatasetError
-
     norm = os.path.normpath(name)
     if os.path.isabs(name) or norm == ".." or norm.startswith(".." + os.sep) or not name.strip():
         raise DatasetError(f"{entry} names {name!r}, which is not a path inside {base}", path=source,

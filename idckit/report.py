@@ -241,15 +241,8 @@ def claim_report_dir(report_dir: str | Path, notebooks: Sequence[Path | str], fo
 def read_status(path: Path) -> dict:
     if not path.is_file():
         return {}
-    try:
-        status = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"the reports' status file is unreadable ({e})", path=path,
-                          fix="delete it; the next run rewrites it (the reports themselves are kept)") from e
-    if not isinstance(status, dict):
-        raise ConfigError("the reports' status file must hold a JSON object", path=path,
-                          fix="delete it; the next run rewrites it (the reports themselves are kept)")
-    return status
+    return fileio.read_json(path, dict, what="the reports' status file", unreadable=True,
+                            fix="delete it; the next run rewrites it (the reports themselves are kept)")
 
 
 def claim_notebook_report_dir(report_dir: str | Path, notebook: str | None = None) -> Path:

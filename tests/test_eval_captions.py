@@ -259,7 +259,7 @@ def test_results_round_trip(tmp_path):
 
 
 @pytest.mark.parametrize("content, match", [
-    ("not json", "not valid UTF-8 JSON"),
+    ("not json", "not valid JSON"),
     ('{"image_id": "000000.png"}', "must hold a JSON list"),
     ('[{"image_id": "000000.png"}]', "entry 0 must be an object with keys image_id and caption"),
     ('[{"caption": "x"}]', "entry 0 must be an object"),

@@ -204,16 +204,8 @@ def clevr_change_images(root: Path) -> list[str]:
 
 
 def _read_meta(directory: Path) -> dict:
-    path = directory / "meta.json"
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DatasetError(f"feature store's meta.json is unreadable ({e})", path=path,
-                           fix="delete this feature store and extract it again with `idckit features`") from e
-    if not isinstance(meta, dict):
-        raise DatasetError("feature store's meta.json is not a JSON object", path=path,
-                           fix="delete this feature store and extract it again with `idckit features`")
-    return meta
+    return fileio.read_json(directory / "meta.json", dict, what="the feature store's meta.json", error=DatasetError,
+                            unreadable=True, fix="delete this feature store and extract it again with `idckit features`")
 
 
 STORE_FILES = ("meta.json", "index.json", "features.npy")

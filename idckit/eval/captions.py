@@ -39,6 +39,7 @@ import threading
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from idckit import fileio
 from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.errors import MissingDependencyError, ResultsError
 
@@ -259,13 +260,7 @@ def evaluate_pairs(references: Mapping[str, Sequence[str]], candidates: Mapping[
 def _read_result_list(path: Path) -> list[tuple[str, str]]:
     if not path.is_file():
         raise ResultsError("results file not found", path=path, fix=RESULTS_FIX)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ResultsError(f"results file is not valid UTF-8 JSON: {e}", path=path, fix=RESULTS_FIX) from e
-    if not isinstance(raw, list):
-        raise ResultsError(f"results file must hold a JSON list, found {type(raw).__name__}", path=path,
-                           fix=RESULTS_FIX)
+    raw = fileio.read_json(path, list, what="the results file", error=ResultsError, fix=RESULTS_FIX)
     out = []
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict) or "image_id" not in entry or "caption" not in entry:
