@@ -52,9 +52,10 @@ TRAINING_CODE_VERSION = "5"
 #: a config says otherwise, and any other size a store and a run key of its own; nor for the loop's stop_on_collapse,
 #: off unless a config names it (and then in that run's key), nor for its optional distinct threshold (1, as before,
 #: unless the rule names another, and then in that run's key), nor for IDC-PCL's data assembly moving to
-#: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction)
+#: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction; nor for IDC-PCL's
+#: MLM head scoring [IMG1]/[IMG2] -inf at special_tokens "shared_cls", which only paper sets)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "fef6f828c92b4805"
+TRAINING_CODE_FINGERPRINT = "cbf164952d067d22"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",

@@ -44,7 +44,9 @@ checkpoint gives their logits to 1e-5 and their greedy tokens: tests/test_parity
   Linear+Sigmoid and couples the regression target space to the input projection; the paper says only
   "regression to the original feature space".
 - ``special_tokens``: ``shared_cls``, one [CLS] word for IMG1, IMG2 and CLS, told apart by type (theirs); ``distinct``,
-  ids 5, 6, 7 of :class:`idckit.text.vocab.Vocab`. Either way a special is word + type embedding, no position, and
+  ids 5, 6, 7 of :class:`idckit.text.vocab.Vocab`. At ``shared_cls`` the vocabulary's [IMG1]/[IMG2] are no words
+  (the authors' vocabulary has only <CLS>): the MLM head's logits there are -inf, so a softmax or an argmax sees one
+  <CLS> logit, as theirs (tests/test_parity_defects.py). Either way a special is word + type embedding, no position, and
   the type table has 6 rows (IMG1, image-1 region, IMG2, image-2 region, CLS, text; theirs has a 7th, row 0, never
   read). Special ids come from the vocabulary, never hard-coded (public fine-tuning: BOS=1, MASK=5).
 - ``pos_table``: ``public`` is their table with the tutorial bug (exponents 4k/d and 2(2k+1)/d instead of 2k/d),
@@ -280,6 +282,12 @@ class PCL(nn.Module):
         # reserves its first n_special ids, a mapping names them
         self.special_ids = tuple(range(vocab.n_special)) if hasattr(vocab, "n_special") else \
             tuple(sorted({*ids.values(), *([int(vocab["unk"])] if "unk" in vocab else [])}))
+        # The vocabulary's [IMG1]/[IMG2] ids, where they are not [CLS]'s: at ``shared_cls`` no such word exists
+        # (the authors have one <CLS> for all three), so the MLM head's columns of those ids are set to -inf: a
+        # softmax and an argmax over them would count the <CLS> logit of a converted checkpoint three times
+        # (cross-entropy off by ~5e-3) and decode [IMG1] where the authors decode <CLS>.
+        not_words = sorted({self.img1_id, self.img2_id} - {self.cls_id}) if cfg.special_tokens == "shared_cls" else []
+        self.register_buffer("not_words", torch.tensor(not_words, dtype=torch.long), persistent=False)
         if cfg.special_tokens == "shared_cls":
             self.img1_id = self.img2_id = self.cls_id
         d = cfg.d_model
@@ -492,8 +500,10 @@ class PCL(nn.Module):
 
     # -- heads ---------------------------------------------------------------------------------------------
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[.., V] word logits of text hidden states (pre-training MLM, fine-tuning, generation)."""
-        return self.mlm_head(hidden)
+        """[.., V] word logits of text hidden states (pre-training MLM, fine-tuning, generation); -inf at the ids
+        that are no word of the model's vocabulary ([IMG1]/[IMG2] at ``special_tokens="shared_cls"``)."""
+        logits = self.mlm_head(hidden)
+        return logits.index_fill(-1, self.not_words, float("-inf")) if len(self.not_words) else logits
 
     def mvcl_regress(self, hidden: torch.Tensor) -> torch.Tensor:
         """[.., feat_dim]: visual hidden states regressed to the raw feature space (MVCL's prediction)."""
@@ -564,7 +574,7 @@ class PCL(nn.Module):
                 x, q, mask = x[:, 1:], q[:, :, 1:], None
             x = blk.finish(x + blk.attn.attend(q, kbuf[:, :, :n + 2], vbuf[:, :, :n + 2], mask))
         state.n_keys, state.pos = n + 1, state.pos + 1
-        return self.mlm_head(self.ln_f(x[:, -1]))
+        return self.mlm_logits(self.ln_f(x[:, -1]))
 
     def reorder_state(self, state: DecodingState, index: torch.LongTensor) -> DecodingState:
         pick = lambda t: t.index_select(0, index)
@@ -605,7 +615,7 @@ class PCL(nn.Module):
         allowed[:, rows, nv:nv + length] = upto[None] & self._text_keys(tokens)[:, None, :]
         allowed[:, rows, rows] = True
         out = self._cross(x, allowed[:, None])
-        return self.mlm_head(out[:, nv + length:])
+        return self.mlm_logits(out[:, nv + length:])
 
     def load_pretrained(self, state: Mapping[str, torch.Tensor]) -> dict[str, list[str]]:
         """Load the keys this model has with matching shapes (pre-training -> fine-tuning, or a model without the

@@ -9,8 +9,9 @@ imports the authors' code anywhere else.
 :func:`convert_state_dict` maps an authors' state_dict (``clver`` or ``bird`` models, pre-training or fine-tuning)
 to the kit's :class:`idckit.models.pcl.PCL` keys at the ``paper`` switches: q/k/v projections fused, the 7-row type
 table to the kit's 6 rows (row 0 is never used), the word rows reordered into the kit vocabulary (the authors'
-``<CLS>`` row also fills [IMG1]/[IMG2]), the MVCL head's own bias (its weight is tied to the visual projection), the
-positional buffer dropped (the kit computes the same table, ``pos_table="public"``, tested against the recording).
+``<CLS>`` row also fills [IMG1]/[IMG2], which no ``shared_cls`` model reads: its MLM head scores them -inf), the
+MVCL head's own bias (its weight is tied to the visual projection), the positional buffer dropped (the kit computes
+the same table, ``pos_table="public"``, tested against the recording).
 """
 from __future__ import annotations
 

@@ -1,0 +1,71 @@
+"""Defects the independent parity check found (issue 49, item 6), each pinned against the authors' recordings.
+
+The converted IDC-PCL model is scored and decoded here through the kit's own paths (``mlm_logits`` in the kit's
+vocabulary, the losses the tasks call, ``greedy_decode``), never through the authors' columns picked out of the
+kit's logits (``[:, k_of_a]``, which tests/test_parity_pcl.py uses and which hides the kit's extra columns).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from idckit.losses import mlm_loss
+from idckit.models.decoding import greedy_decode
+from numeric import assert_close
+from test_parity_pcl import kit_model, one_thread, recording  # noqa: F401  (the fixture runs on one thread)
+
+RTOL = 1e-5
+
+
+# -- the kit's [IMG1]/[IMG2] are no words of the authors' vocabulary ---------------------------------------------------
+def test_converted_model_scores_captions_over_the_authors_vocabulary():
+    """The caption cross-entropy of a converted checkpoint, in the kit's ids and through the kit's head, is the
+    authors' per position (their <CLS> logit counted once, not three times as [IMG1], [IMG2] and [CLS])."""
+    rec = recording("clver_finetune")
+    model, k_of_a, _ = kit_model(rec)
+    keep = rec["cap_label"] != -1
+    with torch.no_grad():
+        out = model(rec["f1"], rec["f2"], k_of_a[rec["cap"]], mode="finetune")
+        logits = model.mlm_logits(out.text[keep])
+    labels = k_of_a[rec["cap_label"][keep]]
+    assert_close(F.cross_entropy(logits, labels, reduction="none"), rec["mlm_loss"], rtol=RTOL,
+                 what="per-position caption cross-entropy, kit vs authors")
+    assert_close(mlm_loss(logits, labels, "sum"), rec["mlm_loss"].sum(), rtol=RTOL)
+
+
+def test_converted_model_decodes_the_authors_cls_as_cls():
+    """Where the authors' model emits <CLS>, the kit's greedy decoding emits [CLS] (not [IMG1], the first of the
+    three columns that hold the copied <CLS> row). Their <CLS> output bias is raised until it wins every step, so
+    their greedy caption is <CLS> at every one of its max_len - 1 steps (their decoder bars nothing: min_len 0)."""
+    rec = recording("clver_finetune")
+    cls = rec["vocab"]["<CLS>"]
+    state = dict(rec["state_dict"])
+    state["output_layer.bias"] = state["output_layer.bias"].clone()
+    state["output_layer.bias"][cls] += 1e3
+    model, k_of_a, _ = kit_model({**rec, "state_dict": state})
+    tokens = greedy_decode(model, (rec["f1"], rec["f2"]), rec["max_len"] - 1, min_len=0)
+    assert tokens.tolist() == [[int(k_of_a[cls])] * (rec["max_len"] - 1)] * len(tokens)
+    assert int(k_of_a[cls]) == model.cls_id
+
+
+def test_converted_model_greedy_tokens_are_the_authors_in_kit_ids():
+    """The recorded greedy captions, mapped word for word into the kit's ids, are what the kit decodes."""
+    rec = recording("clver_finetune")
+    model, k_of_a, _ = kit_model(rec)
+    tokens = greedy_decode(model, (rec["f1"], rec["f2"]), rec["max_len"] - 1)
+    eos = int(k_of_a[rec["vocab"]["<EOS>"]])
+    want = k_of_a[rec["greedy"][:, 1:]].tolist()                      # their [BOS] first, then the words
+    got = tokens.tolist()
+    for g, w in zip(got, want):
+        cut = w.index(eos) + 1 if eos in w else len(w)
+        assert g[:cut] == w[:cut]
+
+
+def test_distinct_special_tokens_keep_every_column():
+    """The kit's own layout (cpu, smoke) has [IMG1]/[IMG2] words of its own: nothing is barred."""
+    rec = recording("clver_finetune")
+    model, k_of_a, _ = kit_model(rec, special_tokens="distinct")
+    with torch.no_grad():
+        out = model(rec["f1"], rec["f2"], k_of_a[rec["cap"]], mode="finetune")
+        assert torch.isfinite(model.mlm_logits(out.text)).all()
+    assert len(model.not_words) == 0
