@@ -69,3 +69,20 @@ def test_distinct_special_tokens_keep_every_column():
         out = model(rec["f1"], rec["f2"], k_of_a[rec["cap"]], mode="finetune")
         assert torch.isfinite(model.mlm_logits(out.text)).all()
     assert len(model.not_words) == 0
+
+
+# -- special-token dropout: one mask per sample, as the authors ------------------------------------------------------
+def test_special_token_dropout_is_drawn_per_sample_as_the_authors():
+    """Their <CLS> id is repeated over the batch before it is embedded and dropped out (clver/modules_finetune.py
+    49-53, modules_pretrain.py 53-58 at 6f3aabf), so each sample has its own mask; the kit's [IMG1] in training mode
+    too (docs/parity.md once said theirs was drawn once per batch)."""
+    from idckit.models.pcl import T_IMG1
+
+    rec = recording("clver_finetune")
+    model, _, _ = kit_model(rec)
+    model.train()
+    torch.manual_seed(0)
+    x = model._special(model.img1_id, T_IMG1, 64)[:, 0]
+    dropped = x == 0
+    assert len({tuple(r) for r in dropped.tolist()}) > 1            # not one mask shared by the batch
+    assert_close(dropped.float().mean(), torch.tensor(model.cfg.dropout), rtol=0.2)
