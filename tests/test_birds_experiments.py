@@ -128,7 +128,7 @@ def test_selection_names_the_profiles_rule_for_the_reports(smoke):
     cpu = dataclasses.replace(smoke, config=load_config("pcl_birds", "cpu"))
     assert birds.selection(cpu) == "the last checkpoint (step 1,000; val CIDEr-D scored once, at the end)"
     paper = dataclasses.replace(smoke, config=load_config("pcl_birds", "paper"))
-    assert "best val ROUGE-L (scored every 400 steps)" in birds.selection(paper)
+    assert "best val ROUGE-L (scored every 85 steps)" in birds.selection(paper)      # bird/config/finetune_bird.json
     assert birds.provenance(cpu, [], [0], 1.0).selection_split.startswith("val: the last checkpoint")
 
 

@@ -28,8 +28,10 @@ def test_doctor_says_what_each_profile_needs_and_what_is_missing_offline(capsys,
     assert "no --spot-root; clip4idc_table3_spot_the_diff, clip4idc_table5_ablation, clip4idc_table6_retrieval " \
            "use SynthSpot-the-Diff" in out
     problems = [line for line in out.splitlines() if line.startswith("! ")]
-    assert len(problems) == 2 + (shutil.which("java") is None)
+    assert len(problems) == 3 + (shutil.which("java") is None)
     assert any("resnet101" in p and "backbone_weights" in p for p in problems)         # the paper's features
+    # birds at paper read ResNet-101 grids too, as the authors' bird/ configs do (img_embs 2048)
+    assert any(p.startswith("! IDC-PCL on Birds-to-Words") and "resnet101" in p for p in problems)
     assert any("ViT-B-32 openai" in p and "HF_HUB_OFFLINE" in p for p in problems)     # the paper's CLIP
     # the cpu profile needs nothing from a hub
     assert main(["doctor", "--profile", "cpu", "--runs-dir", str(tmp_path)]) == (0 if shutil.which("java") else 1)

@@ -44,7 +44,7 @@ PAPER = [
     ("clip4idc_caption", "visual_lr_scale", 1e-3, "B: visual encoder lr 1e-7 = 1e-4 x 1e-3"),
     ("clip4idc_caption", "train.epochs", 50, "B: up to 50 epochs"),
     ("clip4idc_caption", "batch_size", 16, "B: batch 16"),
-    ("clip4idc_caption", "train.patience", 10, "public code: early stopping after 10 epochs without gain"),
+    ("clip4idc_caption", "train.patience", 11, "public code: stops when more than 10 epochs in a row gained nothing"),
 ]
 
 
