@@ -232,7 +232,7 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
         pcl.to(dev).eval()
         decode = (lambda v: beam_search(pcl, v, cfg["max_len"] - 1, beam)) if beam > 1 else \
             (lambda v: greedy_decode(pcl, v, cfg["max_len"] - 1))
-        text = vocab.decode(decode((f1, f2))[0].tolist())
+        text = vocab.decode(decode((f1, f2))[0].tolist(), pcl.cfg.special_words)
         changed = p = None
         if pcl.cfg.distractor_head:
             out = pcl(f1, f2, torch.full((1, 1), vocab.bos_id, device=dev), mode="finetune")

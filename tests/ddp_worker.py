@@ -28,7 +28,7 @@ MODEL = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 1, "single_layers"
          "visual_activation": "none", "norm": "torch", "input_norm": False, "final_norm": True,
          "scale_words": False, "mvcl_head": "untied", "special_tokens": "distinct", "pos_table": "vaswani",
          "attend_padding": False, "init": "kit", "mvcl_negatives": "paper",
-         "single_image": "blank"}
+         "single_image": "blank", "special_words": "drop"}
 PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl": 1.0, "tau_fda": 1.0}
 WORDS = ["the", "red", "blue", "cube", "sphere", "moved", "changed", "color", "no", "change", "was", "added"]
 

@@ -86,3 +86,37 @@ def test_special_token_dropout_is_drawn_per_sample_as_the_authors():
     dropped = x == 0
     assert len({tuple(r) for r in dropped.tolist()}) > 1            # not one mask shared by the batch
     assert_close(dropped.float().mean(), torch.tensor(model.cfg.dropout), rtol=0.2)
+
+
+# -- decoded specials: words at paper, as the authors' transform writes them --------------------------------------------
+def test_paper_predictions_keep_a_decoded_special_as_a_word_cpu_drops_it():
+    """``special_words`` is "keep" at pcl-paper and pcl-birds-paper (the authors' decoding) and "drop" at cpu and
+    smoke; the fine-tuning task's captions follow it. A model whose [UNK] wins every step after the first word
+    writes "<word> [UNK] [UNK] .." at paper and "<word>" at cpu."""
+    from ddp_worker import tiny_pcl_data
+    from idckit.experiments.config import model_config
+    from idckit.models.pcl import PCL
+    from idckit.tasks.pcl import predict
+
+    sizes = dict(vocab_size=20, feat_dim=12, n_regions=4)
+    for family in ("pcl", "pcl-birds"):
+        assert model_config(f"{family}-paper", **sizes).special_words == "keep"
+        for profile in ("cpu", "smoke"):
+            assert model_config(f"{family}-{profile}", **sizes).special_words == "drop"
+    data = tiny_pcl_data()
+    s = data.splits["val"]
+    out = {}
+    for words in ("keep", "drop"):
+        cfg = model_config("pcl-paper", vocab_size=len(data.vocab), feat_dim=data.feat_dim,
+                           n_regions=data.features.shape[1], max_text_len=data.max_len, d_model=32, n_heads=2,
+                           d_ff=64, n_layers=1, special_words=words)
+        torch.manual_seed(0)
+        model = PCL(cfg, data.vocab).eval()
+        with torch.no_grad():
+            model.mlm_head.bias[data.vocab.unk_id] += 1e3
+        out[words] = predict(model, data, "val", batch_size=len(s))["captions"]
+    n_steps = data.max_len - 1
+    for pair in s.pair_ids:
+        first, *rest = out["keep"][pair].split()
+        assert first not in data.vocab.words[:data.vocab.n_special] and rest == ["[UNK]"] * (n_steps - 1)
+        assert out["drop"][pair] == first

@@ -72,7 +72,7 @@ def test_paper_profile_holds_the_public_switches_and_cpu_smoke_the_kits(family):
     kit = {"visual_activation": "none", "norm": "torch", "input_norm": False, "final_norm": True,
            "scale_words": False, "mvcl_head": "untied", "special_tokens": "distinct", "pos_table": "vaswani",
            "attend_padding": False, "init": "kit", "mvcl_negatives": "paper",
-           "single_image": "blank"}
+           "single_image": "blank", "special_words": "drop"}
     for profile in ("cpu", "smoke"):
         cfg = model_config(f"{family}-{profile}", **sizes)
         assert {k: getattr(cfg, k) for k in SWITCHES} == kit, profile

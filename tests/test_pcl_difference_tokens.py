@@ -18,7 +18,7 @@ def _config(**kw):
                 distractor_head=True, n_classes=0, visual_activation="none", norm="torch", input_norm=False,
                 final_norm=True, scale_words=False, mvcl_head="untied", special_tokens="distinct", pos_table="vaswani",
                 attend_padding=False, init="kit", mvcl_negatives="paper",
-                single_image="blank")
+                single_image="blank", special_words="drop")
     return model.PCLConfig(**{**base, **kw})
 
 

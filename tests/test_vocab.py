@@ -55,6 +55,19 @@ def test_decode_stops_at_eos_and_skips_specials():
     assert v.decode(v.encode_batch(["c b a"], 8)[0]) == "c b a"       # tensors of ids work too
 
 
+def test_decode_keeps_specials_as_words_the_authors_way():
+    """The authors' ``transform`` (yaolinli/IDC clver/finetune.py:437-445, bird/finetune.py:410-418): skip <BOS>,
+    stop at <EOS>, every other id is a word, <UNK>, <PAD> and <MASK> in mid-caption included."""
+    v = Vocab.build(["a b c"])
+    a, b, c = v.ids["a"], v.ids["b"], v.ids["c"]
+    ids = [v.bos_id, a, v.unk_id, b, v.pad_id, v.mask_id, v.bos_id, c, v.cls_id, v.eos_id, a]
+    assert v.decode(ids, "keep") == "a [UNK] b [PAD] [MASK] c [CLS]"
+    assert len(v.decode(ids, "keep").split()) == 7                     # what a whitespace-split scorer counts
+    assert v.decode(ids, "drop") == v.decode(ids) == "a b c"          # the kit's, unchanged
+    with pytest.raises(ConfigError, match="special_words"):
+        v.decode(ids, "strip")
+
+
 def test_save_load_round_trip(tmp_path):
     v = Vocab.build(["the red cube changed to blue", "no change was made ."])
     v.save(tmp_path / "vocab.json")

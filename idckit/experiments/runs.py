@@ -53,9 +53,10 @@ TRAINING_CODE_VERSION = "5"
 #: off unless a config names it (and then in that run's key), nor for its optional distinct threshold (1, as before,
 #: unless the rule names another, and then in that run's key), nor for IDC-PCL's data assembly moving to
 #: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction; nor for IDC-PCL's
-#: MLM head scoring [IMG1]/[IMG2] -inf at special_tokens "shared_cls", which only paper sets)
+#: MLM head scoring [IMG1]/[IMG2] -inf at special_tokens "shared_cls", which only paper sets; nor for IDC-PCL's
+#: special_words, decoded specials left out ("drop") as before at cpu and smoke, "keep" only at paper)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "cbf164952d067d22"
+TRAINING_CODE_FINGERPRINT = "1855bfd69c7cb23c"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",

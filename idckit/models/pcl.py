@@ -63,6 +63,9 @@ checkpoint gives their logits to 1e-5 and their greedy tokens: tests/test_parity
 - ``single_image`` (the pre-training task reads it): a caption of one image (the birds' GIC stage on CUB) is, at
   ``lone``, ``[IMG1, regions, IMG2]``: the single-image encoder sees the image, the pair encoder it and a bare [IMG2]
   (their ``modules_pretrain_cub.py``); at ``blank`` the second image is 49 zero regions like any other image.
+- ``special_words`` (what decoding's callers read, :meth:`idckit.text.vocab.Vocab.decode`): at ``keep`` a special
+  token decoded before [EOS] ([UNK], [PAD], [MASK], [CLS]) is a word of the caption, as the authors' ``transform``
+  writes it; at ``drop`` it is left out (the kit's: a caption is scored on its words).
 
 ``pos_table`` and ``attend_padding`` at their public values are bugs that contradict the paper; reports carry the
 whole model section in their provenance, so the numbers say which function produced them.
@@ -95,7 +98,7 @@ T_IMG1, T_REG1, T_IMG2, T_REG2, T_CLS, T_TEXT = range(6)
 SPECIAL_KEYS = ("pad", "bos", "eos", "mask", "img1", "img2", "cls")
 #: the PCLConfig fields that choose between the public code's function and the kit's (see the module docstring)
 SWITCHES = ("visual_activation", "norm", "input_norm", "final_norm", "scale_words", "mvcl_head", "special_tokens",
-            "pos_table", "attend_padding", "init", "mvcl_negatives", "single_image")
+            "pos_table", "attend_padding", "init", "mvcl_negatives", "single_image", "special_words")
 
 
 @dataclass
@@ -136,6 +139,8 @@ class PCLConfig:
                                     # unmasked regions' raw features)
     single_image: str               # a caption of one image (the birds' GIC stage): "lone" ([IMG1, regions, IMG2],
                                     # no second image) or "blank" (a second image of zero features)
+    special_words: str              # a decoded special before [EOS] (read by decoding's callers): "keep", a word as
+                                    # the authors' transform writes it, or "drop" (the kit's)
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
@@ -145,7 +150,7 @@ class PCLConfig:
         for name, allowed in (("norm", ("public", "torch")), ("mvcl_head", ("tied", "untied")),
                               ("special_tokens", ("shared_cls", "distinct")), ("pos_table", ("public", "vaswani")),
                               ("init", ("public", "kit")), ("mvcl_negatives", ("public", "paper")),
-                              ("single_image", ("lone", "blank"))):
+                              ("single_image", ("lone", "blank")), ("special_words", ("keep", "drop"))):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.n_layers < 1:

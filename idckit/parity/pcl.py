@@ -233,7 +233,7 @@ def authors_state_dict_of_kit(kit_sd: Mapping[str, torch.Tensor], words: Sequenc
 PAPER_SWITCHES = {"norm": "public", "input_norm": True, "final_norm": False, "visual_activation": "sigmoid",
                   "scale_words": True, "mvcl_head": "tied", "special_tokens": "shared_cls", "pos_table": "public",
                   "attend_padding": True, "init": "public", "mvcl_negatives": "public",
-                  "single_image": "lone"}
+                  "single_image": "lone", "special_words": "keep"}
 
 
 # -- recording -------------------------------------------------------------------------------------------------

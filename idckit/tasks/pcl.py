@@ -382,7 +382,7 @@ def predict(model: PCL, data: PCLData, split: str, *, batch_size: int, beam: int
         else:
             tokens = greedy_decode(model, (f1, f2), data.max_len - 1)
         for j, row in zip(idx.tolist(), tokens.tolist()):
-            captions[s.pair_ids[j]] = data.vocab.decode(row)
+            captions[s.pair_ids[j]] = data.vocab.decode(row, model.cfg.special_words)
         if model.cfg.distractor_head:
             # visual tokens never attend to text in fine-tuning, so one [BOS] stands for any caption
             bos = torch.full((len(idx), 1), data.vocab.bos_id, dtype=torch.long, device=dev)

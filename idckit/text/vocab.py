@@ -17,6 +17,8 @@ from idckit.errors import ConfigError
 from idckit.fileio import write_json
 
 SPECIALS = ("[PAD]", "[BOS]", "[EOS]", "[UNK]", "[MASK]", "[IMG1]", "[IMG2]", "[CLS]")
+#: how :meth:`Vocab.decode` writes a special met before [EOS]: left out (the kit's) or kept as a word (the authors')
+SPECIAL_WORDS = ("drop", "keep")
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
 
 
@@ -63,14 +65,24 @@ class Vocab:
             out[i, :len(ids)] = torch.tensor(ids)
         return out
 
-    def decode(self, ids: Iterable[int]) -> str:
-        """Words up to the first [EOS], specials dropped."""
+    def decode(self, ids: Iterable[int], special_words: str = "drop") -> str:
+        """The words of ``ids`` up to the first [EOS], space-separated.
+
+        ``special_words="drop"`` leaves every special out (the kit's). ``"keep"`` is the authors' decoding (yaolinli/IDC
+        6f3aabf, ``transform`` in clver/finetune.py:437-445 and bird/finetune.py:410-418): only [BOS] is skipped, and
+        an [UNK], [PAD], [MASK] or [CLS] before the [EOS] stays a word, so it counts against the references as theirs
+        does (their <UNK> is the kit's [UNK]: the spelling matches no reference word either way)."""
+        if special_words not in SPECIAL_WORDS:
+            raise ConfigError(f"special_words must be one of {SPECIAL_WORDS}, got {special_words!r}")
+        keep = special_words == "keep"
         words = []
         for i in ids:
             i = int(i)
             if i == self.eos_id:
                 break
-            if i >= self.n_special and i < len(self.words):
+            if i == self.bos_id or not 0 <= i < len(self.words):
+                continue
+            if keep or i >= self.n_special:
                 words.append(self.words[i])
         return " ".join(words)
 
