@@ -64,7 +64,7 @@ class JudgedFinetune(FinetuneTask):
 
     def __init__(self, data, crash_at=None, grouped=False, **kw):
         # grouped: the cpu profile's batches (4 pairs x 2 references); else the paper's per-caption batches
-        kw = {"targets": "masked", "selection_metric": "CIDEr-D", "tokenize": True, **kw}
+        kw = {"targets": "masked", "selection_metric": "CIDEr-D", "tokenize": True, "loss_reduction": "mean", **kw}
         super().__init__(data, MODEL, batch_size=8, eval_batch_size=4, mask_prob=0.15, eos_prob=0.15,
                          distractor_weight=1.0, group_by_pair=grouped, captions_per_pair=2 if grouped else 1, **kw)
         self.crash_at = crash_at

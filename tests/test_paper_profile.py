@@ -192,7 +192,7 @@ def test_every_paper_size_model_trains_two_steps(tmp_path, two_threads):
                   distractor_weight=f["distractor_weight"], eval_batch_size=2, group_by_pair=f["group_by_pair"],
                   captions_per_pair=f["captions_per_pair"], targets=f["targets"],
                   selection_metric=f["selection_metric"], tokenize=f["tokenize"],
-                  init_from=tmp_path / "pre" / "best.pt")
+                  loss_reduction=f["loss_reduction"], init_from=tmp_path / "pre" / "best.pt")
     assert fit(ft, two, tmp_path / "ft", progress=False, device="cpu").steps == 2
 
     adapt, cap = load_config("clip4idc_adapt", "paper"), load_config("clip4idc_caption", "paper")

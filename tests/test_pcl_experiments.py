@@ -44,7 +44,7 @@ def test_pretrain_pool_follows_the_ratios(smoke):
 
 
 FINETUNE = {"mask_prob": 0.15, "eos_prob": 0.15, "distractor_weight": 1.0, "eval_batch_size": 64, "targets": "masked",
-            "selection_metric": "CIDEr-D", "tokenize": True}
+            "selection_metric": "CIDEr-D", "tokenize": True, "loss_reduction": "mean"}
 PRETRAIN = {"mask_prob": 0.15, "eos_prob": 0.15, "region_prob": 0.15, "tau_mvcl": 1.0, "tau_fda": 1.0}
 
 

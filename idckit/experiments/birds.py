@@ -208,7 +208,8 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
     with CaptionScorer(meteor=False) as quick:
         task = FinetuneTask(data, run.config["model"], batch_size=c["batch_size"], mask_prob=c["mask_prob"],
                             eos_prob=c["eos_prob"], distractor_weight=c["distractor_weight"],
-                            eval_batch_size=c["eval_batch_size"], group_by_pair=c["group_by_pair"],
+                            loss_reduction=c["loss_reduction"], eval_batch_size=c["eval_batch_size"],
+                            group_by_pair=c["group_by_pair"],
                             captions_per_pair=c["captions_per_pair"], targets=c["targets"],
                             init_from=pre.dir / "best.pt", scorer=quick, selection_metric=c["selection_metric"],
                             tokenize=c["tokenize"])

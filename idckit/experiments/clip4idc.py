@@ -318,7 +318,7 @@ def _adapt_task(s: Setup, clip: dict, n_intra: int, *, freeze_intra: bool | None
                      clip_lr_scale=c["clip_lr_scale"], weight_decay=c["weight_decay"], swap_prob=c["swap_prob"],
                      freeze_intra=frozen, freeze_embeddings=c["freeze_embeddings"],
                      eval_batch_size=c["eval_batch_size"], progress=s.progress, ks=retrieval_ks(s),
-                     intra_cache=_intra_cache(s, clip, n_intra) if frozen else None)
+                     intra_cache=_intra_cache(s, clip, n_intra) if frozen else None, decay_rule=c["decay_rule"])
 
 
 def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool | None = None) -> dict[str, Any]:
@@ -466,7 +466,8 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
                            visual_lr_scale=c["visual_lr_scale"], captions_per_pair=c["captions_per_pair"],
                            init_from=ad["_best"] if ad else None, intra_cache=intra,
                            trim_vocab=c["trim_vocab"], eval_batch_size=c["eval_batch_size"], scorer=quick,
-                           progress=progress)
+                           progress=progress, decay_rule=c["decay_rule"], loss_reduction=c["loss_reduction"],
+                           weight_decay=c["train"]["weight_decay"])
         scenes = len(task.scenes)
         res = fit(task, _train_config(c["train"], run.config["seed"], scenes, c["batch_size"]), run.dir,
                   progress=progress, device=s.device, loader=s.loader)

@@ -54,9 +54,10 @@ TRAINING_CODE_VERSION = "5"
 #: unless the rule names another, and then in that run's key), nor for IDC-PCL's data assembly moving to
 #: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction; nor for IDC-PCL's
 #: MLM head scoring [IMG1]/[IMG2] -inf at special_tokens "shared_cls", which only paper sets; nor for IDC-PCL's
-#: special_words, decoded specials left out ("drop") as before at cpu and smoke, "keep" only at paper)
+#: special_words, decoded specials left out ("drop") as before at cpu and smoke, "keep" only at paper; nor for
+#: IDC-PCL fine-tuning's loss_reduction, "mean" as before at cpu and smoke, "sum" (the authors') only at paper)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "1855bfd69c7cb23c"
+TRAINING_CODE_FINGERPRINT = "22a5effbe8aea8d0"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",

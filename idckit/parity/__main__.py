@@ -13,6 +13,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--idc", type=Path, help="a checkout of the public IDC-PCL code (yaolinli/IDC)")
     r.add_argument("--clip4idc", type=Path, help="a checkout of the public CLIP4IDC code (sushizixin/CLIP4IDC)")
     r.add_argument("--out", type=Path, default=Path("tests/parity"))
+    r.add_argument("--clip4idc-trace-only", action="store_true",
+                   help="with --clip4idc: re-record only clip4idc_optim_trace.pt (their optimiser and schedule)")
     args = p.parse_args(argv)
     if args.idc is None and args.clip4idc is None:
         p.error("give --idc and/or --clip4idc")
@@ -22,7 +24,9 @@ def main(argv: list[str] | None = None) -> int:
         pcl.record(args.idc, args.out)
     if args.clip4idc is not None:
         from idckit.parity import clip4idc
-        clip4idc.record(args.clip4idc, args.out)
+        if not args.clip4idc_trace_only:
+            clip4idc.record(args.clip4idc, args.out)
+        clip4idc.record_optim_trace(args.clip4idc, args.out)
     return 0
 
 

@@ -18,6 +18,10 @@ which the tests recompute (:func:`authors_state`). What is stored: the key -> (p
   of every row, and a fixed random projection of all columns), their training loss (``CLIP4IDC.forward``) and
   ``greedy_decode`` of ``main_task_caption.py`` (32 steps).
 
+* ``clip4idc_optim_trace.pt`` (:func:`record_optim_trace`): their ``prep_optimizer`` of each stage (BertAdam, their
+  parameter groups and schedule) stepped 20 times on fixed gradients of a few named tensors, as their ``train_epoch``
+  steps (global clip, ``step()``): the groups, each group's lr, the gradient norm, the parameters after each step.
+
 Converters: :func:`clip_from_authors_state` builds the open_clip CLIP of a state dict's sizes, :func:`convert_retrieval`
 and :func:`convert_captioner` rename their keys to the kit's :class:`~idckit.models.clip4idc.CLIP4IDCRetrieval` /
 :class:`~idckit.models.clip4idc.CLIP4IDCCaptioner` (fp16 tensors upcast to fp32). On them: :func:`read_checkpoint`,
@@ -660,3 +664,136 @@ def _record(checkout: Path, out: Path, seed: int, tmp: Path) -> list[Path]:
     torch.save(caption_rec, path)
     written.append(path)
     return written
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training trace: their optimiser and schedule, called as their scripts call them (clip4idc_optim_trace.pt)
+# ---------------------------------------------------------------------------------------------------------------
+
+#: the traced run: TRACE_STEPS optimiser steps, the whole schedule (t_total = TRACE_STEPS, their warm-up proportion
+#: 0.1: 2 steps), at lr / coef_lr large enough that every step moves the parameters far beyond fp32 rounding (the
+#: paper's 1e-4 and 1e-3 are config values, checked against the config, not here)
+TRACE_STEPS, TRACE_WARMUP, TRACE_LR, TRACE_COEF_LR = 20, 0.1, 0.05, 0.2
+#: per stage: (their script, parameter name -> shape). Names are their model's; the set spans their four groups
+#: (CLIP vs new parameters x decayed vs not) with the names their rule treats unlike the kit's (CLIP's ln_*, the new
+#: embeddings, ``logit_scale``, the decoder's ``LayerNorm``)
+TRACE_PARAMETERS = {
+    "adapt": ("main_task_retrieval", {
+        "clip.visual.transformer.resblocks.0.attn.in_proj_weight": (6, 4),
+        "clip.visual.transformer.resblocks.0.attn.in_proj_bias": (6,),
+        "clip.visual.ln_post.weight": (4,),
+        "clip.visual.proj": (4, 3),
+        "clip.logit_scale": (),
+        "clip.visual.bef_embedding": (4,),
+        "clip.visual.ln_mid.weight": (4,),
+        "clip.visual.ln_mid.bias": (4,)}),
+    "caption": ("main_task_caption", {
+        "clip.visual.transformer.resblocks.0.attn.in_proj_weight": (6, 4),
+        "clip.visual.transformer.resblocks.0.attn.in_proj_bias": (6,),
+        "clip.visual.ln_post.weight": (4,),
+        "clip.visual.ln_mid.weight": (4,),
+        "decoder.decoder.layer.0.intermediate.dense.weight": (8, 4),
+        "decoder.decoder.layer.0.intermediate.dense.bias": (8,),
+        "decoder.decoder.layer.0.output.LayerNorm.weight": (4,),
+        "decoder.classifier.cls.predictions.bias": (5,)}),
+}
+#: the tensor whose gradients are 6x the others': its norm exceeds 1, so the global clip and (without it) BERT's
+#: per-tensor clip bind
+TRACE_LARGE = {"adapt": "clip.visual.proj", "caption": "decoder.decoder.layer.0.intermediate.dense.weight"}
+
+
+def module_of(values: Mapping[str, torch.Tensor], layer_norms: tuple[str, ...] = ()) -> torch.nn.Module:
+    """A module whose ``named_parameters`` are ``values`` (dotted names -> tensors, copied); the modules named in
+    ``layer_norms`` are ``torch.nn.LayerNorm`` (for grouping rules that look at module types)."""
+    root = torch.nn.Module()
+    for name, value in values.items():
+        path, leaf = name.rsplit(".", 1) if "." in name else ("", name)
+        m = root
+        prefix = []
+        for part in path.split(".") if path else []:
+            prefix.append(part)
+            if not hasattr(m, part):
+                norm = ".".join(prefix) in layer_norms
+                m.add_module(part, torch.nn.LayerNorm(value.shape[0]) if norm else torch.nn.Module())
+            m = getattr(m, part)
+        if isinstance(m, torch.nn.LayerNorm):
+            getattr(m, leaf).data.copy_(value)
+        else:
+            m.register_parameter(leaf, torch.nn.Parameter(value.clone()))
+    return root
+
+
+def trace_initial(stage: str, seed: int = SEED) -> dict[str, torch.Tensor]:
+    return {n: parameter_value(seed, n, s) if n != "clip.logit_scale" else torch.tensor(2.0)
+            for n, s in TRACE_PARAMETERS[stage][1].items()}
+
+
+def trace_gradients(stage: str, seed: int = SEED) -> list[dict[str, torch.Tensor]]:
+    """The fixed gradient of every traced tensor at every step (loss = sum <p, G_k>, so d loss / dp = G_k)."""
+    out = []
+    for k in range(TRACE_STEPS):
+        g = torch.Generator().manual_seed(seed * 1000 + k)
+        out.append({n: torch.randn(s, generator=g) * (6.0 if n == TRACE_LARGE[stage] else 0.3)
+                    for n, s in TRACE_PARAMETERS[stage][1].items()})
+    return out
+
+
+def record_optim_trace(checkout: str | Path, out: str | Path, seed: int = SEED) -> Path:
+    """``out``/clip4idc_optim_trace.pt: their ``prep_optimizer`` (BertAdam, their parameter groups and schedule) and
+    their training step's clip/step order, run for TRACE_STEPS steps on fixed gradients, per stage (module doc of
+    the trace test, tests/test_training_trace_clip4idc.py)."""
+    checkout, out = Path(checkout).resolve(), Path(out)
+    if not (checkout / "modules" / "optimization.py").is_file():
+        raise FileNotFoundError(f"{checkout} is not a checkout of sushizixin/CLIP4IDC (no modules/optimization.py)")
+    out.mkdir(parents=True, exist_ok=True)
+    with _authors_code(checkout):
+        import importlib
+
+        from modules.optimization import SCHEDULES
+        trace: dict[str, Any] = {"meta": {"commit": checkout_commit(checkout), "seed": seed, "steps": TRACE_STEPS,
+                                          "warmup_proportion": TRACE_WARMUP, "lr": TRACE_LR,
+                                          "coef_lr": TRACE_COEF_LR}}
+        for stage, (script, _) in TRACE_PARAMETERS.items():
+            prep = importlib.import_module(script).prep_optimizer
+            for global_clip in ((True, False) if stage == "adapt" else (True,)):
+                name = stage if global_clip else f"{stage}_no_global_clip"
+                trace[name] = _trace_stage(prep, SCHEDULES, stage, global_clip, seed)
+    path = out / "clip4idc_optim_trace.pt"
+    torch.save(trace, path)
+    return path
+
+
+def _trace_stage(prep, schedules, stage: str, global_clip: bool, seed: int) -> dict[str, Any]:
+    import torch.nn.parallel as parallel
+
+    initial, grads = trace_initial(stage, seed), trace_gradients(stage, seed)
+    model = module_of(initial)
+    args = argparse.Namespace(lr=TRACE_LR, warmup_proportion=TRACE_WARMUP)
+    ddp = parallel.DistributedDataParallel
+    parallel.DistributedDataParallel = lambda m, **kw: m      # their prep_optimizer wraps the model for 2 GPUs
+    try:
+        optimizer, _, model = prep(args, model, TRACE_STEPS, torch.device("cpu"), 1, 0, coef_lr=TRACE_COEF_LR)
+    finally:
+        parallel.DistributedDataParallel = ddp
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups = [{"params": [names[id(p)] for p in g["params"]], "lr": g["lr"], "weight_decay": g["weight_decay"],
+               "b1": g["b1"], "b2": g["b2"], "e": g["e"], "max_grad_norm": g["max_grad_norm"],
+               "schedule": g["schedule"]} for g in optimizer.param_groups]
+    params = dict(model.named_parameters())
+    lrs, norms, after, losses = [], [], [], []
+    for k in range(TRACE_STEPS):
+        # their train_epoch: backward, the global clip (main_task_*.py: clip_grad_norm_(model.parameters(), 1.0)),
+        # optimizer.step(); the schedule runs inside BertAdam on each tensor's step count (= k here)
+        lrs.append([g["lr"] * schedules[g["schedule"]](k / g["t_total"], g["warmup"]) if g["params"] else 0.0
+                    for g in optimizer.param_groups])
+        loss = sum((params[n] * grads[k][n]).sum() for n in params)
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0 if global_clip else float("inf"))))
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss.detach()))
+        after.append({n: p.detach().clone() for n, p in params.items()})
+    stacked = lambda steps: {n: torch.stack([s[n] for s in steps]) for n in params}  # noqa: E731  [steps, *shape]
+    return {"groups": groups, "initial": initial, "grads": stacked(grads), "lr": torch.tensor(lrs, dtype=torch.float64),
+            "grad_norm": torch.tensor(norms), "loss": torch.tensor(losses), "after": stacked(after),
+            "global_clip": global_clip}

@@ -52,6 +52,65 @@ from idckit.train import distributed
 from idckit.train.task import weight_decay_groups
 
 MAX_LOGIT_SCALE = math.log(100.0)
+#: ``decay_rule``: kit = the kit's own grouping (adaptation: open_clip's, no decay on gains, biases, embeddings, the
+#: temperature or the new parameters; captioning: decay on everything); public = the public code's (module doc)
+DECAY_RULES = ("kit", "public")
+#: captioning ``loss_reduction``: token_mean = one mean over the caption tokens of both passes; pass_means = the
+#: public code's sum of the change pass's token mean and the no-change pass's (main_task_caption.py:319-325)
+CAPTION_LOSS_REDUCTIONS = ("token_mean", "pass_means")
+
+
+def _check_choice(name: str, value: object, known: Sequence[str], config: str) -> None:
+    if value not in known:
+        raise ConfigError(f"{name} must be one of {', '.join(known)}, got {value!r}", fix=f"set {name} in {config}")
+
+
+def _public_groups(named: Sequence[tuple[str, torch.nn.Parameter]], no_decay: set[int], weight_decay: float,
+                   lr_scale: float) -> list[dict[str, Any]]:
+    decay = [p for _, p in named if id(p) not in no_decay]
+    return [{"params": decay, "lr_scale": lr_scale, "weight_decay": weight_decay},
+            {"params": [p for _, p in named if id(p) in no_decay], "lr_scale": lr_scale, "weight_decay": 0.0}]
+
+
+def adapt_param_groups(model: torch.nn.Module, new: Sequence[torch.nn.Parameter], *, clip_lr_scale: float,
+                       weight_decay: float, decay_rule: str) -> list[dict[str, Any]]:
+    """The adaptation's optimiser groups: CLIP's parameters at lr * ``clip_lr_scale``, the ``new`` ones (e1, e2, p,
+    ln_mid) at lr. ``decay_rule`` kit: weight decay on CLIP's matrices only. public: the public code's name rule
+    (main_task_retrieval.py:171-206: ``no_decay = ['bias', 'LayerNorm.bias', 'LayerNorm.weight']`` matched as
+    substrings of their names), in which only the biases escape: their CLIP names its norms ``ln_*``, so CLIP's
+    gains, embeddings and temperature and the new e1/e2/p/ln_mid gain all decay. The kit's names contain "bias"
+    exactly where theirs do (``idckit.parity.clip4idc.convert_retrieval`` renames nothing else)."""
+    _check_choice("decay_rule", decay_rule, DECAY_RULES, "configs/clip4idc_adapt.json")
+    fresh = {id(p) for p in new}
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    clip = [(n, p) for n, p in trainable if id(p) not in fresh]
+    added = [(n, p) for n, p in trainable if id(p) in fresh]
+    if decay_rule == "kit":
+        return weight_decay_groups(clip, weight_decay, lr_scale=clip_lr_scale) + \
+            [{"params": [p for _, p in added], "lr_scale": 1.0, "weight_decay": 0.0}]
+    biases = {id(p) for n, p in trainable if "bias" in n}
+    return _public_groups(clip, biases, weight_decay, clip_lr_scale) + _public_groups(added, biases, weight_decay, 1.0)
+
+
+def caption_param_groups(model: torch.nn.Module, *, visual_lr_scale: float, weight_decay: float,
+                         decay_rule: str) -> list[dict[str, Any]]:
+    """The captioning's optimiser groups: the pair encoder (``pair_encoder.*``) at lr * ``visual_lr_scale``, the
+    caption model at lr. ``decay_rule`` kit: ``weight_decay`` on every parameter. public: the public code's name
+    rule (main_task_caption.py:229-251): no decay on biases (``head_bias`` is their ``predictions.bias``) nor on
+    the caption model's LayerNorms, which their BERT-style decoder names ``LayerNorm``; the pair encoder's norms
+    (CLIP's ``ln_*``) decay."""
+    _check_choice("decay_rule", decay_rule, DECAY_RULES, "configs/clip4idc_caption.json")
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = []
+    for lr_scale, part in ((visual_lr_scale, [(n, p) for n, p in trainable if n.startswith("pair_encoder.")]),
+                           (1.0, [(n, p) for n, p in trainable if not n.startswith("pair_encoder.")])):
+        if decay_rule == "kit":
+            groups.append({"params": [p for _, p in part], "lr_scale": lr_scale, "weight_decay": weight_decay})
+            continue
+        norms = {id(p) for name, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)
+                 and not name.startswith("pair_encoder.") for p in m.parameters()}
+        groups += _public_groups(part, norms | {id(p) for n, p in part if "bias" in n}, weight_decay, lr_scale)
+    return [g for g in groups if g["params"]]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -258,7 +317,7 @@ class AdaptTask:
     def __init__(self, data: PairData, clip_model: str, pretrained: str | None, *, batch_size: int,
                  clip_lr_scale: float, weight_decay: float, swap_prob: float, freeze_intra: bool,
                  freeze_embeddings: bool, eval_batch_size: int, ks: Sequence[int], n_intra: int | None = None,
-                 intra_cache: IntraCache | None = None, progress: bool = False):
+                 intra_cache: IntraCache | None = None, progress: bool = False, decay_rule: str = "kit"):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
         self.ks = tuple(sorted({1, *ks}))                      # R@1 always: it selects the checkpoint
         self.n_intra, self.batch_size, self.clip_lr_scale = n_intra, batch_size, clip_lr_scale
@@ -266,6 +325,8 @@ class AdaptTask:
             raise ConfigError(f"swap_prob must be a probability, got {swap_prob}")
         self.weight_decay, self.swap_prob, self.freeze_intra = weight_decay, swap_prob, freeze_intra
         self.freeze_embeddings = freeze_embeddings
+        _check_choice("decay_rule", decay_rule, DECAY_RULES, "configs/clip4idc_adapt.json")
+        self.decay_rule = decay_rule
         self.eval_batch_size, self.intra_cache, self.progress = eval_batch_size, intra_cache, progress
         train = data.splits["train"]
         keep = train.is_change[train.sample_pair]
@@ -284,12 +345,9 @@ class AdaptTask:
 
     def param_groups(self, model: CLIP4IDCRetrieval) -> list[dict[str, Any]]:
         """CLIP's weights at lr * clip_lr_scale (paper 1e-7 = 1e-4 * 1e-3), the new e1/e2/p/ln_mid at lr; weight
-        decay on CLIP's matrices only (not on gains, biases, embeddings, the temperature or the new parameters)."""
-        new = {id(p) for p in model.pair_encoder.new_parameters()}
-        clip = [(name, p) for name, p in model.named_parameters() if id(p) not in new]
-        fresh = [p for p in model.parameters() if id(p) in new and p.requires_grad]
-        return weight_decay_groups(clip, self.weight_decay, lr_scale=self.clip_lr_scale) + \
-            [{"params": fresh, "lr_scale": 1.0, "weight_decay": 0.0}]
+        decay by ``decay_rule`` (:func:`adapt_param_groups`)."""
+        return adapt_param_groups(model, model.pair_encoder.new_parameters(), clip_lr_scale=self.clip_lr_scale,
+                                  weight_decay=self.weight_decay, decay_rule=self.decay_rule)
 
     def _intra(self, model: CLIP4IDCRetrieval) -> IntraCache | None:
         """The intra cache for this model's frozen weights (computed on first use, on every image needed)."""
@@ -387,12 +445,18 @@ class CaptionTask:
     def __init__(self, data: PairData, clip_model: str, pretrained: str | None, captioner: Mapping[str, Any], *,
                  batch_size: int, visual_lr_scale: float, trim_vocab: bool, eval_batch_size: int,
                  captions_per_pair: int, init_from: str | Path | None = None,
-                 intra_cache: IntraCache | None = None, scorer=None, progress: bool = False):
+                 intra_cache: IntraCache | None = None, scorer=None, progress: bool = False,
+                 decay_rule: str = "kit", weight_decay: float | None = None, loss_reduction: str = "token_mean"):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
         if not isinstance(captions_per_pair, int) or isinstance(captions_per_pair, bool) or captions_per_pair < 1:
             raise ConfigError(f"captions_per_pair must be an integer >= 1, got {captions_per_pair!r}",
                               fix="set captions_per_pair in configs/clip4idc_caption.json (1 = the paper's)")
         self.captions_per_pair = captions_per_pair
+        _check_choice("decay_rule", decay_rule, DECAY_RULES, "configs/clip4idc_caption.json")
+        _check_choice("loss_reduction", loss_reduction, CAPTION_LOSS_REDUCTIONS, "configs/clip4idc_caption.json")
+        if decay_rule != "kit" and weight_decay is None:
+            raise ConfigError(f"decay_rule {decay_rule!r} needs the run's weight_decay (its train.weight_decay)")
+        self.decay_rule, self.weight_decay, self.loss_reduction = decay_rule, weight_decay, loss_reduction
         self.cfg = CaptionerConfig(**{**dict(captioner), "max_len": data.max_len})
         if visual_lr_scale == 0 and not self.cfg.freeze_visual:
             raise ConfigError("visual_lr_scale 0 would train the pair encoder at lr 0",
@@ -437,8 +501,11 @@ class CaptionTask:
         return model
 
     def param_groups(self, model: CLIP4IDCCaptioner) -> list[dict[str, Any]]:
-        groups = model.param_groups(self.visual_lr_scale, 1.0)
-        return [{"params": g["params"], "lr_scale": g["lr"]} for g in groups if g["params"]]
+        if self.decay_rule == "kit":     # the loop gives every group train.weight_decay
+            groups = model.param_groups(self.visual_lr_scale, 1.0)
+            return [{"params": g["params"], "lr_scale": g["lr"]} for g in groups if g["params"]]
+        return caption_param_groups(model, visual_lr_scale=self.visual_lr_scale, weight_decay=self.weight_decay,
+                                    decay_rule=self.decay_rule)
 
     def _visual(self, model: CLIP4IDCCaptioner, split: str, pairs: torch.Tensor,
                 pixels: tuple[torch.Tensor, torch.Tensor] | None = None):
@@ -495,7 +562,21 @@ class CaptionTask:
             memories = [m.repeat_interleave(ids.shape[1], 0) for m in memories]
             ids = ids.flatten(0, 1)
         words = int((ids[:, 1:] != model.pad_id).sum())
-        loss = distributed.global_mean(mlm_loss(*model.teacher_forcing(memories, ids), "sum"), words)
+        if self.loss_reduction == "token_mean":
+            loss = distributed.global_mean(mlm_loss(*model.teacher_forcing(memories, ids), "sum"), words)
+            return loss, {}
+        # pass_means: a row's pass is its pair's kind (semantic: the change pass), known after a shard too
+        change = self.data.splits["train"].is_change[batch["pairs"].cpu()]
+        if batch["ids"].dim() == 3:
+            change = change.repeat_interleave(batch["ids"].shape[1])
+        logits, labels = model.teacher_forcing(memories, ids)
+        loss = logits.new_zeros(())
+        for rows in (change, ~change):
+            if not bool(rows.any()) and distributed.world() == 1:
+                continue       # a dataset without distractor pairs: one pass, one mean (as their Spot-the-Diff)
+            rows = rows.to(logits.device)
+            words = int((ids[rows, 1:] != model.pad_id).sum())
+            loss = loss + distributed.global_mean(mlm_loss(logits[rows], labels[rows], "sum"), words)
         return loss, {}
 
     @torch.inference_mode()

@@ -38,6 +38,13 @@ PRETRAIN_TASKS = ("mlm", "mvcl", "fda", "fgvc")
 #: [MASK] in the caption; "every", each position through its own [MASK] query over the clean words before it
 #: (:meth:`PCL.forward_grouped` with ``queries``), the context greedy decoding gives it
 FINETUNE_TARGETS = ("masked", "every")
+#: how fine-tuning reduces its terms: "mean", the caption CE averaged over the labelled tokens plus
+#: ``distractor_weight`` x the judge CE averaged over the pairs; "sum", both summed over the batch, as the authors'
+#: ``clver/finetune.py:156-157`` and ``bird/finetune.py:162`` do (``loss.sum()`` of per-token and per-pair terms).
+#: The sum weighs the judge by pairs against the caption by tokens (about 1.6x less than the mean does on
+#: CLEVR-Change) and scales every gradient by the batch's token count, which is what Adam's coupled
+#: ``weight_decay`` is weighed against (birds: 1e-4 against a sum of ~100 tokens per sample)
+LOSS_REDUCTIONS = ("mean", "sum")
 
 
 def _batched(n: int, size: int, generator: torch.Generator, drop_last: bool = True) -> Iterator[torch.Tensor]:
@@ -257,9 +264,13 @@ class FinetuneTask(_PCLTask):
 
     def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, mask_prob: float,
                  eos_prob: float, distractor_weight: float, eval_batch_size: int, group_by_pair: bool,
-                 captions_per_pair: int, targets: str, selection_metric: str, tokenize: bool, init_from=None,
-                 scorer=None):
+                 captions_per_pair: int, targets: str, selection_metric: str, tokenize: bool, loss_reduction: str,
+                 init_from=None, scorer=None):
         super().__init__(data, model, batch_size=batch_size, init_from=init_from)
+        if loss_reduction not in LOSS_REDUCTIONS:
+            raise ConfigError(f"finetune.loss_reduction must be one of {', '.join(LOSS_REDUCTIONS)}, got "
+                              f"{loss_reduction!r}", fix='"sum" is the authors\' (paper profile), "mean" the kit\'s')
+        self.loss_reduction = loss_reduction
         if targets not in FINETUNE_TARGETS:
             raise ConfigError(f"finetune.targets must be one of {', '.join(FINETUNE_TARGETS)}, got {targets!r}",
                               fix='"masked" is the paper\'s masked-LM fine-tuning; "every" trains every position')
@@ -327,16 +338,21 @@ class FinetuneTask(_PCLTask):
         else:
             out = model(f1, f2, text, mode="finetune")
         keep = labels != -100
-        loss = distributed.global_mean(mlm_loss(model.mlm_logits(out.text[keep]), labels[keep], "sum"),
-                                       int(keep.sum()))
+        loss = self._reduce(mlm_loss(model.mlm_logits(out.text[keep]), labels[keep], "sum"), int(keep.sum()))
         logs = {"mlm": float(loss.detach())}
         if model.cfg.distractor_head and self.distractor_weight:
             target = self.data.splits["train"].is_change[batch["pairs"]].to(dev)
-            judge = distributed.global_mean(judge_loss(model.judge_logits(out), target, reduction="sum"),
-                                            len(target))
+            judge = self._reduce(judge_loss(model.judge_logits(out), target, reduction="sum"), len(target))
             loss = loss + self.distractor_weight * judge
             logs["judge"] = float(judge.detach())
         return loss, logs
+
+    def _reduce(self, local_sum: torch.Tensor, local_count: int) -> torch.Tensor:
+        """A term's loss from this rank's sum of it (:data:`LOSS_REDUCTIONS`). Under DDP's gradient averaging,
+        ``local_sum * world`` has the gradient of the global batch's sum, as ``global_mean`` has its mean's."""
+        if self.loss_reduction == "sum":
+            return local_sum * distributed.world()
+        return distributed.global_mean(local_sum, local_count)
 
     def evaluate(self, model: PCL, split: str = "val") -> dict[str, float]:
         """Val metrics, scored once on rank 0 (the other ranks of a torchrun group decode their share and

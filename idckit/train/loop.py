@@ -42,6 +42,7 @@ from idckit.errors import ConfigError
 from idckit.fileio import atomic_path, read_run_file, torch_save, write_json
 from idckit.train import distributed
 from idckit.train.loader import BatchLoader, LoaderConfig
+from idckit.train.optim import BertAdam, clip_per_tensor
 from idckit.train.schedules import lr_factor
 from idckit.train.task import Task
 
@@ -56,10 +57,12 @@ class TrainConfig:
     warmup_steps: int
     decay_every: int
     decay_times: int
-    optimizer: str
+    optimizer: str          # adam, adamw (torch's) or bertadam (idckit.train.optim: no bias correction)
     weight_decay: float
     betas: tuple[float, float]
+    eps: float
     grad_clip: float | None
+    grad_clip_per_tensor: float | None     # after grad_clip, each gradient tensor clipped on its own (BERT's)
     eval_every: int
     patience: int | None
     checkpoint_every: int
@@ -156,10 +159,12 @@ def _optimizer(cfg: TrainConfig, groups: list[dict[str, Any]]) -> torch.optim.Op
         g.setdefault("weight_decay", cfg.weight_decay)
         prepared.append(g)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(prepared, lr=cfg.lr, betas=cfg.betas)
+        return torch.optim.Adam(prepared, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(prepared, lr=cfg.lr, betas=cfg.betas)
-    raise ConfigError(f"unknown optimizer {cfg.optimizer!r}; known: adam, adamw")
+        return torch.optim.AdamW(prepared, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    if cfg.optimizer == "bertadam":
+        return BertAdam(prepared, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    raise ConfigError(f"unknown optimizer {cfg.optimizer!r}; known: adam, adamw, bertadam")
 
 
 def _load(path: Path, fix: str) -> Any:
@@ -385,9 +390,12 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
                     raise FloatingPointError(f"loss is {float(logged['loss'])} at step {s['step']} ({run_dir})")
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
-                if cfg.grad_clip:
+                if cfg.grad_clip or cfg.grad_clip_per_tensor:
                     scaler.unscale_(optimizer)
+                if cfg.grad_clip:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                if cfg.grad_clip_per_tensor:
+                    clip_per_tensor(model.parameters(), cfg.grad_clip_per_tensor)
                 scaler.step(optimizer)
                 scaler.update()
                 scheduler.step()

@@ -3,7 +3,14 @@
 - ``noam``: IDC-PCL pre-training (public ``utils.py``): linear warm-up to lr, then lr * sqrt(warmup / step).
 - ``step_decay``: IDC-PCL fine-tuning: lr, then halved every ``decay_every`` steps, at most ``decay_times``
   times (the public code: lr until 10k, lr/2 until 20k, lr/4 after).
-- ``warmup_cosine`` / ``warmup_linear``: CLIP4IDC (CLIP4Clip's BertAdam warm-up, then cosine or linear decay).
+- ``warmup_cosine`` / ``warmup_linear``: CLIP4IDC (CLIP4Clip's BertAdam warm-up, then cosine or linear decay),
+  the kit's reading: the step counted from 1 and the cosine spread over the steps after the warm-up.
+- ``warmup_cosine_bert`` / ``warmup_linear_bert``: the same two as BERT's optimiser computes them inside its step
+  (CLIP4IDC's ``modules/optimization.py:26-29`` and ``:38-43``), on the raw fraction x = step / max_steps with the
+  step counted from 0 (so the first step's lr is 0) and w = warmup_steps / max_steps: x / w during the warm-up,
+  then 0.5 (1 + cos(pi x)) (not re-spread over the rest: 0.976 at x = 0.1, 0.5 at mid-run) or (1 - x) / (1 - w).
+  The warm-up is a whole number of steps here where theirs is w = 0.1 of their step count; for a count not a
+  multiple of 10 the two differ by under half a step.
 """
 from __future__ import annotations
 
@@ -12,7 +19,8 @@ from typing import Callable
 
 from idckit.errors import ConfigError
 
-SCHEDULES = ("constant", "noam", "step_decay", "warmup_cosine", "warmup_linear")
+SCHEDULES = ("constant", "noam", "step_decay", "warmup_cosine", "warmup_linear", "warmup_cosine_bert",
+             "warmup_linear_bert")
 
 
 def lr_factor(name: str, *, max_steps: int, warmup_steps: int = 0, decay_every: int = 0,
@@ -26,6 +34,20 @@ def lr_factor(name: str, *, max_steps: int, warmup_steps: int = 0, decay_every: 
     def warm(step: int) -> float | None:
         s = step + 1
         return s / warmup_steps if s < warmup_steps else None
+
+    def bert(step: int) -> float:
+        x, w = step / max_steps, warmup_steps / max_steps
+        if x < w:
+            return x / w
+        if name == "warmup_cosine_bert":
+            return 0.5 * (1.0 + math.cos(math.pi * x))
+        return max((x - 1.0) / (w - 1.0), 0.0)
+
+    if name.endswith("_bert"):
+        if max_steps <= 0 or not 0 <= warmup_steps < max_steps:
+            raise ConfigError(f"schedule {name} needs max_steps > 0 and 0 <= warmup_steps < max_steps, got "
+                              f"{max_steps} and {warmup_steps}")
+        return bert
 
     def f(step: int) -> float:
         if name == "constant":
