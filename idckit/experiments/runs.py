@@ -52,12 +52,14 @@ TRAINING_CODE_VERSION = "5"
 #: a config says otherwise, and any other size a store and a run key of its own; nor for the loop's stop_on_collapse,
 #: off unless a config names it (and then in that run's key), nor for its optional distinct threshold (1, as before,
 #: unless the rule names another, and then in that run's key), nor for IDC-PCL's data assembly moving to
-#: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction; nor for IDC-PCL's
-#: MLM head scoring [IMG1]/[IMG2] -inf at special_tokens "shared_cls", which only paper sets; nor for IDC-PCL's
-#: special_words, decoded specials left out ("drop") as before at cpu and smoke, "keep" only at paper; nor for
-#: IDC-PCL fine-tuning's loss_reduction, "mean" as before at cpu and smoke, "sum" (the authors') only at paper)
+#: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction; nor for IDC-PCL
+#: fine-tuning's loss_reduction, "mean" as before at cpu and smoke, "sum" (the authors') only at paper; nor for
+#: IDC-PCL's MLM head scoring [IMG1]/[IMG2] -inf at special_tokens "shared_cls", which only paper sets; nor for
+#: IDC-PCL's special_words, decoded specials left out ("drop") as before at cpu and smoke, "keep" only at paper; nor
+#: for CLIP4IDC's bertadam optimizer, train.eps (1e-8, torch's default), grad_clip_per_tensor, the *_bert schedules,
+#: decay_rule and the captioning loss_reduction: AdamW and the kit's rules as before at cpu and smoke, theirs at paper)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "22a5effbe8aea8d0"
+TRAINING_CODE_FINGERPRINT = "d92588947df2ff77"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
