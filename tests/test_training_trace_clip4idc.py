@@ -368,3 +368,24 @@ def test_caption_pass_means_is_their_sum_of_two_pass_means():
 def test_trace_names_its_source(trace):
     assert trace["meta"]["commit"] == "ca4946138824d03ff17033cb7ff49b2e65e74d23"
     assert TRACE.stat().st_size < 200_000
+
+
+def test_bertadam_resumes_from_its_state_dict_to_the_same_parameters():
+    """The loop's resume loads the optimiser's state_dict: a BertAdam restarted from one continues exactly."""
+    torch.manual_seed(0)
+    grads = [torch.randn(4, 3) for _ in range(6)]
+
+    def run(resume_at: int | None) -> torch.Tensor:
+        p = torch.nn.Parameter(torch.ones(4, 3))
+        opt = BertAdam([p], lr=0.1, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.2)
+        for k, g in enumerate(grads):
+            if k == resume_at:
+                state = opt.state_dict()
+                p = torch.nn.Parameter(p.detach().clone())
+                opt = BertAdam([p], lr=0.1, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.2)
+                opt.load_state_dict(state)
+            p.grad = g.clone()
+            opt.step()
+        return p.detach()
+
+    assert torch.equal(run(None), run(3))
