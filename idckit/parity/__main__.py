@@ -15,13 +15,17 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", type=Path, default=Path("tests/parity"))
     r.add_argument("--clip4idc-trace-only", action="store_true",
                    help="with --clip4idc: re-record only clip4idc_optim_trace.pt (their optimiser and schedule)")
+    r.add_argument("--idc-trace-only", action="store_true",
+                   help="with --idc: re-record only pcl_clver_finetune_trace.pt (their fine-tuning steps)")
     args = p.parse_args(argv)
     if args.idc is None and args.clip4idc is None:
         p.error("give --idc and/or --clip4idc")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.idc is not None:
         from idckit.parity import pcl
-        pcl.record(args.idc, args.out)
+        if not args.idc_trace_only:
+            pcl.record(args.idc, args.out)
+        pcl.record_finetune_trace(args.idc, args.out)
     if args.clip4idc is not None:
         from idckit.parity import clip4idc
         if not args.clip4idc_trace_only:

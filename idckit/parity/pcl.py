@@ -508,3 +508,116 @@ def _record_bird(checkout: Path, out: Path) -> list[Path]:
                 "cap": x["cap"], "cap_label": full, "logits": logits, "greedy": tokens}, path)
     paths.append(path)
     return paths
+
+
+# -- training trace ------------------------------------------------------------------------------------------------
+#: the fine-tuning trace: K optimiser steps, each on its own batch of TRACE_BATCH samples
+TRACE_STEPS, TRACE_BATCH = 6, 4
+#: where ``get_lr_sched(step, args, pretrain=False)`` is sampled over the whole run (0 .. total_train_steps + 1):
+#: every step where it changes, and its neighbours
+TRACE_SCHEDULE_STEPS = (0, 1, 9998, 9999, 10000, 10001, 19999, 20000, 20001, 50000, 100000, 100001)
+
+
+def _authors_args(checkout: Path, stage: str, config: str):
+    """The ``args`` of an authors' script as their ``para.parse_args`` builds it from their config file, and their
+    ``utils`` module (both read ``sys.argv`` when imported: the script's command line is given to them)."""
+    import sys
+
+    folder = checkout / stage
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [f"{stage}/finetune.py", "--dataset", stage, "--exp_name", "trace", "--mode", "train",
+                "--config", str(folder / "config" / config)]
+    sys.path.insert(0, str(folder))
+    try:
+        para = _load(folder / "para.py", f"idc_{stage}_para")
+        utils = _load(folder / "utils.py", f"idc_{stage}_utils")
+        return para.parse_args(), utils
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def _trace_batch(g: torch.Generator) -> dict[str, torch.Tensor]:
+    """One fine-tuning batch as the authors' ``dataset_finetune_clver`` yields it: features (float16 values, as the
+    kit stores them), the masked caption, its labels (-1 where nothing is predicted) and ``diff_label`` [B, 1]."""
+    s, v = SIZES, RECORDING_VOCAB
+    words = [w for w in v if w not in AUTHORS_SPECIALS]
+    b, n = TRACE_BATCH, s["regions"]
+    f1, f2 = (torch.randn(b, n, s["feat"], generator=g).relu().half().float() for _ in range(2))
+    caps = torch.tensor([_caption([words[int(i)] for i in torch.randint(len(words), (int(k),), generator=g)],
+                                  s["max_len"] + 2) for k in torch.randint(2, s["max_len"] - 1, (b,), generator=g)])
+    cap, label = caps.clone(), torch.full_like(caps, -1)
+    for i, row in enumerate(caps):
+        n_words = int((row != v["<PAD>"]).sum()) - 2
+        chosen = torch.randperm(n_words, generator=g)[:max(1, n_words // 3)] + 1
+        label[i, chosen] = row[chosen]
+        cap[i, chosen[:-1]] = v["<MASK>"]                 # the last chosen word stays as is (BERT's 10 % case)
+        if i % 2 == 0:                                    # the [EOS] masked and labelled, as eos_prob does
+            eos = n_words + 1
+            label[i, eos], cap[i, eos] = v["<EOS>"], v["<MASK>"]
+    diff = (torch.rand(b, generator=g) < 0.5).long()[:, None]
+    return {"img1": f1, "img2": f2, "cap": cap, "cap_label": label, "diff_label": diff}
+
+
+def record_finetune_trace(checkout: str | Path, out: str | Path) -> Path:
+    """``pcl_clver_finetune_trace.pt``: TRACE_STEPS optimiser steps of the authors' ``clver/`` fine-tuning at
+    :data:`SIZES`, from their model (``modules_finetune.Model``, weights perturbed off their initialisation), with
+    their loss (``mlm_loss.sum() + itm_loss.sum()``), their optimiser (``torch.optim.Adam`` with their config's
+    ``lr`` and ``weight_decay``) and their lr schedule (``utils.get_lr_sched(global_step, args, pretrain=False)``),
+    in the order ``clver/finetune.py:137-165`` calls them (train mode, zero_grad, forward, sum, backward, set every
+    group's lr, step). Dropout is off (``dropout=0.0``): its masks cannot be replayed by another implementation.
+    The batches are recorded (the MLM masks fixed in them). Stored per step: each loss term, the total, every
+    group's lr, the gradient norm (2-norm over all gradients, after backward); the initial and the final
+    state_dict; and the schedule at :data:`TRACE_SCHEDULE_STEPS` (no warm-up in fine-tuning: its decays at 10k and
+    20k lie past any short trace, so they are checked there)."""
+    checkout, out = Path(checkout), Path(out)
+    args, utils = _authors_args(checkout, "clver", "finetune_clver.json")
+    if args.l2_wd > 0:
+        raise ConfigError("the trace assumes the public config's l2_wd 0", fix="record from an unmodified checkout")
+    s, v = SIZES, RECORDING_VOCAB
+    fin_mod = _load(checkout / "clver" / "modules_finetune.py", "idc_clver_modules_finetune")
+    g = torch.Generator().manual_seed(SEED + 20)
+    torch.manual_seed(SEED + 20)
+    saved = torch.Tensor.cuda, torch.nn.Module.cuda
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    torch.nn.Module.cuda = lambda self, *a, **k: self
+    try:
+        model = fin_mod.Model(ff_dim=s["ff"], img_embs=s["feat"], n_hidden=s["d"], n_head=s["heads"],
+                              n_block=s["layers"], img_enc_block=1, vocab_size=len(v), dropout=0.0,
+                              max_len=s["max_len"] + 2, CLS=v["<CLS>"])
+        _perturb(model, g)
+        init = {k: t.detach().clone() for k, t in model.state_dict().items()}
+        optim = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters()), lr=args.lr,
+                                 weight_decay=args.weight_decay)
+        batches, steps = [], []
+        for global_step in range(TRACE_STEPS):
+            batch = _trace_batch(g)
+            batches.append(batch)
+            model.train()
+            model.zero_grad()
+            mlm_loss, itm_loss = model(batch, compute_loss=True)
+            mlm_loss, itm_loss = mlm_loss.sum(), itm_loss.sum()
+            loss = mlm_loss + itm_loss
+            loss.backward()
+            lr_this_step = utils.get_lr_sched(global_step, args, pretrain=False)
+            for group in optim.param_groups:
+                group["lr"] = lr_this_step
+            grads = [p.grad.detach() for p in model.parameters() if p.grad is not None]
+            steps.append({"mlm": mlm_loss.detach(), "judge": itm_loss.detach(), "loss": loss.detach(),
+                          "lr": torch.tensor([group["lr"] for group in optim.param_groups], dtype=torch.float64),
+                          "grad_norm": torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t)
+                                                                             for t in grads]))})
+            optim.step()
+        final = {k: t.detach().clone() for k, t in model.state_dict().items()}
+    finally:
+        torch.Tensor.cuda, torch.nn.Module.cuda = saved
+    schedule = torch.tensor([utils.get_lr_sched(i, args, pretrain=False) for i in TRACE_SCHEDULE_STEPS],
+                            dtype=torch.float64)
+    stacked = {k: torch.stack([st[k] for st in steps]) for k in steps[0]}
+    path = out / "pcl_clver_finetune_trace.pt"
+    torch.save({"commit": checkout_commit(checkout), "sizes": dict(s), "vocab": dict(v), "max_len": model.max_len,
+                "dropout": 0.0, "config": {"lr": args.lr, "weight_decay": args.weight_decay,
+                                           "total_train_steps": args.total_train_steps},
+                "batches": {k: torch.stack([b[k] for b in batches]) for k in batches[0]},
+                "init": init, "final": final, "steps": stacked,
+                "schedule": {"steps": torch.tensor(TRACE_SCHEDULE_STEPS), "lr": schedule}}, path)
+    return path
