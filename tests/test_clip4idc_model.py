@@ -182,7 +182,7 @@ def test_adaptation_param_groups_partition_clip_and_new_weights():
     from idckit.tasks.clip4idc import AdaptTask
 
     model = CLIP4IDCRetrieval(tiny_clip(), n_intra=3)
-    settings = SimpleNamespace(clip_lr_scale=1e-3, weight_decay=0.2)     # all AdaptTask.param_groups reads
+    settings = SimpleNamespace(clip_lr_scale=1e-3, weight_decay=0.2, decay_rule="kit")   # all param_groups reads
     groups = AdaptTask.param_groups(settings, model)
     assert [(g["lr_scale"], g["weight_decay"]) for g in groups] == [(1e-3, 0.2), (1e-3, 0.0), (1.0, 0.0)]
     _check_partition(model, groups, [None, None, 5])                    # e1, e2, p, ln_mid weight and bias
