@@ -132,6 +132,38 @@ def test_selection_names_the_profiles_rule_for_the_reports(smoke):
     assert birds.provenance(cpu, [], [0], 1.0).selection_split.startswith("val: the last checkpoint")
 
 
+def test_the_cub_stage_has_its_own_caption_length(smoke, tmp_path):
+    """The authors' CUB stage trains on 40-token captions, their bird stages on 80 (bird/config/pretrain_cub.json:16,
+    pretrain_bird_nabirds.json:16): ``gic.max_len`` sets the CUB stage's alone; null keeps the family's, and the
+    GIC run key it had."""
+    import dataclasses
+
+    from idckit.experiments.config import deep_merge, load_config
+
+    assert load_config("pcl_birds", "paper")["gic"]["max_len"] == 40
+    assert load_config("pcl_birds", "cpu")["gic"]["max_len"] is None
+    short = dataclasses.replace(smoke, config=deep_merge(smoke.config, {"gic": {"max_len": 12}}))
+    gic, b2w = birds.loaded_data(short, "gic"), birds.loaded_data(short, "b2w")
+    assert gic.max_len == 12 and gic.splits["train"].sample_ids.shape[-1] == 12
+    assert b2w.max_len == smoke.config["max_len"] == 24
+    assert birds.loaded_data(smoke, "gic").max_len == 24
+    here = lambda s, **c: dataclasses.replace(s, runs_dir=tmp_path, **c)  # noqa: E731  (no run dirs beside smoke's)
+    same = here(smoke, config=deep_merge(smoke.config, {"gic": {"max_len": 24}}))
+    assert birds._gic_run(same, 0).key == birds._gic_run(here(smoke), 0).key != birds._gic_run(here(short), 0).key
+    run = birds._gic_run(here(short), 0)
+    assert run.config["max_len"] == 12 and "max_len" not in run.config["gic"]
+
+
+def test_paper_fine_tuning_selects_no_checkpoint_before_step_2000():
+    from idckit.experiments.config import load_config, train_config
+
+    # bird/finetune.py:190: `global_step > 2000 and score > best_score`
+    paper = load_config("pcl_birds", "paper")["finetune"]["train"]
+    assert train_config(paper, 0).select_after_step == 2000
+    for profile in ("cpu", "smoke"):
+        assert train_config(load_config("pcl_birds", profile)["finetune"]["train"], 0).select_after_step == 0
+
+
 def test_baselines_are_scored_like_the_model(smoke):
     out = {b["label"]: b for b in birds.baselines(smoke)}
     mf = out["most frequent paragraph"]

@@ -176,3 +176,35 @@ def test_config_profiles_and_run_keys(tmp_path):
         run.metrics()
     run.complete({"CIDEr-D": 1.5})
     assert open_run(tmp_path, "toy", {"a": 1}).metrics() == {"CIDEr-D": 1.5}
+
+
+def test_select_after_step_gates_selection_counts_patience_and_survives_resume(tmp_path):
+    # IDC-PCL's bird fine-tuning (bird/finetune.py:190): no evaluation at or before the gate is kept, each counts
+    # as not beating the best; the best of the later ones wins even when an earlier score was higher
+    scores = [0.9, 0.8, 0.7, 0.1, 0.5, 0.3]            # evaluations at steps 2, 4, ..., 12
+    cfg = train_config(dict(max_steps=12, lr=1e-2, eval_every=2, checkpoint_every=2, select_after_step=6))
+    whole = fit(ToyTask(scores=scores), cfg, tmp_path / "whole", progress=False)
+    assert whole.best_step == 10 and whole.best_metrics == {"neg_mse": 0.5}
+    ungated = fit(ToyTask(scores=scores), train_config(dict(max_steps=12, lr=1e-2, eval_every=2)),
+                  tmp_path / "ungated", progress=False)
+    assert ungated.best_step == 2
+    # killed before the gate passes (last.pt at step 4): the resumed run still refuses step 6's 0.7
+    with pytest.raises(KeyboardInterrupt):
+        fit(ToyTask(crash_at=5, scores=scores), cfg, tmp_path / "killed", progress=False)
+    resumed = fit(ToyTask(scores=scores[2:]), cfg, tmp_path / "killed", progress=False)
+    assert resumed.best_step == 10 and resumed.best_metrics == {"neg_mse": 0.5}
+    assert torch.equal(_weights(resumed.model), _weights(whole.model))
+
+
+def test_select_after_step_patience_before_the_gate_keeps_the_last_weights(tmp_path):
+    # evaluations before the gate count towards patience, as the authors' no_beat does; a run that stops before
+    # any evaluation could be selected keeps the weights it stopped with, and says so in its log
+    task = ToyTask(scores=[0.9, 0.8, 0.7])
+    res = fit(task, train_config(dict(max_steps=20, lr=1e-2, eval_every=2, patience=2, select_after_step=10)),
+              tmp_path / "r", progress=False)
+    assert res.stopped == "early_stop" and res.steps == 4 and res.best_step == 4
+    assert res.best_metrics == {"neg_mse": 0.8}
+    logs = [json.loads(l) for l in (tmp_path / "r" / "log.jsonl").read_text().splitlines()]
+    assert {"selected_before_gate": {"step": 4, "select_after_step": 10}} in logs
+    with pytest.raises(ConfigError, match="select_after_step"):
+        train_config(dict(max_steps=20, lr=1e-2, select_after_step=-1))

@@ -93,9 +93,16 @@ def loaded_data(s: Setup, kind: str = "b2w"):
     """The in-memory data of a setup (:class:`idckit.data.pcl_inputs.PCLData`, loaded once per process). ``b2w``:
     Birds-to-Words (train/val/test, FDA negatives, NABirds FGVC pairs attached); ``gic``: CUB single-image caption
     pairs (train only, Retrieve + Replace negatives). One shared vocabulary."""
-    key = (kind, str(s.data.root), str(s.store.directory), s.config["max_len"], s.config["swap_augment"],
+    key = (kind, str(s.data.root), str(s.store.directory), stage_max_len(s, kind), s.config["swap_augment"],
            s.config["fgvc_pairs"])
     return base.CACHE.get("birds-data", key, lambda: _load(s, kind), keep=2)    # b2w and gic of one setup
+
+
+def stage_max_len(s: Setup, kind: str = "b2w") -> int:
+    """The caption length of a stage's data: ``gic.max_len`` for the CUB stage where set (the authors' CUB config
+    has 40, bird/config/pretrain_cub.json:16, their bird stages 80), else the family's ``max_len``."""
+    own = s.config["gic"]["max_len"] if kind == "gic" else None
+    return s.config["max_len"] if own is None else own
 
 
 def _load(s: Setup, kind: str):
@@ -107,7 +114,7 @@ def _load(s: Setup, kind: str):
     records, cub = _records(s), _cub_records(s)
     vocab = Vocab.build([c for r in records["train"] for c in r.references] + [c for r in cub for c in r.references])
     if kind == "gic":
-        data = pcl_data_from_records({"train": cub}, s.store, max_len=s.config["max_len"], vocab=vocab)
+        data = pcl_data_from_records({"train": cub}, s.store, max_len=stage_max_len(s, "gic"), vocab=vocab)
         _negatives(s, data, s.config["negatives"]["cub_ratio"])
     else:
         from idckit.data.nabirds import sample_pairs
@@ -115,7 +122,7 @@ def _load(s: Setup, kind: str):
         nab = s.data.nabirds()
         images = nab.images("train")
         keys = {im.uuid: _rel(s, im.path) for im in images}
-        data = pcl_data_from_records(records, s.store, max_len=s.config["max_len"], vocab=vocab,
+        data = pcl_data_from_records(records, s.store, max_len=stage_max_len(s), vocab=vocab,
                                      extra_images=sorted(keys.values()))
         _negatives(s, data, s.config["negatives"]["b2w_ratio"], referents=ANIMALS)
         index = nab.label_index
@@ -131,8 +138,9 @@ def _load(s: Setup, kind: str):
 # -- the chain of runs ----------------------------------------------------------------------------------------
 def _gic_run(s: Setup, seed: int) -> Run:
     c = copy.deepcopy(s.config["gic"])
+    c.pop("max_len")        # the key holds the length the stage uses (a cpu GIC run keeps its key)
     return open_run(s.runs_dir, "pcl-birds-gic", {
-        "kind": "pcl-birds-gic", **s.identity, "max_len": s.config["max_len"], "model": s.config["model"],
+        "kind": "pcl-birds-gic", **s.identity, "max_len": stage_max_len(s, "gic"), "model": s.config["model"],
         "negatives": s.config["negatives"]["cub_ratio"], "gic": c, "seed": seed})
 
 

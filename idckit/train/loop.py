@@ -65,6 +65,9 @@ class TrainConfig:
     grad_clip_per_tensor: float | None     # after grad_clip, each gradient tensor clipped on its own (BERT's)
     eval_every: int
     patience: int | None
+    # an evaluation at or before this step is never selected and counts towards patience (IDC-PCL's bird
+    # fine-tuning: bird/finetune.py:190); 0: every evaluation may be selected
+    select_after_step: int
     checkpoint_every: int
     log_every: int
     seed: int
@@ -89,6 +92,9 @@ class TrainConfig:
         if "betas" in d:
             d["betas"] = tuple(d["betas"])
         _check_stop_on_collapse(d["stop_on_collapse"])
+        gate = d["select_after_step"]
+        if isinstance(gate, bool) or not isinstance(gate, int) or gate < 0:
+            raise ConfigError(f"select_after_step must be a whole number >= 0 (0: no gate), got {gate!r}")
         return cls(**d)
 
 
@@ -344,8 +350,9 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         s["collapsed_evals"] = s.get("collapsed_evals", 0) + 1 if one else 0
         return s["collapsed_evals"] >= rule["evals"]
 
-    def evaluate() -> str | None:
-        """Evaluate on val, keep the best weights; the reason to end the run now (early_stop, collapsed) or None."""
+    def evaluate(final: bool) -> str | None:
+        """Evaluate on val, keep the best weights; the reason to end the run now (early_stop, collapsed) or None.
+        ``final``: the run's last evaluation whatever it returns."""
         metrics = task.evaluate(model, "val") if metric is not None else {}
         metrics = distributed.broadcast(metrics)     # rank 0's scores decide for every rank
         model.train()
@@ -358,14 +365,21 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
             return "collapsed" if collapsed(metrics) else None
         if metric not in metrics:
             raise ConfigError(f"the task's evaluate() returned no {metric!r} (got {sorted(metrics)})")
-        if s["best_step"] < 0 or metrics[metric] > s["best_metrics"][metric]:
+        gated = s["step"] <= cfg.select_after_step
+        if not gated and (s["best_step"] < 0 or metrics[metric] > s["best_metrics"][metric]):
             s["best_step"], s["best_metrics"], s["bad_evals"] = s["step"], dict(metrics), 0
             save_best()
         else:
             s["bad_evals"] += 1
-        if collapsed(metrics):
-            return "collapsed"
-        return "early_stop" if cfg.patience is not None and s["bad_evals"] >= cfg.patience else None
+        reason = "collapsed" if collapsed(metrics) else (
+            "early_stop" if cfg.patience is not None and s["bad_evals"] >= cfg.patience else None)
+        if s["best_step"] < 0 and (reason or final):
+            # the run ends before the gate: its last weights are the only ones it has (the authors' script would
+            # have no best checkpoint to test)
+            s["best_step"], s["best_metrics"] = s["step"], dict(metrics)
+            save_best()
+            write_log({"selected_before_gate": {"step": s["step"], "select_after_step": cfg.select_after_step}})
+        return reason
 
     batch_loader = BatchLoader(task, cfg.seed, loader, dev)
     model.train()
@@ -418,7 +432,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
                 evaluated = False
                 if last or (cfg.eval_every and s["step"] % cfg.eval_every == 0):
                     evaluated = True
-                    stopped = evaluate() or stopped
+                    stopped = evaluate(last) or stopped
                 if over_time and stopped == "max_steps":
                     stopped = "max_minutes"
                 if stopped != "max_steps":
