@@ -197,6 +197,18 @@ def loaded_data(s: Setup):
         progress=s.progress))
 
 
+def caption_data(s: Setup):
+    """:func:`loaded_data` with the captions at the caption stage's length (``caption_max_len``; null: ``max_len``,
+    the adaptation's text length)."""
+    from idckit.tasks.clip4idc import with_text_length
+
+    data, n = loaded_data(s), s.config["caption"]["caption_max_len"]
+    if n is None:
+        return data
+    key = (str(s.data.root), s.image_size, data.max_len, n)
+    return base.CACHE.get("clip4idc-caption-data", key, lambda: with_text_length(data, n))
+
+
 def _intra_cache(s: Setup, clip: dict, n_intra: int) -> Any:
     """The intra-stage outputs of every image under this CLIP's own (frozen) weights split at ``n_intra`` (once per
     process; the tasks check the weights' fingerprint before using it)."""
@@ -455,7 +467,7 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
 
     t0 = time.perf_counter()
     c = run.config["caption"]
-    data = loaded_data(s)
+    data = caption_data(s)
     # a frozen encoder whose intra blocks still hold CLIP's own weights (no adaptation, or one that froze them)
     # reads the notebook's shared intra cache (the task checks the weights' fingerprint before using it)
     shared = captioner["freeze_visual"] and (ad is None or s.config["adapt"]["freeze_intra"])
@@ -467,7 +479,7 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
                            init_from=ad["_best"] if ad else None, intra_cache=intra,
                            trim_vocab=c["trim_vocab"], eval_batch_size=c["eval_batch_size"], scorer=quick,
                            progress=progress, decay_rule=c["decay_rule"], loss_reduction=c["loss_reduction"],
-                           weight_decay=c["train"]["weight_decay"])
+                           weight_decay=c["train"]["weight_decay"], freeze=c["freeze"])
         scenes = len(task.scenes)
         res = fit(task, _train_config(c["train"], run.config["seed"], scenes, c["batch_size"]), run.dir,
                   progress=progress, device=s.device, loader=s.loader)
@@ -610,6 +622,6 @@ def _is_clip_checkpoint(path: Path) -> bool:
                                                                                                dict)
 
 
-__all__ = ["FAMILY", "MODEL", "STANDIN_LABEL", "Setup", "setup", "loaded_data", "clip_weights", "adapt",
-           "run_variant", "runs", "layer_splits", "retrieval_keys", "test_pairs_retrieved", "text_baseline",
+__all__ = ["FAMILY", "MODEL", "STANDIN_LABEL", "Setup", "setup", "loaded_data", "caption_data", "clip_weights",
+           "adapt", "run_variant", "runs", "layer_splits", "retrieval_keys", "test_pairs_retrieved", "text_baseline",
            "BASELINE_VARIANT", "provenance", "pretrain_clip"]

@@ -59,9 +59,11 @@ TRAINING_CODE_VERSION = "5"
 #: for CLIP4IDC's bertadam optimizer, train.eps (1e-8, torch's default), grad_clip_per_tensor, the *_bert schedules,
 #: decay_rule and the captioning loss_reduction: AdamW and the kit's rules as before at cpu and smoke, theirs at paper;
 #: nor for the loop's select_after_step, 0 (every evaluation selectable, as before) unless a config names it: only
-#: the birds fine-tuning at paper, 2000 as the authors)
+#: the birds fine-tuning at paper, 2000 as the authors; nor for the loop's improve_on_tie, false (a strictly higher
+#: score, as before) unless a config names it, nor for CLIP4IDC captioning's freeze list and caption_max_len, empty
+#: and null (max_len) as before at cpu and smoke: only paper sets the three, as the authors)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "55123380a477b7d2"
+TRAINING_CODE_FINGERPRINT = "c9e336119dae4e30"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -117,6 +117,22 @@ def caption_param_groups(model: torch.nn.Module, *, visual_lr_scale: float, weig
 # Data
 # ---------------------------------------------------------------------------------------------------------------
 
+def freeze_named(model: torch.nn.Module, names: Sequence[str], config: str) -> None:
+    """Freeze each parameter of ``model`` named in ``names``: a parameter's name, or a module's (all of its
+    parameters). An entry that names nothing is an error: a renamed module would otherwise train silently."""
+    if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"a freeze list must be a list of parameter or module names, got {names!r}",
+                          fix=f"set it in {config}, e.g. [\"pair_encoder.visual.conv1\"]")
+    named = list(model.named_parameters())
+    for entry in names:
+        hit = [p for n, p in named if n == entry or n.startswith(entry + ".")]
+        if not hit:
+            raise ConfigError(f"freeze names {entry!r}, which is no parameter or module of "
+                              f"{type(model).__name__}", fix=f"correct the freeze list in {config}")
+        for p in hit:
+            p.requires_grad_(False)
+
+
 @dataclass
 class PairSplit:
     """One split: pairs as image rows (semantic pair of a scene, then its distractor pair) and captions."""
@@ -180,6 +196,20 @@ def load_pair_data(dataset: ClevrChange, size: int, *, max_len: int, cache_dir: 
             sample_pair=torch.tensor([i for i, p in enumerate(pairs) for _ in p.captions], dtype=torch.long),
             sample_ids=tokenize_captions(texts, max_len))
     return PairData(images=images, splits=out, max_len=max_len)
+
+
+def with_text_length(data: PairData, max_len: int) -> PairData:
+    """``data`` with every caption tokenised again to ``max_len`` ids, sharing its images. The public code's caption
+    stage keeps more words than its adaptation stage at the same --max_words (its captioning cuts after the words,
+    its retrieval counts SOT and EOT), so the kit's captioning reads its own length (``caption_max_len``)."""
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 3:
+        raise ConfigError(f"a caption length must be a whole number >= 3 (SOT, a word, EOT), got {max_len!r}",
+                          fix="set caption_max_len in configs/clip4idc_caption.json (null: max_len)")
+    if max_len == data.max_len:
+        return data
+    splits = {name: replace(split, sample_ids=tokenize_captions(
+        [c for pid in split.pair_ids for c in split.references[pid]], max_len)) for name, split in data.splits.items()}
+    return PairData(images=data.images, splits=splits, max_len=max_len)
 
 
 def decode_ids(rows: Sequence[Sequence[int]]) -> list[str]:
@@ -446,8 +476,10 @@ class CaptionTask:
                  batch_size: int, visual_lr_scale: float, trim_vocab: bool, eval_batch_size: int,
                  captions_per_pair: int, init_from: str | Path | None = None,
                  intra_cache: IntraCache | None = None, scorer=None, progress: bool = False,
-                 decay_rule: str = "kit", weight_decay: float | None = None, loss_reduction: str = "token_mean"):
+                 decay_rule: str = "kit", weight_decay: float | None = None, loss_reduction: str = "token_mean",
+                 freeze: Sequence[str] = ()):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
+        self.freeze = list(freeze)
         if not isinstance(captions_per_pair, int) or isinstance(captions_per_pair, bool) or captions_per_pair < 1:
             raise ConfigError(f"captions_per_pair must be an integer >= 1, got {captions_per_pair!r}",
                               fix="set captions_per_pair in configs/clip4idc_caption.json (1 = the paper's)")
@@ -498,6 +530,7 @@ class CaptionTask:
                 raise ConfigError("the adaptation checkpoint has no pair_encoder weights", path=self.init_from, fix=fix)
             checkpoints.load_into(model.pair_encoder, encoder, path=self.init_from, what="init_from checkpoint",
                                   fix=fix)
+        freeze_named(model, self.freeze, "configs/clip4idc_caption.json (freeze)")
         return model
 
     def param_groups(self, model: CLIP4IDCCaptioner) -> list[dict[str, Any]]:

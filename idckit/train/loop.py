@@ -68,6 +68,9 @@ class TrainConfig:
     # an evaluation at or before this step is never selected and counts towards patience (IDC-PCL's bird
     # fine-tuning: bird/finetune.py:190); 0: every evaluation may be selected
     select_after_step: int
+    # an evaluation equal to the best so far replaces it and resets patience (CLIP4IDC's `best <= score`); False:
+    # only a strictly higher score is a gain (IDC-PCL's)
+    improve_on_tie: bool
     checkpoint_every: int
     log_every: int
     seed: int
@@ -95,6 +98,8 @@ class TrainConfig:
         gate = d["select_after_step"]
         if isinstance(gate, bool) or not isinstance(gate, int) or gate < 0:
             raise ConfigError(f"select_after_step must be a whole number >= 0 (0: no gate), got {gate!r}")
+        if not isinstance(d["improve_on_tie"], bool):
+            raise ConfigError(f"improve_on_tie must be true or false, got {d['improve_on_tie']!r}")
         return cls(**d)
 
 
@@ -366,7 +371,9 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         if metric not in metrics:
             raise ConfigError(f"the task's evaluate() returned no {metric!r} (got {sorted(metrics)})")
         gated = s["step"] <= cfg.select_after_step
-        if not gated and (s["best_step"] < 0 or metrics[metric] > s["best_metrics"][metric]):
+        score, best = metrics[metric], s["best_metrics"].get(metric)
+        gain = s["best_step"] < 0 or score > best or (cfg.improve_on_tie and score == best)
+        if not gated and gain:
             s["best_step"], s["best_metrics"], s["bad_evals"] = s["step"], dict(metrics), 0
             save_best()
         else:
