@@ -33,18 +33,20 @@ TEST_WORKERS ?= 2
 # The GPU check's output folder and interpreter (see gpu-check below).
 GPU_CHECK_OUT ?= gpu_check
 GPU_CHECK_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+# The GPU study's output folder (issue 52; lab/scripts/gpu_study.py; run with GPU_CHECK_PY's interpreter).
+GPU_STUDY_OUT ?= gpu_study
 
 # A value a user sets, on the command line or in the environment, is text: taken as given (never expanded as make
 # code, so `$(shell ...)` in it does nothing) and handed to the recipes in their environment, where they read it
 # quoted ("$$CLEVR_ROOT"). No value is ever part of the shell text a recipe runs.
 override USER_VARIABLES := PYTHON PROFILE CLEVR_ROOT SPOT_ROOT IER_ROOT BIRDS_ROOT PCL_CKPT CLIP4IDC_CKPT \
-  CLIP4IDC_ADAPT_CKPT NOTEBOOKS DEVICE NPROC JOBS TEST_WORKERS GPU_CHECK_OUT GPU_CHECK_PY
+  CLIP4IDC_ADAPT_CKPT NOTEBOOKS DEVICE NPROC JOBS TEST_WORKERS GPU_CHECK_OUT GPU_CHECK_PY GPU_STUDY_OUT
 $(foreach v,$(USER_VARIABLES),$(if $(filter command environment,$(firstword $(origin $(v)))),\
   $(eval override $(v) := $$(value $(v)))))
 export $(USER_VARIABLES)
 export PYTHONHASHSEED = 0
 
-.PHONY: help setup reproduce test lab bench doctor gpu-check clean-reports check-java chromium screenshots
+.PHONY: help setup reproduce test lab bench doctor gpu-check gpu-study clean-reports check-java chromium screenshots
 
 help:
 	@echo "make reproduce   set up .venv and run every notebook into reports/ (PROFILE=$$PROFILE; smoke|cpu|paper;"
@@ -56,6 +58,8 @@ help:
 	@echo "                 profiles other than cpu write to reports/<profile>/ and leave the README's table alone)"
 	@echo "make doctor      devices, bf16, Java, weights and datasets this machine has"
 	@echo "make gpu-check   minutes on one GPU: CPU=GPU equality, resume, torchrun, paper-size speed -> gpu_check/"
+	@echo "make gpu-study   <= 9 min on one H200: IDC-PCL and CLIP4IDC at 1-30x the cpu budget -> gpu_study/"
+	@echo "                 (DEVICE=cpu: the dry run at tiny sizes; lab/scripts/gpu_study.py --score DIR scores it)"
 	@echo "make test        set up .venv and run the test suite (TEST_WORKERS=$$TEST_WORKERS processes)"
 	@echo "make lab         open JupyterLab with the idckit kernel"
 	@echo "make bench       run the benchmarks in bench/"
@@ -120,6 +124,11 @@ doctor: setup
 # venv's Python when there is one, else with the box's own (GPU_CHECK_PY=...). DEVICE=cpu is the dry mode.
 gpu-check:
 	"$$GPU_CHECK_PY" -m idckit.gpu_check --out "$$GPU_CHECK_OUT" $(if $(DEVICE),--device "$$DEVICE")
+
+# The GPU study (issue 52, lab/scripts/gpu_study.py): renders, extracts and trains in a work folder outside the clone
+# (/tmp/idckit-gpu-study) and writes at most 8 JSON files to GPU_STUDY_OUT. DEVICE=cpu is its dry run.
+gpu-study:
+	"$$GPU_CHECK_PY" -m lab.scripts.gpu_study --out "$$GPU_STUDY_OUT" $(if $(filter cpu,$(DEVICE)),--dry-run,$(if $(DEVICE),--device "$$DEVICE"))
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
