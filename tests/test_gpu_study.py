@@ -75,3 +75,21 @@ def test_preflight_names_what_is_missing(monkeypatch):
         monkeypatch.setitem(sys.modules, mod, None)       # a None entry makes `import mod` raise ImportError
     missing = gpu_study.preflight()
     assert len(missing) == 2 and "open_clip_torch" in missing[0] and "pycocoevalcap" in missing[1]
+
+
+def test_pycocoevalcap_copy_scores_without_its_data(tmp_path):
+    """The copy that travels in .whl/site holds the scorers the device runs (CIDEr-D on whitespace tokens), and
+    none of METEOR's or SPICE's data, which would not fit the 64 MiB carry."""
+    from lab.scripts import gpu_study
+
+    dst = gpu_study.copy_pycocoevalcap(tmp_path)
+    assert (dst / "cider" / "cider_scorer.py").is_file() and not (dst / "spice").exists()
+    assert not [f for f in dst.rglob("*") if f.is_file() and f.suffix != ".py"]
+    assert sum(f.stat().st_size for f in dst.rglob("*")) < 2 ** 20
+    code = ("import pycocoevalcap.cider.cider as c; from pycocoevalcap.cider.cider import Cider; "
+            "print(c.__file__); print(Cider().compute_score({'a': ['a red cube moved']}, "
+            "{'a': ['a red cube moved']})[0] >= 0)")
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0].startswith(str(tmp_path)) and proc.stdout.split()[1] == "True"

