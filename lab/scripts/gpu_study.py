@@ -104,6 +104,9 @@ def pcl_overrides(phase: dict, profile: str, budget_s: float, dry: bool) -> dict
         # size, whose step takes seconds on a CPU
         for st in ("pretrain", "finetune"):
             ov[st]["batch_size"] = 16
+            # a time-capped stage can stop before the loop's 10-step log window fills (on loaded cores, in seconds):
+            # log every step, so each stage's curve has a point whatever the machine
+            ov[st]["train"]["log_every"] = 1
             if phase["mult"] is None:
                 ov[st]["train"]["max_steps"] = 2
                 ov[st]["train"]["checkpoint_every"] = 0
