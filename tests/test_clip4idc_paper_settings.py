@@ -11,17 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from idckit.data.clevr_change import ClevrChange
 from idckit.errors import ConfigError
 from idckit.experiments import clip4idc as experiment
 from idckit.experiments.config import load_config, train_config
 from idckit.models.clip4idc import tokenize_captions
-from idckit.models.clip_loader import load_clip, save_clip_checkpoint
 from idckit.parity import clip4idc as parity
-from idckit.tasks.clip4idc import CaptionTask, freeze_named, load_pair_data, with_text_length
+from idckit.tasks.clip4idc import CaptionTask, freeze_named, with_text_length
 from idckit.train.loop import fit
+from test_clip_tasks import MODEL, clip_file, pairs  # noqa: F401  (the same tiny data and stand-in CLIP file)
 
-MODEL = "idckit-standin-ViT-T-16"
 RECORDING = Path(__file__).parent / "parity" / "clip4idc_caption.pt"
 SIZES = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1}
 TASK = {"batch_size": 2, "captions_per_pair": 1, "visual_lr_scale": 1e-3, "trim_vocab": True, "eval_batch_size": 8}
@@ -50,18 +48,6 @@ def their_frozen(name: str) -> bool:
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
-
-
-@pytest.fixture
-def pairs(tiny_clevr, tmp_path):
-    return load_pair_data(ClevrChange(tiny_clevr), 112, max_len=32, cache_dir=tmp_path / "pairs")
-
-
-@pytest.fixture
-def clip_file(tmp_path):
-    torch.manual_seed(0)
-    clip, _, _ = load_clip(MODEL, None)
-    return str(save_clip_checkpoint(clip, tmp_path / "clip.pt", MODEL))
 
 
 def paper_task(data, clip_file, profile: str = "paper") -> CaptionTask:
