@@ -7,13 +7,13 @@ override PY    := $(VENV)/bin/python
 override STAMP := $(VENV)/.idckit-installed
 PYTHON ?= python3.11
 PROFILE ?= cpu
-# One root per dataset (idckit/manifest.py); unset: that dataset's synthetic set. A notebook gets the roots it reads.
+# One root per dataset (idckit/registry.py); unset: that dataset's synthetic set. A notebook gets the roots it reads.
 CLEVR_ROOT ?=
 SPOT_ROOT ?=
 IER_ROOT ?=
 BIRDS_ROOT ?=
 # The authors' released checkpoints (their file, or a run of `idckit import-checkpoint`), scored as a side row of
-# the tables that take them (idckit/manifest.py's RELEASED): IDC-PCL tables 2-4, CLIP4IDC tables 1-2 and table 6.
+# the tables that take them (idckit/registry.py's RELEASED): IDC-PCL tables 2-4, CLIP4IDC tables 1-2 and table 6.
 PCL_CKPT ?=
 CLIP4IDC_CKPT ?=
 CLIP4IDC_ADAPT_CKPT ?=
@@ -80,7 +80,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Headless Chromium renders the reports in tests/test_browser.py and makes the README's screenshot.
-# Found the way idckit.browser.find_chromium finds it; installed from Debian (about 45 s, once) only when absent.
+# Found the way idckit.reports.browser.find_chromium finds it; installed from Debian (about 45 s, once) only when absent.
 chromium:
 	@if [ -n "$$IDCKIT_CHROMIUM" ] || command -v chromium chromium-browser google-chrome >/dev/null 2>&1; then :; \
 	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
@@ -102,7 +102,7 @@ override RELEASED_ARGS = $(if $(PCL_CKPT),--released-checkpoint "$$PCL_CKPT") \
   $(if $(CLIP4IDC_ADAPT_CKPT),--released-adapt-checkpoint "$$CLIP4IDC_ADAPT_CKPT")
 override TRAIN_ARGS = --profile "$$PROFILE" $(ROOT_ARGS) $(if $(DEVICE),--device "$$DEVICE")
 # the experiment families of the table manifest (read when a target needs them, after setup)
-override FAMILIES = $(shell $(PY) -c "from idckit.manifest import FAMILIES; print(*FAMILIES)")
+override FAMILIES = $(shell $(PY) -c "from idckit.registry import FAMILIES; print(*FAMILIES)")
 
 # NOTEBOOKS is a list of names: split at blanks, never globbed (set -f) or run.
 reproduce: setup
@@ -119,11 +119,11 @@ test: setup
 doctor: setup
 	$(PY) -m idckit.cli doctor --profile "$$PROFILE" $(ROOT_ARGS)
 
-# The GPU check (idckit/gpu_check.py): at most 8 minutes on one GPU, no dataset, no weights, no Java. It imports
+# The GPU check (idckit/cli/gpu_check.py): at most 8 minutes on one GPU, no dataset, no weights, no Java. It imports
 # only torch, torchvision, open_clip_torch, numpy, pillow and tqdm, so it needs no `make setup`: it runs with the
 # venv's Python when there is one, else with the box's own (GPU_CHECK_PY=...). DEVICE=cpu is the dry mode.
 gpu-check:
-	"$$GPU_CHECK_PY" -m idckit.gpu_check --out "$$GPU_CHECK_OUT" $(if $(DEVICE),--device "$$DEVICE")
+	"$$GPU_CHECK_PY" -m idckit.cli.gpu_check --out "$$GPU_CHECK_OUT" $(if $(DEVICE),--device "$$DEVICE")
 
 # The GPU study (issue 52, lab/scripts/gpu_study.py): renders, extracts and trains in a work folder outside the clone
 # (/tmp/idckit-gpu-study) and writes at most 8 JSON files to GPU_STUDY_OUT. DEVICE=cpu is its dry run.
@@ -140,8 +140,8 @@ bench: setup
 # of two reports, whose summary card a reader sees before any scrolling; in headless Chromium.
 override SCREENSHOT_REPORTS := table2_clevr_change clip4idc_table1_clevr_change
 screenshots: setup
-	$(PY) -c "from idckit.browser import screenshot; screenshot('reports/index.html', 'docs/img/index.png', width=1280, full_page=True)"
-	for r in $(SCREENSHOT_REPORTS); do $(PY) -c "from idckit.browser import screenshot; screenshot('reports/$$r.html', 'docs/img/$$r.png', width=1400, height=900)" || exit 1; done
+	$(PY) -c "from idckit.reports.browser import screenshot; screenshot('reports/index.html', 'docs/img/index.png', width=1280, full_page=True)"
+	for r in $(SCREENSHOT_REPORTS); do $(PY) -c "from idckit.reports.browser import screenshot; screenshot('reports/$$r.html', 'docs/img/$$r.png', width=1400, height=900)" || exit 1; done
 
 clean-reports:
 	rm -rf reports/*.html reports/*.json

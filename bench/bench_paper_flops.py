@@ -20,7 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from idckit.experiments.config import load_config, model_config
 from idckit.losses import mlm_loss
-from idckit.gpu_check import pcl_data
+from idckit.cli.gpu_check import pcl_data
 from idckit.tasks.pcl import FinetuneTask, PretrainTask
 
 

@@ -34,7 +34,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch starts Open
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from idckit.data.pcl_inputs import PCLData, SplitData  # noqa: E402
+from idckit.text.pcl_inputs import PCLData, SplitData  # noqa: E402
 from idckit.tasks.pcl import PretrainTask  # noqa: E402
 from idckit.text.vocab import SPECIALS, Vocab  # noqa: E402
 from idckit.train import distributed  # noqa: E402
@@ -62,7 +62,7 @@ def data(features: Path, n_pairs: int = 512, max_len: int = 28) -> PCLData:
                       sample_pair=torch.arange(n_pairs), sample_ids=ids)
     import warnings
 
-    with warnings.catch_warnings():   # read-only memmap, as idckit.data.pcl_inputs.load_pcl_data reads the store
+    with warnings.catch_warnings():   # read-only memmap, as idckit.text.pcl_inputs.load_pcl_data reads the store
         warnings.simplefilter("ignore", UserWarning)
         features = torch.from_numpy(np.load(features, mmap_mode="r"))
     return PCLData(vocab=vocab, features=features, splits={"train": train}, max_len=max_len)

@@ -41,7 +41,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from bench_decoding_clip4idc import count_flops  # noqa: E402
 from bench_train_pcl import matmul_gflops  # noqa: E402
 from idckit.experiments.config import load_config  # noqa: E402
-from idckit.data.pcl_inputs import PCLData, SplitData  # noqa: E402
+from idckit.text.pcl_inputs import PCLData, SplitData  # noqa: E402
 from idckit.text.vocab import SPECIALS, Vocab  # noqa: E402
 
 FEAT, REGIONS = 1280, 49        # efficientnet_lite0 at 224 px (the cpu profile's backbone)

@@ -1,7 +1,7 @@
 """Benchmark: IDC-PCL fine-tuning samples/s, the kit against the authors' code, same model size, batch, thread.
 
 The authors' fine-tuning model (``clver/modules_finetune.py`` of a checkout of yaolinli/IDC, imported by path as
-``idckit.parity.pcl`` does, with ``.cuda()`` made a no-op) and their training step as ``clver/finetune.py`` runs
+``idckit.authors.pcl`` does, with ``.cuda()`` made a no-op) and their training step as ``clver/finetune.py`` runs
 it: ``mlm_loss, itm_loss = model(batch, compute_loss=True)``, ``(mlm_loss.sum() + itm_loss.sum()).backward()``,
 Adam. Their batch: ``--batch`` (pair, caption) samples, 15 % of the words masked and labelled (-1 elsewhere),
 ``diff_label`` per sample. Both sides: hidden ``--hidden`` (heads hidden/32, FFN 4 x hidden), 2 cross-modal
@@ -35,7 +35,7 @@ TARGET = 3.0     # issue 40: the kit's fine-tuning at 3x the authors' samples/s
 
 def authors_step(checkout: Path, hidden: int, batch: int, max_len: int, dropout: float):
     """(step function) of the authors' fine-tuning at this size, on a random batch of their format."""
-    from idckit.parity.pcl import RECORDING_VOCAB, _load
+    from idckit.authors.pcl import RECORDING_VOCAB, _load
 
     module = _load(checkout / "clver" / "modules_finetune.py", "idc_clver_modules_finetune")
     torch.Tensor.cuda = lambda self, *a, **k: self            # their code calls .cuda() everywhere

@@ -35,17 +35,17 @@ device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 n_show = 4
 
 # %%
-from idckit.notebook_params import check_parameters
+from idckit.reports.notebook_params import check_parameters
 
 check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
 
 # %%
 from idckit import paths
 from idckit.experiments import walkthrough
-from idckit.plots import change_type_counts, show_pairs
-from idckit.report import read_report, report_summary, write_report
-from idckit.report_card import Card
-from idckit.report_format import legend
+from idckit.reports.plots import change_type_counts, show_pairs
+from idckit.reports.report import read_report, report_summary, write_report
+from idckit.reports.card import Card
+from idckit.reports.format import legend
 
 report_dir = report_dir or paths.reports_dir(profile)
 result = walkthrough.run(profile, clevr_root, device=device)

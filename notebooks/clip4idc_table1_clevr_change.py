@@ -51,20 +51,21 @@ with_variant = True    # also the labelled idckit variant clip4idc-diff (not the
 released_caption_checkpoint = None  # None: no row; else the authors' CLIP4IDC caption checkpoint (file or run)
 
 # %%
-from idckit.notebook_params import check_parameters
+from idckit.reports.notebook_params import check_parameters
 
 check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
 
 # %%
 import time
 
-from idckit import paths, released
+from idckit import paths
+from idckit.authors import released
 from idckit.experiments import clip4idc
 from idckit.experiments import reporting, yardsticks
 from idckit.experiments.analytics import captions_by_run, collapse_check, timing_table
-from idckit.plots import show_pairs, val_curve
-from idckit.report import paper_table, paper_value, report_summary, write_report
-from idckit.report_format import Notes, comparison, legend
+from idckit.reports.plots import show_pairs, val_curve
+from idckit.reports.report import paper_table, paper_value, report_summary, write_report
+from idckit.reports.format import Notes, comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)

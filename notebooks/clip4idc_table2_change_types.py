@@ -33,21 +33,22 @@ pretrained = None      # None: the profile's weights; e.g. openai or a checkpoin
 released_caption_checkpoint = None  # None: no row; else the authors' CLIP4IDC caption checkpoint (file or run)
 
 # %%
-from idckit.notebook_params import check_parameters
+from idckit.reports.notebook_params import check_parameters
 
 check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
 
 # %%
 import time
 
-from idckit import paths, released
+from idckit import paths
+from idckit.authors import released
 from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.experiments import clip4idc
 from idckit.experiments import reporting, yardsticks
 from idckit.experiments.analytics import captions_by_run
-from idckit.plots import per_type_bars, show_pairs
-from idckit.report import paper_table, report_summary, write_report
-from idckit.report_format import Notes, comparison, legend
+from idckit.reports.plots import per_type_bars, show_pairs
+from idckit.reports.report import paper_table, report_summary, write_report
+from idckit.reports.format import Notes, comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)

@@ -40,7 +40,7 @@ clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu
 pretrained = None      # None: the profile's weights (the stand-in is pre-trained here); e.g. openai or a file
 
 # %%
-from idckit.notebook_params import check_parameters
+from idckit.reports.notebook_params import check_parameters
 
 check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
 
@@ -49,9 +49,9 @@ from idckit import paths
 from idckit.experiments import clip4idc
 from idckit.experiments import pair_table
 from idckit.experiments.analytics import captions_by_run, collapse_check
-from idckit.plots import show_pairs
-from idckit.report import paper_table, paper_value, report_summary
-from idckit.report_format import legend
+from idckit.reports.plots import show_pairs
+from idckit.reports.report import paper_table, paper_value, report_summary
+from idckit.reports.format import legend
 
 report_dir = report_dir or paths.reports_dir(profile)
 setup = clip4idc.setup(profile, spot_root, runs_dir=runs_dir, clip_model=clip_model, pretrained=pretrained,

@@ -42,7 +42,7 @@ pretrained = None      # None: the profile's weights; e.g. openai or a checkpoin
 spot_root = None       # None: SynthSpot-the-Diff of the profile; else a real Spot-the-Diff data/ folder
 
 # %%
-from idckit.notebook_params import check_parameters
+from idckit.reports.notebook_params import check_parameters
 
 check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
 
@@ -53,10 +53,10 @@ from idckit import paths
 from idckit.experiments import clip4idc
 from idckit.experiments import reporting, yardsticks
 from idckit.experiments.analytics import captions_by_run, collapse_check
-from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import paper_table, report_summary, write_report
-from idckit.report_format import Notes, comparison, legend
-from idckit.report_stats import ordering_notes
+from idckit.reports.plots import show_pairs, side_by_side_bars
+from idckit.reports.report import paper_table, report_summary, write_report
+from idckit.reports.format import Notes, comparison, legend
+from idckit.reports.stats import ordering_notes
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)

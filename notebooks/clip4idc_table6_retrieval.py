@@ -42,18 +42,19 @@ ier_root = None        # None: SynthIER of the profile; else a real Image-Editin
 released_adapt_checkpoint = None  # None: no row; else the authors' CLEVR adaptation checkpoint (file or run)
 
 # %%
-from idckit.notebook_params import check_parameters
+from idckit.reports.notebook_params import check_parameters
 
 check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
 
 # %%
 import time
 
-from idckit import paths, released
+from idckit import paths
+from idckit.authors import released
 from idckit.experiments import clip4idc  # noqa: F401  (names the notebook's paper for idckit doctor)
 from idckit.experiments import retrieval_table
-from idckit.report import paper_value, report_summary, write_report
-from idckit.report_format import Notes, legend
+from idckit.reports.report import paper_value, report_summary, write_report
+from idckit.reports.format import Notes, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)

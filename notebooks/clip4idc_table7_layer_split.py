@@ -42,7 +42,7 @@ clip_model = None      # None: the profile's CLIP (the stand-in at smoke and cpu
 pretrained = None      # None: the profile's weights; e.g. openai or a checkpoint file
 
 # %%
-from idckit.notebook_params import check_parameters
+from idckit.reports.notebook_params import check_parameters
 
 check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
 
@@ -53,9 +53,9 @@ from idckit import paths
 from idckit.experiments import clip4idc
 from idckit.experiments import reporting, yardsticks
 from idckit.experiments.analytics import captions_by_run, collapse_check
-from idckit.plots import show_pairs, source_panels
-from idckit.report import paper_table, paper_value, report_summary, write_report
-from idckit.report_format import Table, comparison, legend
+from idckit.reports.plots import show_pairs, source_panels
+from idckit.reports.report import paper_table, paper_value, report_summary, write_report
+from idckit.reports.format import Table, comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)

@@ -30,22 +30,23 @@ backbone = None        # None: the profile default (efficientnet_lite0)
 released_checkpoint = None  # None: no row; else the authors' IDC-PCL checkpoint (their file, or an imported run)
 
 # %%
-from idckit.notebook_params import check_parameters
+from idckit.reports.notebook_params import check_parameters
 
 check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
 
 # %%
 import time
 
-from idckit import paths, released
+from idckit import paths
+from idckit.authors import released
 from idckit.data.clevr_change import CHANGE_TYPES
 from idckit.experiments import pcl
 from idckit.experiments import duda  # the baseline rows (the first import names the notebook's paper for idckit doctor)
 from idckit.experiments import reporting, yardsticks
 from idckit.experiments.analytics import captions_by_run
-from idckit.plots import per_type_bars, show_pairs
-from idckit.report import paper_table, report_summary, write_report
-from idckit.report_format import Notes, comparison, legend
+from idckit.reports.plots import per_type_bars, show_pairs
+from idckit.reports.report import paper_table, report_summary, write_report
+from idckit.reports.format import Notes, comparison, legend
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)

@@ -32,22 +32,23 @@ backbone = None        # None: the profile default (efficientnet_lite0)
 released_checkpoint = None  # None: no row; else the authors' IDC-PCL checkpoint (their file, or an imported run)
 
 # %%
-from idckit.notebook_params import check_parameters
+from idckit.reports.notebook_params import check_parameters
 
 check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
 
 # %%
 import time
 
-from idckit import paths, released
+from idckit import paths
+from idckit.authors import released
 from idckit.experiments import pcl
 from idckit.eval.probe import difference_probe
 from idckit.experiments import recipes, yardsticks
 from idckit.experiments.analytics import captions_by_run, collapse_check
-from idckit.plots import show_pairs, side_by_side_bars
-from idckit.report import paper_table, paper_value, report_summary, write_report
-from idckit.report_format import Notes, comparison, legend
-from idckit.report_stats import ordering_notes
+from idckit.reports.plots import show_pairs, side_by_side_bars
+from idckit.reports.report import paper_table, paper_value, report_summary, write_report
+from idckit.reports.format import Notes, comparison, legend
+from idckit.reports.stats import ordering_notes
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)

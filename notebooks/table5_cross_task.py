@@ -39,7 +39,7 @@ seeds = [0, 1, 2]
 device = None          # None: auto (cuda > mps > cpu); or "cpu", "cuda:1"
 
 # %%
-from idckit.notebook_params import check_parameters
+from idckit.reports.notebook_params import check_parameters
 
 check_parameters(globals())  # a misspelt `papermill -p NAME VALUE` fails here, in seconds
 
@@ -50,10 +50,10 @@ from idckit import paths
 from idckit.experiments import birds
 from idckit.experiments import recipes, reporting, yardsticks
 from idckit.experiments.analytics import captions_by_run, collapse_check
-from idckit.plots import seed_dots, show_pairs
-from idckit.report import paper_table, paper_value, report_summary, write_report
-from idckit.report_format import Notes, comparison, legend
-from idckit.report_stats import ordering_notes
+from idckit.reports.plots import seed_dots, show_pairs
+from idckit.reports.report import paper_table, paper_value, report_summary, write_report
+from idckit.reports.format import Notes, comparison, legend
+from idckit.reports.stats import ordering_notes
 
 t0 = time.time()
 report_dir = report_dir or paths.reports_dir(profile)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from idckit.data.pcl_inputs import PCLData, SplitData
+from idckit.text.pcl_inputs import PCLData, SplitData
 from idckit.tasks.pcl import FinetuneTask, PretrainTask, predict
 from idckit.text.vocab import Vocab
 from idckit.train import distributed

@@ -422,12 +422,12 @@ CASES = [
         s, n_intra=99, progress=False)), ConfigError, "n_intra=99"),
     Case("nb-walkthrough-split", lambda c: lambda: _mod("idckit.experiments.walkthrough").run(
         "smoke", c.clevr, split="dev", meteor=False), DatasetError, "'dev'"),
-    Case("nb-report-dir-a-file", lambda c: _later(c.file("reports.txt"), lambda f: _mod("idckit.report").write_report(
-        f, "t", "t", [], {k: None for k in _mod("idckit.report").PROVENANCE_KEYS})), ConfigError,
+    Case("nb-report-dir-a-file", lambda c: _later(c.file("reports.txt"), lambda f: _mod("idckit.reports.report").write_report(
+        f, "t", "t", [], {k: None for k in _mod("idckit.reports.report").PROVENANCE_KEYS})), ConfigError,
         lambda c: c.tmp / "reports.txt"),
-    Case("nb-walkthrough-n-show-0", lambda c: lambda: _mod("idckit.plots").show_pairs(
+    Case("nb-walkthrough-n-show-0", lambda c: lambda: _mod("idckit.reports.plots").show_pairs(
         _mod("idckit.data.clevr_change").ClevrChange(c.clevr).pairs("test"), n=0), ConfigError, "got 0"),
-    Case("nb-walkthrough-n-show-a-string", lambda c: lambda: _mod("idckit.plots").show_pairs(
+    Case("nb-walkthrough-n-show-a-string", lambda c: lambda: _mod("idckit.reports.plots").show_pairs(
         _mod("idckit.data.clevr_change").ClevrChange(c.clevr).pairs("test"), n="4"), ConfigError, "'4'"),
     Case("nb-reproduce-profile", lambda c: lambda: _mod("idckit.reproduce").reproduce(
         ["00_walkthrough"], profile="gpu", report_dir=c.tmp / "rep"), ConfigError, "'gpu'"),
@@ -737,7 +737,7 @@ def _parameters_cell(nb_py: Path) -> str:
 
 
 def test_unknown_parameters_are_found_against_the_parameters_cell():
-    from idckit.notebook_params import assigned_names, unknown_parameters
+    from idckit.reports.notebook_params import assigned_names, unknown_parameters
 
     params = "profile = 'cpu'  # smoke | cpu\nclevr_root = None\nseeds: list = [0]\na = b = 1\n"
     assert assigned_names(params) == ["profile", "clevr_root", "seeds", "a", "b"]
@@ -758,7 +758,7 @@ def test_every_notebook_checks_its_parameters_right_after_the_parameters_cell():
 
 def test_every_parameter_reproduce_passes_is_one_the_notebook_takes():
     from idckit import paths, reproduce
-    from idckit.notebook_params import assigned_names
+    from idckit.reports.notebook_params import assigned_names
 
     for nb in sorted(paths.notebooks_dir().glob("*.py")):
         passed = reproduce.parameters(nb.stem, profile="smoke", roots=None, report_dir=Path("r"), runs_dir=Path("u"),
@@ -777,7 +777,7 @@ def test_a_misspelt_papermill_parameter_fails_in_seconds_naming_the_known_ones(t
     params = nbformat.v4.new_code_cell("profile = 'cpu'\nclevr_root = None")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell(
-        "from idckit.notebook_params import check_parameters\ncheck_parameters(globals())"),
+        "from idckit.reports.notebook_params import check_parameters\ncheck_parameters(globals())"),
         nbformat.v4.new_code_cell("open('ran', 'w').write('the long work')")]
     nb.metadata["kernelspec"] = {"name": "idckit", "display_name": "Python (idckit)", "language": "python"}
     nbformat.write(nb, str(tmp_path / "t.ipynb"))

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from idckit.checkpoint_import import import_checkpoint
+from idckit.authors.convert import import_checkpoint
 from idckit.cli import main
 from idckit.errors import ConfigError, IdckitError
 from test_checkpoint_import import authors_files
@@ -39,7 +39,7 @@ def pcl_variant(tmp_path: Path, change) -> tuple[Path, dict, Path]:
 
 
 def clip_state(stage: str) -> dict[str, torch.Tensor]:
-    from idckit.parity import clip4idc as parity
+    from idckit.authors import clip4idc as parity
 
     rec = torch.load(RECORDINGS / f"clip4idc_{stage}.pt", weights_only=True)
     return parity.authors_state(rec["spec"], rec["meta"]["seed"])
@@ -142,7 +142,7 @@ def test_clip4idc_caption_with_a_nan_tensor_or_an_unknown_decoder_key_is_refused
 
 
 def test_an_imported_run_whose_best_pt_was_damaged_is_refused(tmp_path):
-    from idckit.parity.clip4idc import load_imported
+    from idckit.authors.clip4idc import load_imported
 
     run = tmp_path / "adapt"
     import_checkpoint("clip4idc-adapt", written(tmp_path, clip_state("adapt")), run, n_intra=1)

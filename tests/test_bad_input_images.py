@@ -217,7 +217,7 @@ def test_every_reader_sees_the_same_pixels(tmp_path):
 
 
 def test_caption_refuses_a_damaged_image_before_any_model_work(tmp_path):
-    from idckit.caption import caption_pair
+    from idckit.cli.caption import caption_pair
 
     good = tmp_path / "good.png"
     Image.new("RGB", (4, 4)).save(good)

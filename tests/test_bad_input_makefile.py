@@ -138,7 +138,7 @@ def test_make_test_doctor_and_gpu_check_pass_their_values_literally(payload, clo
     assert test[1:] == ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", payload]    # what CI runs
     assert doctor[1:4] == ["-m", "idckit.cli", "doctor"] and option(doctor, "--profile") == payload
     assert option(doctor, "--spot-root") == payload
-    assert gpu[0] == "recorded-python" and gpu[1:3] == ["-m", "idckit.gpu_check"]
+    assert gpu[0] == "recorded-python" and gpu[1:3] == ["-m", "idckit.cli.gpu_check"]
     assert option(gpu, "--out") == payload and option(gpu, "--device") == payload
 
 
@@ -168,7 +168,7 @@ def test_plain_values_keep_their_meaning(clone):
     assert notebooks[1:] == ["-m", "idckit.cli", "reproduce", "--profile", "cpu", "--jobs", "2",
                              "table2_clevr_change", "table3_change_types"]
     assert test[1:] == ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0"]
-    assert gpu[1:] == ["-m", "idckit.gpu_check", "--out", "gpu_check", "--device", "cpu"]   # the venv's python
+    assert gpu[1:] == ["-m", "idckit.cli.gpu_check", "--out", "gpu_check", "--device", "cpu"]   # the venv's python
 
 
 def test_nproc_trains_every_family_under_torchrun_with_plain_values(clone):

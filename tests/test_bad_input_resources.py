@@ -179,23 +179,23 @@ def test_a_huge_image_size_is_refused_while_parsing(tmp_path, capsys, argv, word
 
 
 def test_numpy_out_of_memory_is_an_idckit_error(capsys, monkeypatch):
-    import idckit.verify_data
+    import idckit.cli.verify_data
 
     def allocate(*args, **kwargs):
         np.empty((1 << 40, 1 << 10), dtype=np.float64)    # 8 PiB: refused at once, nothing touched
 
-    monkeypatch.setattr(idckit.verify_data, "main", allocate)
+    monkeypatch.setattr(idckit.cli.verify_data, "main", allocate)
     err = _error(capsys, [*VERIFY, "anywhere"])
     assert "out of memory" in err.lower() and "PiB" in err
 
 
 def test_python_out_of_memory_is_an_idckit_error(capsys, monkeypatch):
-    import idckit.verify_data
+    import idckit.cli.verify_data
 
     def allocate(*args, **kwargs):
         raise MemoryError()
 
-    monkeypatch.setattr(idckit.verify_data, "main", allocate)
+    monkeypatch.setattr(idckit.cli.verify_data, "main", allocate)
     err = _error(capsys, [*VERIFY, "anywhere"])
     assert "out of memory" in err.lower()
 
@@ -329,12 +329,12 @@ def test_a_checkpoint_write_cut_by_a_full_disk_names_the_checkpoint(tmp_path, mo
 def test_torch_out_of_memory_is_an_idckit_error(capsys, monkeypatch):
     import torch
 
-    import idckit.verify_data
+    import idckit.cli.verify_data
 
     def allocate(*args, **kwargs):
         torch.empty(1 << 50, dtype=torch.uint8)      # 1 PiB: torch's CPU allocator refuses with a RuntimeError
 
-    monkeypatch.setattr(idckit.verify_data, "main", allocate)
+    monkeypatch.setattr(idckit.cli.verify_data, "main", allocate)
     err = _error(capsys, [*VERIFY, "anywhere"])
     assert "out of memory" in err.lower() and "1048576.0 GiB" in err and "enforce fail" not in err
 

@@ -176,7 +176,7 @@ def test_baselines_are_scored_like_the_model(smoke):
 def test_nearest_feature_pair_copies_the_nearest_pairs_typical_reference():
     import numpy as np
 
-    from idckit.baselines import NearestFeaturePair, most_frequent
+    from idckit.eval.baselines import NearestFeaturePair, most_frequent
 
     f = np.zeros((2, 3, 4), dtype=np.float32)
     f[0, :, 0], f[1, :, 1] = 1, 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from idckit import browser
+from idckit.reports import browser
 from idckit.errors import IdckitError, MissingDependencyError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,12 +85,12 @@ def test_report_renders_tables_and_plots(chromium, html):
 
 @pytest.mark.parametrize("html", REPORTS, ids=[p.stem for p in REPORTS])
 def test_report_says_where_its_numbers_come_from_and_leaks_nothing(html):
-    """Every committed report ends with its provenance block and notes (idckit.report.report_summary), and shows
+    """Every committed report ends with its provenance block and notes (idckit.reports.report.report_summary), and shows
     no object repr returned by a cell's last line and no path of the staging folder it ran in."""
     import re
     from html import unescape
 
-    from idckit.report import read_report
+    from idckit.reports.report import read_report
 
     page = unescape(html.read_text())
     leak = re.search(r" at 0x[0-9a-f]+|Text\(\d|_tmp-|report written to", page)
@@ -100,7 +100,7 @@ def test_report_says_where_its_numbers_come_from_and_leaks_nothing(html):
     assert all(n in page for n in doc["notes"]), f"{html.name} does not show its JSON's notes"
 
 
-STATUS_HEADER = (0xDD, 0xE8, 0xF5)        # th.c-status in idckit/report_index.py
+STATUS_HEADER = (0xDD, 0xE8, 0xF5)        # th.c-status in idckit/reports/index.py
 
 
 def _summary_card(cards: list[dict]) -> dict:
@@ -115,8 +115,8 @@ def _summary_card(cards: list[dict]) -> dict:
 def test_the_card_is_in_the_first_screen(chromium, html, tmp_path):
     """The summary card, as `idckit reproduce` inserts it (idempotent on a report that already has one), lies in the
     first 1400x900 screen and fills a good part of it: the verdict is read before any prose or table."""
-    from idckit.report import read_report
-    from idckit.report_card import with_card
+    from idckit.reports.report import read_report
+    from idckit.reports.card import with_card
 
     page = tmp_path / html.name
     page.write_text(with_card(html.read_text(encoding="utf-8"), read_report(html.with_suffix(".json"))))

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from idckit.caption import _resolve, _run_config
-from idckit.checkpoint_import import CONVERTERS, import_checkpoint
+from idckit.cli.caption import _resolve, _run_config
+from idckit.authors.convert import CONVERTERS, import_checkpoint
 from idckit.cli import main
 from idckit.errors import ConfigError
 from idckit.models.decoding import greedy_decode
 from idckit.models.pcl import PCL, PCLConfig
-from idckit.parity.pcl import authors_ids_of_kit, kit_ids_of_authors
+from idckit.authors.pcl import authors_ids_of_kit, kit_ids_of_authors
 from idckit.text.vocab import Vocab
 from numeric import assert_close
 
@@ -25,7 +25,7 @@ RECORDINGS = Path(__file__).parent / "parity"
 def recording(name: str) -> dict:
     path = RECORDINGS / f"pcl_{name}.pt"
     if not path.is_file():
-        pytest.fail(f"{path} is missing: re-record with python -m idckit.parity record (docs/parity.md)")
+        pytest.fail(f"{path} is missing: re-record with python -m idckit.authors record (docs/parity.md)")
     return torch.load(path, weights_only=True)
 
 
@@ -151,7 +151,7 @@ def test_errors_name_the_problem_and_the_fix(tmp_path, capsys):
 
 
 def test_the_registry_names_importable_converters():
-    from idckit.checkpoint_import import converter
+    from idckit.authors.convert import converter
     assert {"idc-pcl", "idc-pcl-birds"} <= set(CONVERTERS)
     for kind in CONVERTERS:
         assert callable(converter(kind))

@@ -15,7 +15,7 @@ from idckit.errors import ConfigError
 from idckit.experiments import clip4idc as experiment
 from idckit.experiments.config import load_config, train_config
 from idckit.models.clip4idc import tokenize_captions
-from idckit.parity import clip4idc as parity
+from idckit.authors import clip4idc as parity
 from idckit.tasks.clip4idc import CaptionTask, freeze_named, with_text_length
 from idckit.train.loop import fit
 from test_clip_tasks import MODEL, clip_file, pairs  # noqa: F401  (the same tiny data and stand-in CLIP file)

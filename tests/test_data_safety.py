@@ -68,7 +68,8 @@ def test_non_default_profiles_report_into_their_own_directory(tmp_path, monkeypa
                                                           ("paper", None, False), ("cpu", "elsewhere", False)])
 def test_only_the_default_profile_into_reports_touches_the_readme(tmp_path, monkeypatch, profile, report_dir,
                                                                     touches):
-    from idckit import cli, readme, reproduce as rp
+    from idckit import cli, reproduce as rp
+    from idckit.reports import readme
 
     monkeypatch.setattr(rp, "reproduce", lambda *a, **kw: [Outcome("t", True, 1.0)])
     calls = []
@@ -82,7 +83,7 @@ def test_only_the_default_profile_into_reports_touches_the_readme(tmp_path, monk
 
 
 def test_readme_command_refuses_a_smoke_report_and_leaves_the_readme(tmp_path):
-    from idckit.readme import END, START, update_readme
+    from idckit.reports.readme import END, START, update_readme
 
     reports = tmp_path / "reports"
     reports.mkdir()
@@ -475,7 +476,7 @@ def test_features_interrupted_by_sigint_leave_nothing_trusted_and_resume_to_the_
 
 def test_readme_with_a_partial_report_set_refuses_and_keeps_every_row(tmp_path, capsys, monkeypatch):
     from idckit import cli
-    from idckit.readme import END, START, render_results
+    from idckit.reports.readme import END, START, render_results
 
     full = tmp_path / "full"
     full.mkdir()

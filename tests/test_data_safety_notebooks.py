@@ -15,8 +15,8 @@ import pytest
 
 from idckit import fileio, paths
 from idckit.errors import ConfigError, IdckitError
-from idckit.notebook_params import check_parameters
-from idckit.report import Provenance, write_report
+from idckit.reports.notebook_params import check_parameters
+from idckit.reports.report import Provenance, write_report
 
 ROWS = [{"model": "m", "variant": "v", "split": "test", "metrics": {"CIDEr-D": 42.0}}]
 PATH_ENV = ("IDCKIT_DATA_DIR", "IDCKIT_RUNS_DIR", "IDCKIT_REPORTS_DIR")
@@ -260,7 +260,7 @@ def test_a_notebook_run_by_reproduce_from_another_cwd_writes_nothing_beside_the_
     params = nbformat.v4.new_code_cell("profile = 'cpu'\nreport_dir = None\nruns_dir = None")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell(
-        "from idckit import paths\nfrom idckit.report import write_report, Provenance\n"
+        "from idckit import paths\nfrom idckit.reports.report import write_report, Provenance\n"
         "seen = {'data_dir': str(paths.data_dir()), 'runs_dir': runs_dir, 'report_dir': report_dir}\n"
         "write_report(report_dir, 'probe', 'walkthrough', "
         "[{'model': 'm', 'variant': 'v', 'split': 'test', 'metrics': {}}], Provenance(profile=profile, "

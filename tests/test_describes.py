@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from idckit.baselines import JudgeOracle, NearestDifference
+from idckit.eval.baselines import JudgeOracle, NearestDifference
 from idckit.data.clevr_change import Pair
 from idckit.eval.describes import ChangeRecord, read, record_from_references, record_from_scene, score
 

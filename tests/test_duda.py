@@ -11,7 +11,7 @@ from idckit.errors import ConfigError, DatasetError
 from idckit.models.decoding import beam_search, greedy_decode, naive_greedy_decode
 from idckit.models.duda import DUDA, DUDAConfig, coordinates
 from idckit.tasks.duda import DUDATask, caption_judge_accuracy, no_change_sentences, targets, triplets
-from idckit.data.pcl_inputs import PCLData, SplitData
+from idckit.text.pcl_inputs import PCLData, SplitData
 from idckit.text.vocab import Vocab
 from numeric import assert_close, assert_differ
 

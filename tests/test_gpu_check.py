@@ -1,4 +1,4 @@
-"""``python -m idckit.gpu_check --device cpu``: the dry mode runs every part of the GPU check end to end (the same
+"""``python -m idckit.cli.gpu_check --device cpu``: the dry mode runs every part of the GPU check end to end (the same
 code paths at the smoke sizes, the torchrun launches included) in an interpreter that refuses the evaluation and
 notebook packages, and writes a gpu_check.json whose checks hold and whose numbers are finite and positive."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from idckit import gpu_check
+from idckit.cli import gpu_check
 from test_import_hygiene import HEAVY, run_blocked
 
 #: besides evaluation and notebooks, what a GPU box with only torch, torchvision, open_clip_torch, numpy, pillow
@@ -24,7 +24,7 @@ MODELS = {"IDC-PCL pre-training", "IDC-PCL fine-tuning", "DUDA", "CLIP4IDC pair 
 def result(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_check")
     code, log, tried = run_blocked(
-        f"from idckit.gpu_check import main\nsys.exit(main(['--device', 'cpu', '--out', {str(out)!r}]))\n",
+        f"from idckit.cli.gpu_check import main\nsys.exit(main(['--device', 'cpu', '--out', {str(out)!r}]))\n",
         blocked=NOT_ON_A_BARE_BOX, env={"OMP_NUM_THREADS": "1"})
     assert tried == [], f"the GPU check tried to import {tried}"
     assert code == 0, log[-4000:]
@@ -111,14 +111,14 @@ def test_sdpa_backends_reads_the_kernel():
 def test_make_target_and_doctor_flag(monkeypatch, tmp_path):
     import subprocess
 
-    from idckit import doctor
+    from idckit.cli import doctor
     from idckit.cli import main as cli
 
     # run for real with `echo` as the interpreter: the values reach the command from the environment
     made = subprocess.run(["make", "-s", "gpu-check", "DEVICE=cpu", f"GPU_CHECK_OUT={tmp_path}", "GPU_CHECK_PY=echo"],
                           cwd=gpu_check.Path(gpu_check.__file__).resolve().parents[1], capture_output=True,
                           text=True, check=True).stdout
-    assert f"-m idckit.gpu_check --out {tmp_path} --device cpu" in made
+    assert f"-m idckit.cli.gpu_check --out {tmp_path} --device cpu" in made
     calls = []
     monkeypatch.setattr(doctor, "report", lambda *a, **k: [(True, "fine")])
     monkeypatch.setattr(gpu_check, "main", lambda argv: calls.append(argv) or 1)

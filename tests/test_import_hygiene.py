@@ -59,7 +59,7 @@ def training_path() -> list[str]:
     assert {"idckit.experiments.config", "idckit.experiments.pcl", "idckit.experiments.clip4idc",
             "idckit.experiments.duda", "idckit.experiments.birds"} <= set(present)
     return (_package_modules("idckit.train") + _package_modules("idckit.models") + _package_modules("idckit.tasks")
-            + present + ["idckit.gpu_check", "idckit.verify_data", "idckit.cli"])
+            + present + ["idckit.cli.gpu_check", "idckit.cli.verify_data", "idckit.cli"])
 
 
 def test_training_path_imports_no_evaluation_or_notebook_package():

@@ -12,16 +12,18 @@ PACKAGE = Path(__file__).resolve().parents[1] / "idckit"
 #: module-name prefix -> layer; the longest matching prefix wins, anything unlisted is an application (the top)
 LAYERS = {
     "idckit": 0, "idckit.errors": 0, "idckit.paths": 0, "idckit.fileio": 0, "idckit.device": 0,
-    "idckit.settings": 0, "idckit.manifest": 0, "idckit.checkpoints": 0,
+    "idckit.settings": 0, "idckit.registry": 0, "idckit.checkpoints": 0,
     "idckit.losses": 1, "idckit.train": 1,
     "idckit.models": 2,
-    "idckit.data": 3, "idckit.text": 3,
+    "idckit.data": 3, "idckit.text": 3.5,
     "idckit.eval": 4,
-    "idckit.tasks": 5, "idckit.baselines": 5, "idckit.plots": 5, "idckit.report": 5, "idckit.report_format": 5,
-    "idckit.report_stats": 5, "idckit.report_status": 5,
+    "idckit.tasks": 5, "idckit.reports": 5,
     "idckit.experiments": 6,
+    # what reads the experiments' results: the pages built from many reports, the authors' checkpoints as rows
+    "idckit.reports.card": 7, "idckit.reports.index": 7, "idckit.reports.readme": 7, "idckit.reports.browser": 7,
+    "idckit.authors": 7, "idckit.reproduce": 7, "idckit.cli": 7,
 }
-TOP = 7   # cli, reproduce, doctor, caption, readme, browser, verify_data, gpu_check, parity, ...
+TOP = 7   # anything unlisted
 
 
 def _modules() -> dict[str, Path]:

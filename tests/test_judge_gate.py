@@ -121,7 +121,7 @@ def test_judge_ceiling_script_at_smoke_size(smoke_run):
     g = d["gated"][0]
     assert g["run"] == run_dir.name and g["checkpoint"] == "best" and 0 <= g["model_judge_accuracy"] <= 1
     assert [(r["judge_accuracy"], r["seed"]) for r in g["rows"]] == [(0.5, 0), (0.5, 1), (1.0, 0)]
-    from idckit.baselines import MostFrequentCaption
+    from idckit.eval.baselines import MostFrequentCaption
 
     distractors = [p for p in s.data.dataset().pairs("train", check_images=False) if not p.is_change]
     assert g["no_change_sentence"] == MostFrequentCaption().fit(distractors).caption

@@ -1,4 +1,4 @@
-"""The table manifest (idckit.manifest): one place that says which notebook trains which family on which datasets
+"""The table manifest (idckit.registry): one place that says which notebook trains which family on which datasets
 from which root; the notebooks, the CLI, the Makefile and reproduce all follow it."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from idckit import manifest
+from idckit import registry as manifest
 from idckit.cli import build_parser
 from idckit.errors import ConfigError, DatasetError
 

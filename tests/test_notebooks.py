@@ -137,7 +137,7 @@ def _tells_the_truth(doc, html):
         assert "ROUGE_L" in doc["provenance"]["selection_split"].replace("-", "_")
         examples = html.split("A few test pairs: the references and what each run wrote")
         assert len(examples) == 2 and "data:image/png;base64" in examples[1]
-        # the ordering against the paper, read against the noise (idckit.report_stats.ordering_notes)
+        # the ordering against the paper, read against the noise (idckit.reports.stats.ordering_notes)
         assert any(n.startswith(("agrees:", "differs:", "within noise:", "paper ties:")) for n in doc["notes"])
     if doc["notebook"] in PAIR_SETS:
         # the text-only baseline names its sentence; the kit's order against the paper and the baseline, in words
@@ -255,7 +255,7 @@ def test_notebooks_are_paired_and_have_no_outputs():
         assert any("parameters" in c["metadata"].get("tags", []) for c in cells)
         params = next(c for c in cells if "parameters" in c["metadata"].get("tags", []))
         src = "".join(params["source"])
-        from idckit.manifest import notebook
+        from idckit.registry import notebook
 
         for p in ("profile", *notebook(nb.stem).roots, "runs_dir", "report_dir", "seeds", "device"):
             assert f"{p} =" in src, f"{nb.name}: parameter {p} missing"

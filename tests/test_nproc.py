@@ -24,7 +24,7 @@ def test_make_reproduce_nproc_trains_under_torchrun_before_the_notebooks():
     out = subprocess.run(["make", "-n", "reproduce", "NPROC=2", "PROFILE=smoke", "DEVICE=cpu",
                           "NOTEBOOKS=table2_clevr_change"], cwd=ROOT, capture_output=True, text=True, check=True)
     lines = [line.strip() for line in out.stdout.splitlines()]
-    from idckit.manifest import FAMILIES
+    from idckit.registry import FAMILIES
 
     # the values travel in the environment, read quoted (tests/test_bad_input_makefile.py runs them for real)
     trains = [i for i, line in enumerate(lines)

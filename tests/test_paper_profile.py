@@ -97,7 +97,7 @@ def _paper_pcl_data(max_len: int, n: int = 8):
     """Random 7x7x2048 features (ResNet-101's grid) for n train and n val pairs, 80 words (CLEVR-Change's size)."""
     import torch
 
-    from idckit.data.pcl_inputs import PCLData, SplitData
+    from idckit.text.pcl_inputs import PCLData, SplitData
     from idckit.text.vocab import SPECIALS, Vocab
 
     g = torch.Generator().manual_seed(0)

@@ -1,5 +1,5 @@
 """Parity with the authors' CLIP4IDC: their recorded outputs (tests/parity/clip4idc_*.pt, made by
-``python -m idckit.parity record --clip4idc CHECKOUT``) against the kit's modules on their converted weights.
+``python -m idckit.authors record --clip4idc CHECKOUT``) against the kit's modules on their converted weights.
 
 fp32 outputs must agree to 1e-5 of their scale (tests/numeric.py), decoded tokens exactly. The recordings store no weights: each parameter is
 ``parameter_value(seed, name, shape)``, recomputed here from the recorded key table."""
@@ -17,7 +17,7 @@ from idckit.experiments.config import load_config, model_config
 from idckit.losses import clip_logits, mlm_loss, symmetric_infonce
 from idckit.models.clip4idc import CLIP4IDCCaptioner, CLIP4IDCRetrieval, tokenize_captions
 from idckit.models.decoding import greedy_decode
-from idckit.parity import clip4idc as parity
+from idckit.authors import clip4idc as parity
 from numeric import assert_close, assert_differ
 
 RECORDINGS = Path(__file__).parent / "parity"
@@ -29,7 +29,7 @@ FP16_RTOL = 3e-3     # fp16 weights: a few of fp16's 4.9e-4 half-ulps (measured 
 def recording(name: str) -> dict:
     path = RECORDINGS / f"clip4idc_{name}.pt"
     if not path.is_file():
-        pytest.fail(f"missing parity recording {path}: re-record with `python -m idckit.parity record --clip4idc "
+        pytest.fail(f"missing parity recording {path}: re-record with `python -m idckit.authors record --clip4idc "
                     "CHECKOUT --out tests/parity/` (a checkout of sushizixin/CLIP4IDC) and commit it")
     return torch.load(path, map_location="cpu", weights_only=True)
 
@@ -344,7 +344,7 @@ def test_import_checkpoint_writes_a_caption_run_that_computes_their_function(tmp
 
 
 def test_import_checkpoint_adaptation_run_feeds_a_kit_captioner(tmp_path):
-    from idckit.checkpoint_import import import_checkpoint
+    from idckit.authors.convert import import_checkpoint
 
     ckpt = _write(tmp_path / "pytorch_model.bin.clevr", their_state("adapt"))
     done = import_checkpoint("clip4idc-adapt", ckpt, tmp_path / "adapt", n_intra=1)
@@ -358,7 +358,7 @@ def test_import_checkpoint_adaptation_run_feeds_a_kit_captioner(tmp_path):
 
 
 def test_import_checkpoint_refuses_wrong_kinds_and_options(tmp_path):
-    from idckit.checkpoint_import import import_checkpoint
+    from idckit.authors.convert import import_checkpoint
     from idckit.errors import ConfigError
 
     adapt = _write(tmp_path / "adapt.bin", their_state("adapt"))

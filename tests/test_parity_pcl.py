@@ -1,8 +1,8 @@
 """IDC-PCL parity: the kit's PCL at the ``paper`` profile computes what the public code (yaolinli/IDC) computes.
 
-Each test loads a recording of the authors' modules (tests/parity/pcl_*.pt, made by ``python -m idckit.parity
+Each test loads a recording of the authors' modules (tests/parity/pcl_*.pt, made by ``python -m idckit.authors
 record --idc CHECKOUT``: their weights, inputs and outputs), converts the weights with
-:func:`idckit.parity.pcl.convert_state_dict`, builds the kit's model through ``model_config("pcl-paper")`` and
+:func:`idckit.authors.pcl.convert_state_dict`, builds the kit's model through ``model_config("pcl-paper")`` and
 asserts the same numbers (fp32, 1e-5 of their scale) and the same decoded tokens. A missing recording fails. The second half shows
 that each switch of :class:`idckit.models.pcl.PCLConfig` changes exactly what it says.
 """
@@ -21,7 +21,7 @@ from idckit.experiments.config import load_config, model_config
 from idckit.losses import class_contrastive, fda_nce, fgvc_loss, judge_loss, mlm_loss, mvcl_logits, mvcl_nce
 from idckit.models.decoding import greedy_decode
 from idckit.models.pcl import PCL, SWITCHES, StdLayerNorm, public_sinusoid_table, sinusoid_table
-from idckit.parity import pcl as parity
+from idckit.authors import pcl as parity
 from idckit.text.vocab import Vocab
 from numeric import assert_close, assert_differ
 
@@ -40,7 +40,7 @@ def one_thread():
 def recording(name: str) -> dict:
     path = RECORDINGS / f"pcl_{name}.pt"
     if not path.is_file():
-        pytest.fail(f"{path} is missing: re-record with python -m idckit.parity record --idc CHECKOUT --out "
+        pytest.fail(f"{path} is missing: re-record with python -m idckit.authors record --idc CHECKOUT --out "
                     f"tests/parity/ (docs/parity.md)")
     return torch.load(path, weights_only=True)
 

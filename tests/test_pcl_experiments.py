@@ -131,7 +131,7 @@ def test_train_command_fills_the_run_cache_the_notebooks_read(smoke, capsys):
 
 
 def test_caption_cli_uses_the_best_run(smoke, capsys):
-    from idckit.caption import caption_pair, finished_runs
+    from idckit.cli.caption import caption_pair, finished_runs
     from idckit.cli import main
     from idckit.errors import DatasetError
 
@@ -164,7 +164,7 @@ def test_caption_without_any_run_says_how_to_get_one(tmp_path, capsys):
 
 
 def test_train_fraction_keeps_whole_before_images_nested_and_balanced(smoke):
-    from idckit.data.pcl_inputs import subsample_by_before
+    from idckit.text.pcl_inputs import subsample_by_before
 
     pairs = smoke.data.dataset().pairs("train", check_images=False)
     befores = {str(p.before) for p in pairs}

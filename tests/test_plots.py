@@ -6,7 +6,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 from idckit.data.clevr_change import ClevrChange  # noqa: E402
-from idckit.plots import pick_pairs, show_pairs  # noqa: E402
+from idckit.reports.plots import pick_pairs, show_pairs  # noqa: E402
 
 
 def test_pick_pairs_spreads_over_change_types(tiny_clevr):
@@ -48,7 +48,7 @@ def _history(seed, steps):
 def test_val_curve_is_drawn_against_steps_with_the_legend_outside():
     import matplotlib.pyplot as plt
 
-    from idckit.plots import val_curve
+    from idckit.reports.plots import val_curve
 
     fig, table = val_curve([_history(0, [100, 200]), _history(1, [100, 200])], title="IDC-PCL val, SynthCLEVR")
     try:
@@ -67,7 +67,7 @@ def test_val_curve_is_drawn_against_steps_with_the_legend_outside():
 def test_seed_dots_put_the_paper_in_the_ticks_not_on_a_second_axis():
     import matplotlib.pyplot as plt
 
-    from idckit.plots import seed_dots
+    from idckit.reports.plots import seed_dots
 
     results = [{"label": lb, "seed": s, "test": {"total": {"ROUGE_L": 0.4 + 0.01 * s, "CIDEr-D": 0.2}}}
                for lb in ("B2W", "B2W + CUB") for s in (0, 1)]

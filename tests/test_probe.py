@@ -6,7 +6,7 @@ import torch
 
 from idckit.errors import ConfigError
 from idckit.eval.probe import difference_probe
-from idckit.data.pcl_inputs import PCLData, SplitData
+from idckit.text.pcl_inputs import PCLData, SplitData
 from idckit.text.vocab import Vocab
 
 

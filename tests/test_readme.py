@@ -4,7 +4,7 @@ import json
 import re
 from pathlib import Path
 
-from idckit.readme import END, START, current_block, render_results, update_readme
+from idckit.reports.readme import END, START, current_block, render_results, update_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The authors' released checkpoints as side rows of the tables (idckit.released), offline: tiny
+"""The authors' released checkpoints as side rows of the tables (idckit.authors.released), offline: tiny
 checkpoints in the authors' format, scored on smoke data by the kit's one evaluator, never setting a status.
 
 IDC-PCL: the recordings' sizes (12-d features, their 18 words) cannot read the smoke data, so a kit model at the
@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from idckit.errors import ConfigError
-from idckit import released
-from idckit.parity.pcl import (authors_state_dict_of_kit, authors_vocab_of_kit, convert_state_dict)
-from idckit.report_status import headline_rows, report_status
+from idckit.authors import released
+from idckit.authors.pcl import (authors_state_dict_of_kit, authors_vocab_of_kit, convert_state_dict)
+from idckit.reports.status import headline_rows, report_status
 
 RECORDINGS = Path(__file__).parent / "parity"
 
@@ -31,7 +31,7 @@ def _one_thread():
 def recording(name: str) -> dict:
     path = RECORDINGS / f"{name}.pt"
     if not path.is_file():
-        pytest.fail(f"{path} is missing: re-record with python -m idckit.parity record (docs/parity.md)")
+        pytest.fail(f"{path} is missing: re-record with python -m idckit.authors record (docs/parity.md)")
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
@@ -157,7 +157,7 @@ def test_released_checkpoint_errors_name_the_fix(pcl_smoke, tmp_path):
     rec = recording("pcl_clver_finetune")
     torch.save(rec["state_dict"], tmp_path / "tiny.pt")
     (tmp_path / "dict.json").write_text(json.dumps(rec["vocab"]))
-    from idckit.checkpoint_import import import_checkpoint
+    from idckit.authors.convert import import_checkpoint
 
     import_checkpoint("idc-pcl", tmp_path / "tiny.pt", tmp_path / "tiny", vocab=tmp_path / "dict.json",
                       n_heads=rec["sizes"]["heads"], max_len=rec["max_len"])
@@ -174,7 +174,7 @@ OBJECTS = ["a small red rubber cube", "a large blue metal sphere", "a small gray
 
 
 def _clip_file(folder: Path, stage: str) -> Path:
-    from idckit.parity import clip4idc as parity
+    from idckit.authors import clip4idc as parity
 
     rec = recording(f"clip4idc_{stage}")
     path = folder / f"pytorch_model.bin.{stage}"
@@ -198,7 +198,7 @@ def clip_smoke(tmp_path_factory):
 
 
 def test_a_released_clip4idc_caption_checkpoint_is_a_scored_side_row(clip_smoke):
-    from idckit.checkpoint_import import import_checkpoint
+    from idckit.authors.convert import import_checkpoint
 
     s, base = clip_smoke
     heads = recording("clip4idc_caption")["meta"]["decoder_config"]["num_attention_heads"]
@@ -216,7 +216,7 @@ def test_a_released_clip4idc_caption_checkpoint_is_a_scored_side_row(clip_smoke)
 
 
 def _adapt_run(base: Path) -> Path:
-    from idckit.checkpoint_import import import_checkpoint
+    from idckit.authors.convert import import_checkpoint
 
     out = base / "imported-adapt-for-caption"
     import_checkpoint("clip4idc-adapt", _clip_file(base, "adapt"), out)
@@ -255,8 +255,8 @@ def _parameters_cell(name: str) -> dict:
 
 
 def test_each_table_takes_exactly_the_released_parameters_the_manifest_names():
-    from idckit import manifest
-    from idckit.checkpoint_import import CONVERTERS
+    from idckit import registry as manifest
+    from idckit.authors.convert import CONVERTERS
 
     for name in manifest.NOTEBOOKS:
         params = _parameters_cell(name)
@@ -268,7 +268,7 @@ def test_each_table_takes_exactly_the_released_parameters_the_manifest_names():
 
 def test_reproduce_passes_a_released_checkpoint_only_to_the_tables_that_take_it(tmp_path):
     from idckit.cli import build_parser
-    from idckit.manifest import RELEASED
+    from idckit.registry import RELEASED
     from idckit.reproduce import check_released, parameters
 
     ckpt = tmp_path / "model.pt"
@@ -301,7 +301,7 @@ def test_table2_at_smoke_shows_the_released_row_and_keeps_its_status(tmp_path, m
     """papermill, as `idckit reproduce --released-checkpoint` runs it: the report holds the released row beside
     the kit's runs, and its status is its own run's."""
     from idckit.experiments import pcl
-    from idckit.report_status import report_status
+    from idckit.reports.status import report_status
     from idckit.reproduce import run_one
 
     monkeypatch.setenv("IDCKIT_DATA_DIR", str(tmp_path / "data"))          # inherited by the papermill kernel

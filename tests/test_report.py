@@ -5,7 +5,7 @@ import math
 import pytest
 
 from idckit.errors import ConfigError
-from idckit.report import (Provenance, paper_table, read_report, to_paper_scale, write_report)
+from idckit.reports.report import (Provenance, paper_table, read_report, to_paper_scale, write_report)
 
 
 def _prov(**kw):
@@ -30,7 +30,7 @@ def test_paper_numbers_are_transcribed_from_the_papers():
 
 
 def test_paper_value_reads_one_published_number():
-    from idckit.report import paper_value
+    from idckit.reports.report import paper_value
 
     assert paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL") == 128.9
     assert paper_value("pcl.table5", "ROUGE_L", model="IDC-PCL", variant="B2W + CUB + NABirds") == 49.1
@@ -71,7 +71,7 @@ def test_write_report_schema_and_validation(tmp_path):
 def test_commit_is_dirty_only_for_code_not_for_generated_reports(tmp_path):
     import subprocess
 
-    from idckit.report import commit_of
+    from idckit.reports.report import commit_of
 
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
@@ -93,7 +93,7 @@ def test_commit_is_dirty_only_for_code_not_for_generated_reports(tmp_path):
 
 # -- reports that tell the truth on their own ----------------------------------------------------------------
 def test_retrieval_chance():
-    from idckit.report import retrieval_chance
+    from idckit.reports.report import retrieval_chance
 
     chance = retrieval_chance(200)
     assert chance["t2p_R@1"] == 0.5 and chance["p2t_R@10"] == 5.0 and chance["t2p_MdR"] == chance["p2t_MnR"] == 100.5
@@ -109,7 +109,7 @@ def _trained(variant, distinct, seed=0, judge=None, pairs=400):
 
 
 def test_learning_status_tells_ran_from_learned():
-    from idckit.report import learning_status
+    from idckit.reports.report import learning_status
 
     base = {"rows": [{"model": "most frequent caption", "variant": "total", "split": "test", "metrics": {}}]}
     assert learning_status(base)["verdict"] == "no training"
@@ -138,7 +138,7 @@ def test_learning_status_tells_ran_from_learned():
 
 
 def test_report_summary_shows_provenance_status_and_notes_but_no_paths(tmp_path):
-    from idckit.report import report_summary
+    from idckit.reports.report import report_summary
 
     stage = tmp_path / "_tmp-table2_clevr_change"
     path = write_report(stage, "table2_clevr_change", "pcl.table2", [_trained("full", 1)],
@@ -158,7 +158,7 @@ def test_report_summary_shows_provenance_status_and_notes_but_no_paths(tmp_path)
 
 
 def test_a_synthetic_report_says_so_in_its_first_note_without_the_notebook_typing_it(tmp_path):
-    from idckit.report import SYNTHETIC_NOTE
+    from idckit.reports.report import SYNTHETIC_NOTE
 
     rows = [{"model": "m", "variant": "v", "split": "test", "metrics": {"CIDEr-D": 1.0}}]
     doc = read_report(write_report(tmp_path, "x", "pcl.table2", rows, _prov(), notes=["mine"]))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from idckit.report_format import Table, comparison, fmt, legend
+from idckit.reports.format import Table, comparison, fmt, legend
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted(p for p in (ROOT / "reports").glob("*.json") if p.name != "status.json")
@@ -54,8 +54,8 @@ def _index_cells():
 @pytest.mark.skipif(not DOCS, reason="no committed reports")
 def test_index_json_and_readme_agree_on_the_committed_reports():
     """Every number printed in two places comes from one source: the report's JSON, through report_card.summary."""
-    from idckit.readme import current_block
-    from idckit.report_card import summary
+    from idckit.reports.readme import current_block
+    from idckit.reports.card import summary
 
     index = _index_cells()
     readme = {line.split("](reports/")[1].split(".html")[0]: [c.strip() for c in line.strip("|").split(" | ")]

@@ -1,9 +1,9 @@
 """The status rules on hand-made rows: only the headline run counts, a tie is named, retrieval needs 10x chance."""
 from __future__ import annotations
 
-from idckit.report_card import summary
-from idckit.report_stats import bootstrap_halfwidth, compare, ordering_notes, standing, tie_best
-from idckit.report_status import hard_status, headline_rows, report_status
+from idckit.reports.card import summary
+from idckit.reports.stats import bootstrap_halfwidth, compare, ordering_notes, standing, tie_best
+from idckit.reports.status import hard_status, headline_rows, report_status
 
 
 def _cap(variant, distinct, seed=0, judge=None, model="IDC-PCL (idckit)", cider=60.0, **kw):
@@ -111,7 +111,7 @@ def test_the_card_puts_the_baseline_beside_a_collapsed_headline():
 
 
 def test_with_card_goes_under_the_title_once_and_keeps_a_card_shown_in_the_body():
-    from idckit.report_card import Card, with_card
+    from idckit.reports.card import Card, with_card
 
     doc = {"notebook": "t", "table": "pcl.table2", "title": "T2", "headline": {"label": "CIDEr-D", "kit": 1.0},
            "rows": [_base("most frequent caption", 1, 64.0)], "provenance": {"seeds": [0]}}

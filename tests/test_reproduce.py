@@ -10,7 +10,7 @@ from idckit.reproduce import reproduce, write_index
 
 GOOD = '''
 import json, pathlib
-from idckit.report import write_report, Provenance
+from idckit.reports.report import write_report, Provenance
 write_report(report_dir, "good", "pcl.table2",
              [{"model": "m", "variant": "v", "split": "test", "metrics": {"CIDEr-D": 42.0}}],
              Provenance(profile=profile, data="synthetic: test", data_version="v", backbone="b", weights="w", seeds=[0]),

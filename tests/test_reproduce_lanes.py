@@ -20,7 +20,7 @@ TIMED = '''
 import json, os, time, pathlib, torch
 t0 = time.time()
 time.sleep(SLEEP)
-from idckit.report import write_report, Provenance
+from idckit.reports.report import write_report, Provenance
 write_report(report_dir, NAME, "pcl.table2",
              [{"model": "m", "variant": "v", "split": "test", "metrics": {"CIDEr-D": 1.0}}],
              Provenance(profile=profile, data="synthetic: test", data_version="v", backbone="b", weights="w", seeds=[0]),
@@ -144,7 +144,7 @@ def test_the_last_recorded_stage_times_feed_the_next_estimate(tmp_path):
 
 @pytest.mark.slow
 def test_two_lanes_prepare_as_jobs_and_start_a_notebook_only_after_its_data(tmp_path, monkeypatch):
-    from idckit import manifest
+    from idckit import registry as manifest
 
     nbs, reports, runs = tmp_path / "nbs", tmp_path / "reports", tmp_path / "runs"
     nbs.mkdir()
@@ -279,7 +279,7 @@ def test_two_processes_asking_for_one_store_extract_it_once(tmp_path):
 
 
 def test_training_jobs_split_a_notebook_of_many_runs_and_keep_shared_stages_in_order():
-    from idckit.manifest import STARTS_FROM, TRAINS
+    from idckit.registry import STARTS_FROM, TRAINS
     from idckit.reproduce import training_units
 
     names = ["table1_birds_to_words", "table5_cross_task", "table2_clevr_change", "table4_ablation",
@@ -337,7 +337,7 @@ def test_a_training_job_trains_the_run_its_notebook_then_reads_from_the_cache(tm
 
 @pytest.mark.slow
 def test_two_lanes_train_a_notebooks_runs_first_as_jobs_of_their_own(tmp_path, monkeypatch):
-    from idckit import manifest
+    from idckit import registry as manifest
 
     nbs, reports, runs = tmp_path / "nbs", tmp_path / "reports", tmp_path / "runs"
     nbs.mkdir()

@@ -92,7 +92,7 @@ def test_the_fingerprint_ignores_docstrings_and_comments_but_not_code(tmp_path):
 
 
 def test_a_finished_run_records_the_commit_and_code_version(tmp_path):
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     run = open_run(tmp_path, "toy", {"a": 1})
     run.complete({"x": 1}, profile="smoke", data_identity="synth:abc")
@@ -114,7 +114,7 @@ def _finished_run(runs: Path, name: str, val: float, profile: str, data: str) ->
 
 def test_caption_picks_the_best_run_of_one_profile_and_one_dataset_and_says_which(tmp_path, tiny_clevr,
                                                                                    monkeypatch):
-    from idckit import caption
+    from idckit.cli import caption
 
     monkeypatch.setenv("IDCKIT_DATA_DIR", str(tmp_path / "data"))   # no synthetic default generated
     runs = tmp_path / "runs"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from idckit.manifest import CONFIGS
+from idckit.registry import CONFIGS
 from idckit.settings import resolved_with_sources
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "parity_settings.md"

@@ -1,7 +1,7 @@
 """CLIP4IDC's training, optimiser level: the kit at `paper` steps as the authors' scripts step.
 
-``tests/parity/clip4idc_optim_trace.pt`` (``python -m idckit.parity record --clip4idc CHECKOUT``,
-:func:`idckit.parity.clip4idc.record_optim_trace`) holds, for a few named tensors per stage (their model's names,
+``tests/parity/clip4idc_optim_trace.pt`` (``python -m idckit.authors record --clip4idc CHECKOUT``,
+:func:`idckit.authors.clip4idc.record_optim_trace`) holds, for a few named tensors per stage (their model's names,
 spanning their four parameter groups), what their ``prep_optimizer`` (main_task_retrieval.py:165-217,
 main_task_caption.py:223-266: BertAdam, their weight-decay name rule, coef_lr) did over 20 steps of fixed gradients,
 each step as their ``train_epoch`` takes it (backward, global clip at 1.0, ``optimizer.step()``): the groups, the
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from idckit.experiments.config import load_config, train_config
-from idckit.parity import clip4idc as parity
+from idckit.authors import clip4idc as parity
 from idckit.tasks.clip4idc import adapt_param_groups, caption_param_groups
 from idckit.train.loop import _optimizer, fit
 from idckit.train.optim import BertAdam, clip_per_tensor
@@ -31,7 +31,7 @@ from tests.numeric import assert_close, assert_differ
 TRACE = Path(__file__).parent / "parity" / "clip4idc_optim_trace.pt"
 #: their schedule function -> the kit's name for the same formula
 SCHEDULE = {"warmup_cosine": "warmup_cosine_bert", "warmup_linear": "warmup_linear_bert"}
-#: the caption trace's names in the kit's captioner (idckit.parity.clip4idc.convert_captioner's renaming)
+#: the caption trace's names in the kit's captioner (idckit.authors.clip4idc.convert_captioner's renaming)
 CAPTION_NAMES = {
     "decoder.decoder.layer.0.intermediate.dense.weight": "decoder.0.ffn.fc.weight",
     "decoder.decoder.layer.0.intermediate.dense.bias": "decoder.0.ffn.fc.bias",

@@ -3,7 +3,7 @@
 The first half checks the loss reduction by hand: ``finetune.loss_reduction`` "sum" (the authors', the ``paper``
 profile's: ``mlm_loss.sum() + itm_loss.sum()``, clver/finetune.py:156-157; ``loss.sum()``, bird/finetune.py:162)
 against "mean" (the kit's cpu and smoke runs). The second half replays a recorded training trace of the authors'
-code (tests/parity/pcl_clver_finetune_trace.pt, made by ``python -m idckit.parity record --idc CHECKOUT``) through
+code (tests/parity/pcl_clver_finetune_trace.pt, made by ``python -m idckit.authors record --idc CHECKOUT``) through
 the kit's own loop (:func:`idckit.train.loop.fit`) and fine-tuning task at the ``paper`` settings.
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ RTOL = 1e-5
 
 def _trace() -> dict:
     if not TRACE.is_file():
-        pytest.fail(f"{TRACE} is missing: re-record with python -m idckit.parity record --idc CHECKOUT --out "
+        pytest.fail(f"{TRACE} is missing: re-record with python -m idckit.authors record --idc CHECKOUT --out "
                     f"tests/parity/ (docs/parity.md)")
     return torch.load(TRACE, weights_only=True)
 
@@ -97,8 +97,8 @@ class _Recorded(FinetuneTask):
 
 def _kit_inputs(rec: dict):
     """(PCLData holding the recorded features, the recorded batches in the kit's ids, the kit's words)."""
-    from idckit.data.pcl_inputs import PCLData, SplitData
-    from idckit.parity import pcl as parity
+    from idckit.text.pcl_inputs import PCLData, SplitData
+    from idckit.authors import pcl as parity
     from idckit.text.vocab import Vocab
 
     _, words = parity.convert_state_dict(rec["init"], rec["vocab"])
@@ -149,7 +149,7 @@ def test_the_kits_paper_fine_tuning_reproduces_the_authors_trace(tmp_path):
     import json
 
     from idckit.experiments.config import train_config
-    from idckit.parity import pcl as parity
+    from idckit.authors import pcl as parity
     from idckit.train.loop import fit
 
     rec = _trace()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from idckit import verify_data
+from idckit.cli import verify_data
 from idckit.errors import IdckitError
 from idckit.cli import main as cli
 

@@ -17,7 +17,7 @@ from idckit.errors import ConfigError
 
 
 def difference_probe(data, *, radius: int = 0, steps: int = 500, seed: int = 0) -> dict[str, float]:
-    """The probe's test accuracy (and its chance level) on ``data``, an :class:`idckit.data.pcl_inputs.PCLData`
+    """The probe's test accuracy (and its chance level) on ``data``, an :class:`idckit.text.pcl_inputs.PCLData`
     (:func:`idckit.experiments.pcl.loaded_data` of a setup).
 
     ``radius`` 0 compares each region with the same region of the other image, ``||f1_j - f2_j||``. A radius r > 0
@@ -122,7 +122,7 @@ def fit_type_probe(x_train, types_train: list[str], x_test, types_test: list[str
 
 def change_type_probe(data, *, k: int = 4, hidden: int = 256, steps: int = 600, seed: int = 0,
                       max_pairs: int | None = None) -> dict:
-    """The change-type probe on ``data`` (a :class:`idckit.data.pcl_inputs.PCLData`): its real changes of train
+    """The change-type probe on ``data`` (a :class:`idckit.text.pcl_inputs.PCLData`): its real changes of train
     (at most ``max_pairs``) against those of test."""
     import torch
 

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from idckit.experiments.runs import test_captions
-from idckit.report_format import Table
+from idckit.reports.format import Table
 
 
 def captions_by_run(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
     """``{run label: {pair id: test caption}}`` for finished captioning runs; the label names the seed when the
-    results hold several seeds of one variant (what :func:`idckit.plots.show_pairs` prints beside the images)."""
+    results hold several seeds of one variant (what :func:`idckit.reports.plots.show_pairs` prints beside the images)."""
     labels = Counter(r.get("label", r["run"]) for r in results)
     out = {}
     for r in results:
@@ -55,9 +55,9 @@ def stopped_early(result: Mapping[str, Any]) -> str | None:
 
 
 def diversity_notes(diversity: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Report sentences for runs whose test output collapsed (:func:`idckit.report_status.is_collapsed`: too few
+    """Report sentences for runs whose test output collapsed (:func:`idckit.reports.status.is_collapsed`: too few
     distinct captions, or one caption for most pairs)."""
-    from idckit.report_status import is_collapsed
+    from idckit.reports.status import is_collapsed
 
     notes = []
     for d in diversity:

@@ -1,6 +1,6 @@
 """The protocol every experiment family follows, and what the families share.
 
-A family module (``pcl``, ``duda``, ``birds``, ``clip4idc``; :data:`idckit.manifest.FAMILIES` maps the names) has
+A family module (``pcl``, ``duda``, ``birds``, ``clip4idc``; :data:`idckit.registry.FAMILIES` maps the names) has
 ``FAMILY`` (its recipes' family), ``MODEL``, ``setup(profile, data_root, *, runs_dir, progress, device, ...)`` which
 prepares everything on disk a run reads (the data, generated when synthetic; features) before any training,
 ``run_variant(setup, variant, seed, *, progress)`` and ``runs`` (:func:`family_runs`). ``idckit train FAMILY``
@@ -123,7 +123,7 @@ def family_runs(run_variant: Callable[..., dict[str, Any]], family: str):
 
 def family_module(name: str):
     """The experiment module of family ``name`` (``pcl``, ``duda``, ``birds``, ``clip4idc``)."""
-    from idckit.manifest import family
+    from idckit.registry import family
 
     return importlib.import_module(family(name)[0])
 
@@ -135,7 +135,7 @@ def train(name: str, profile: str, data_root: str | Path | None = None, *, varia
     once into the run cache the notebooks read. Under torchrun rank 0 prepares the data and features first (the
     other ranks then read them), and every rank trains its share."""
     from idckit.device import resolve
-    from idckit.manifest import family
+    from idckit.registry import family
     from idckit.train import distributed
 
     _, recipe_family, _ = family(name)

@@ -60,7 +60,7 @@ def _rel(s: Setup, path: Path) -> str:
 
 
 def _records(s: Setup):
-    from idckit.data.pcl_inputs import PairRecord
+    from idckit.text.pcl_inputs import PairRecord
 
     b2w = s.data.b2w()
     train = b2w.training_examples("train", swap=bool(s.config["swap_augment"]), only_with_images=True)
@@ -71,7 +71,7 @@ def _records(s: Setup):
 
 
 def _cub_records(s: Setup):
-    from idckit.data.pcl_inputs import PairRecord
+    from idckit.text.pcl_inputs import PairRecord
 
     cub = s.data.cub()
     return [PairRecord(f"cub{im.image_id}", _rel(s, im.path), None, tuple(cub.captions(im)), "cub", True)
@@ -90,7 +90,7 @@ def _negatives(s: Setup, data, ratio, referents=()) -> None:
 
 
 def loaded_data(s: Setup, kind: str = "b2w"):
-    """The in-memory data of a setup (:class:`idckit.data.pcl_inputs.PCLData`, loaded once per process). ``b2w``:
+    """The in-memory data of a setup (:class:`idckit.text.pcl_inputs.PCLData`, loaded once per process). ``b2w``:
     Birds-to-Words (train/val/test, FDA negatives, NABirds FGVC pairs attached); ``gic``: CUB single-image caption
     pairs (train only, Retrieve + Replace negatives). One shared vocabulary."""
     key = (kind, str(s.data.root), str(s.store.directory), stage_max_len(s, kind), s.config["swap_augment"],
@@ -108,7 +108,7 @@ def stage_max_len(s: Setup, kind: str = "b2w") -> int:
 def _load(s: Setup, kind: str):
     import torch
 
-    from idckit.data.pcl_inputs import FGVCData, pcl_data_from_records
+    from idckit.text.pcl_inputs import FGVCData, pcl_data_from_records
     from idckit.text.vocab import Vocab
 
     records, cub = _records(s), _cub_records(s)
@@ -271,7 +271,7 @@ runs = base.family_runs(run_variant, FAMILY)
 def baselines(s: Setup) -> list[dict[str, Any]]:
     """The most frequent training paragraph for every pair, and the paragraph of the training pair nearest in
     the (mean-pooled) features of both images; scored like the model (test, no PTB tokenizer)."""
-    from idckit.baselines import NearestFeaturePair, most_frequent
+    from idckit.eval.baselines import NearestFeaturePair, most_frequent
     from idckit.eval.captions import CaptionScorer, evaluate_pairs
 
     data = loaded_data(s, "b2w")
@@ -303,7 +303,7 @@ GRAMMAR = ("verified_share", "difference_recall")
 
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float):
-    from idckit.report import Provenance
+    from idckit.reports.report import Provenance
 
     return Provenance(profile=s.profile, seeds=list(seeds), wall_seconds=round(wall_seconds, 1),
                       selection_split=f"val: {selection(s)}", data=s.data.description, data_version=s.data.version,
@@ -316,7 +316,7 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
 
 
 def shown_pairs(s: Setup, split: str = "test"):
-    """The pairs of ``split`` as :func:`idckit.plots.show_pairs` draws them (``before``/``after`` = animal1/animal2,
+    """The pairs of ``split`` as :func:`idckit.reports.plots.show_pairs` draws them (``before``/``after`` = animal1/animal2,
     ``change_type`` = the pivot-branch selection)."""
     from types import SimpleNamespace
 

@@ -548,9 +548,9 @@ def text_baseline(s: Setup) -> dict[str, Any]:
     sentences pooled, ties broken alphabetically) written for every test pair, scored like the captioners (the same
     references, PTB tokenisation and METEOR setting). It sees no image, so a captioner below it has learned less
     from the images than the sentence distribution alone is worth. ``sentence`` holds the sentence."""
-    from idckit.baselines import most_frequent
+    from idckit.eval.baselines import most_frequent
     from idckit.eval.captions import evaluate_pairs
-    from idckit.report import to_paper_scale
+    from idckit.reports.report import to_paper_scale
 
     ds = s.data.dataset()
     sentence = most_frequent(ds.references("train"))
@@ -564,7 +564,7 @@ def text_baseline(s: Setup) -> dict[str, Any]:
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float,
                selection: str = "val (CIDEr-D)"):
-    from idckit.report import Provenance
+    from idckit.reports.report import Provenance
 
     clip = clip_weights(s, progress=False)
     # wall_seconds is this notebook's; the training behind it happened once, in the cached runs

@@ -324,11 +324,11 @@ def birds(profile: str, data_root: str | Path | None = None, *, progress: bool =
 
 
 def check_root(dataset: str, root: str | Path) -> Path:
-    """``root`` if it holds dataset ``dataset`` (a key of :data:`idckit.manifest.DATASETS`) in its release's layout,
+    """``root`` if it holds dataset ``dataset`` (a key of :data:`idckit.registry.DATASETS`) in its release's layout,
     else the kit's error naming the layout expected and the parameter, option and Makefile variable that take it.
     Nothing is generated or read beyond the layout's index files."""
     from idckit.errors import IdckitError
-    from idckit.manifest import DATASETS as ROOTS
+    from idckit.registry import DATASETS as ROOTS
 
     d = ROOTS[dataset]
     path = Path(root).expanduser()

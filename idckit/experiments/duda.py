@@ -2,7 +2,7 @@
 
 The data pipeline is IDC-PCL's: the same synthetic default or real root, the same feature store (the backbone of
 ``configs/duda.json``, by default the IDC-PCL rows' one, so the store is shared) and the same vocabulary rules
-(:func:`idckit.data.pcl_inputs.load_pcl_data`). The one recipe is ``duda/duda``; results have the keys of every
+(:func:`idckit.text.pcl_inputs.load_pcl_data`). The one recipe is ``duda/duda``; results have the keys of every
 ``run_variant`` (:data:`idckit.experiments.runs.RESULT_KEYS`), so a table puts the rows beside IDC-PCL's.
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ def setup(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *
 
 
 def loaded_data(s: Setup):
-    """The in-memory data of a setup (IDC-PCL's :class:`idckit.data.pcl_inputs.PCLData`, without FDA negatives)."""
-    from idckit.data.pcl_inputs import load_pcl_data
+    """The in-memory data of a setup (IDC-PCL's :class:`idckit.text.pcl_inputs.PCLData`, without FDA negatives)."""
+    from idckit.text.pcl_inputs import load_pcl_data
 
     key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
     return base.CACHE.get("duda-data", key, lambda: load_pcl_data(s.data.dataset(), s.store,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from idckit.experiments import reporting
-from idckit.report_format import Notes, Table, comparison
+from idckit.reports.format import Notes, Table, comparison
 
 
 @dataclass
@@ -30,13 +30,13 @@ class PairTable:
         return dataset_title(self.setup.data)
 
     def comparison(self) -> Table:
-        from idckit.report import paper_table
+        from idckit.reports.report import paper_table
 
         return comparison(self.rows, paper_table(self.table)["rows"],
                           caption=f"{self.table}: the paper (real data) and the kit ({self.dataset}), test")
 
     def bars(self):
-        from idckit.plots import side_by_side_bars
+        from idckit.reports.plots import side_by_side_bars
 
         kit = reporting.per_variant(self.rows)
         order = [*self.paper_cider, *[v for v in kit if v not in self.paper_cider]]
@@ -51,7 +51,7 @@ class PairTable:
               collapse_notes: Sequence[str] = ()):
         from idckit.experiments import clip4idc
         from idckit.experiments.yardsticks import headline
-        from idckit.report import write_report
+        from idckit.reports.report import write_report
 
         return write_report(
             report_dir, notebook, self.table, self.rows,
@@ -67,7 +67,7 @@ def build(setup, results: Sequence[Mapping[str, Any]], table: str, paper_cider: 
     ordering notes: every two rows the paper has, CLIP4IDC against CLIP-FT, and both against the baseline."""
     from idckit.experiments import clip4idc
     from idckit.experiments.yardsticks import add_bootstrap, standing_notes
-    from idckit.report_stats import ordering_notes
+    from idckit.reports.stats import ordering_notes
 
     pt = PairTable(setup, list(results), table, dict(paper_cider), clip4idc.text_baseline(setup))
     rows = reporting.rows(results)

@@ -49,14 +49,14 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
 
 
 def loaded_data(s: Setup):
-    """The in-memory data of a setup (:class:`idckit.data.pcl_inputs.PCLData`: features, vocabulary, splits; shared by
+    """The in-memory data of a setup (:class:`idckit.text.pcl_inputs.PCLData`: features, vocabulary, splits; shared by
     every run of a notebook, loaded once per process) with FDA negatives attached."""
     key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
     return base.CACHE.get("pcl-data", key, lambda: _load(s))
 
 
 def _load(s: Setup):
-    from idckit.data.pcl_inputs import load_pcl_data
+    from idckit.text.pcl_inputs import load_pcl_data
     from idckit.text.negatives import build_negatives
 
     data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"], train_fraction=s.train_fraction)
@@ -233,7 +233,7 @@ def provenance_fields(s: Setup) -> dict[str, Any]:
 
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float):
-    from idckit.report import Provenance
+    from idckit.reports.report import Provenance
 
     from idckit.experiments.runs import final_train_loss
 

@@ -4,10 +4,10 @@ A result of any experiment module's ``run_variant`` (the keys of :data:`idckit.e
 becomes a row on the papers' x100 scale: :func:`rows` (one subset, and a mean +/- sd row per variant run with
 several seeds) and :func:`per_type_rows` (CIDEr-D per change type); every trained row carries
 :func:`trained_fields`, so a report says whether its runs collapsed. Orderings with statistics are
-:mod:`idckit.report_stats`; the CLEVR baselines and yardsticks :mod:`idckit.experiments.yardsticks`. Baselines
+:mod:`idckit.reports.stats`; the CLEVR baselines and yardsticks :mod:`idckit.experiments.yardsticks`. Baselines
 become rows with :func:`baseline_rows`, Birds-to-Words' pivot-branch scores with :func:`selection_rows`, and
 CLIP4IDC's retrieval runs with :func:`retrieval_rows` and :func:`layer_split_rows` (tables 6 and 7). Writing,
-reading and judging the report files is :mod:`idckit.report`.
+reading and judging the report files is :mod:`idckit.reports.report`.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
-from idckit.report import to_paper_scale
+from idckit.reports.report import to_paper_scale
 
 #: the columns of the per-type tables (IDC-PCL's table 3, CLIP4IDC's table 2)
 TYPES: tuple[str, ...] = (*CHANGE_TYPES, DISTRACTOR)
@@ -162,7 +162,7 @@ RETRIEVAL_KEYS = ("t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R
 
 
 def _chance(n_pairs: int, keys: Sequence[str]) -> dict[str, float]:
-    from idckit.report import retrieval_chance
+    from idckit.reports.report import retrieval_chance
 
     ks = sorted({int(k.split("@")[1]) for k in keys if "_R@" in k})
     return {k: v for k, v in retrieval_chance(n_pairs, ks).items() if k in keys}
@@ -199,7 +199,7 @@ def layer_split_rows(splits: Sequence[Mapping[str, Any]], adapted: Sequence[Mapp
     """Table 7's rows: per split (:func:`idckit.experiments.clip4idc.layer_splits`), test retrieval of its
     adaptation run beside test captioning (x100) of its frozen-encoder captioner, with what a trained row records
     (:func:`trained_fields`, retrieval chance)."""
-    from idckit.report import retrieval_chance
+    from idckit.reports.report import retrieval_chance
 
     chance = {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS} if n_pairs else None
     out = []

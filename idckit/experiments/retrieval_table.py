@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from idckit.experiments import reporting
-from idckit.report_format import Table, comparison
+from idckit.reports.format import Table, comparison
 
 #: the paper's columns of each dataset's rows
 PAPER_KEYS = {"clevr-change": reporting.RETRIEVAL_KEYS,
@@ -50,14 +50,14 @@ class RetrievalTable:
         return dataset_title(self.setup.data)
 
     def comparison(self) -> Table:
-        from idckit.report import paper_table
+        from idckit.reports.report import paper_table
 
         paper = [r for r in paper_table("clip4idc.table6")["rows"] if r.get("dataset") == self.name.replace("-", "_")]
         return comparison(self.rows, paper, PAPER_KEYS[self.name],
                           caption=f"Table 6 ({self.title}): test retrieval, R@K in %, ranks 1-based; last row chance")
 
     def bars(self, seed):
-        from idckit.plots import retrieval_bars
+        from idckit.reports.plots import retrieval_bars
 
         keys = [k for k in PAPER_KEYS[self.name] if k.endswith(("R@1", "R@5", "R@10", "R@20", "R@50"))][:4]
         return retrieval_bars([r for r in self.rows if r.get("seed") in (seed, None)], keys=keys,

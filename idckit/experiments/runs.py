@@ -52,7 +52,7 @@ TRAINING_CODE_VERSION = "5"
 #: a config says otherwise, and any other size a store and a run key of its own; nor for the loop's stop_on_collapse,
 #: off unless a config names it (and then in that run's key), nor for its optional distinct threshold (1, as before,
 #: unless the rule names another, and then in that run's key), nor for IDC-PCL's data assembly moving to
-#: data/pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction; nor for IDC-PCL
+#: pcl_inputs.py, the same batches bit for bit, nor for the lock around feature extraction; nor for IDC-PCL
 #: fine-tuning's loss_reduction, "mean" as before at cpu and smoke, "sum" (the authors') only at paper; nor for
 #: IDC-PCL's MLM head scoring [IMG1]/[IMG2] -inf at special_tokens "shared_cls", which only paper sets; nor for
 #: IDC-PCL's special_words, decoded specials left out ("drop") as before at cpu and smoke, "keep" only at paper; nor
@@ -61,14 +61,14 @@ TRAINING_CODE_VERSION = "5"
 #: nor for the loop's select_after_step, 0 (every evaluation selectable, as before) unless a config names it: only
 #: the birds fine-tuning at paper, 2000 as the authors; nor for the loop's improve_on_tie, false (a strictly higher
 #: score, as before) unless a config names it, nor for CLIP4IDC captioning's freeze list and caption_max_len, empty
-#: and null (max_len) as before at cpu and smoke: only paper sets the three, as the authors)
+#: and null (max_len) as before at cpu and smoke: only paper sets the three, as the authors; nor for the package's
+#: modules moving into folders (issue 48), imports renamed, the same code)
 #: :func:`training_fingerprint` when the version was last decided on (tests/test_runs.py keeps the two in step)
-TRAINING_CODE_FINGERPRINT = "c9e336119dae4e30"
+TRAINING_CODE_FINGERPRINT = "d42a948a4356e0ab"
 #: the code a run's result depends on beyond its config: the loop (and its defaults, which are not in a run's key),
 #: models, tasks, losses, text, features and the tensors IDC-PCL and DUDA train on
 TRAINING_MODULES = ("train/*.py", "experiments/configs/train.json", "models/*.py", "models/clip_configs/*.json",
-                    "tasks/*.py", "losses.py", "text/*.py", "data/features.py", "data/images.py",
-                    "data/pcl_inputs.py")
+                    "tasks/*.py", "losses.py", "text/*.py", "data/features.py", "data/images.py")
 
 
 def training_fingerprint(package: Path | None = None) -> str:
@@ -170,7 +170,7 @@ class Run:
     def complete(self, metrics: Mapping[str, Any], **about: Any) -> None:
         """Write the record (commit, code version, time, and ``about``: profile, data, ...), then the metrics
         (last: they mark the run finished)."""
-        from idckit.report import git_commit
+        from idckit.reports.report import git_commit
 
         write_json(self.record_path, {"commit": git_commit(), "training_code": TRAINING_CODE_VERSION,
                                       "finished": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

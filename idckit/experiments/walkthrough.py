@@ -7,12 +7,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from idckit.baselines import JudgeOracle, MostFrequentCaption, NearestDifference
+from idckit.eval.baselines import JudgeOracle, MostFrequentCaption, NearestDifference
 from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR, ClevrChange, split_counts
 from idckit.experiments.data import DataChoice, clevr_change
 from idckit.paths import DEFAULT_PROFILE
-from idckit.report import Provenance, to_paper_scale
-from idckit.report_format import Notes, Table
+from idckit.reports.report import Provenance, to_paper_scale
+from idckit.reports.format import Notes, Table
 
 SUBSETS = ("total", "semantic", DISTRACTOR, *CHANGE_TYPES)
 #: baselines that read the test pair's true label: scored beside the others, never the headline
@@ -135,7 +135,7 @@ def cider_story(res: WalkthroughResult) -> Notes:
 
 def status_legend() -> Table:
     """What each status word on a report's card means, with the kit's thresholds."""
-    from idckit.report_status import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_LEARNED_FACTOR
+    from idckit.reports.status import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_LEARNED_FACTOR
 
     return Table([
         {"status": "learned", "meaning": "the headline run writes varied captions, judges above chance and (for "

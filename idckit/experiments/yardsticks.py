@@ -1,12 +1,12 @@
 """What every CLEVR-Change table measures its model against, computed by the package, not the notebook:
 
 - :func:`clevr_baselines`: the most frequent caption, the pixel nearest neighbour and the judge oracle
-  (:mod:`idckit.baselines`) scored per subset (total, semantic, each change type, distractor) on the test split,
+  (:mod:`idckit.eval.baselines`) scored per subset (total, semantic, each change type, distractor) on the test split,
   with how often each names the change (:mod:`idckit.eval.describes`); cached in the runs dir by the data's
   identity, so every table of one dataset shares one computation;
 - :func:`add_describes`: the same change-description score on the kit's trained captioning rows;
 - :func:`add_bootstrap`: a 95 % bootstrap half-width over test pairs of a one-seed row's CIDEr-D (the noise an
-  ordering of that row is read against, :mod:`idckit.report_stats`).
+  ordering of that row is read against, :mod:`idckit.reports.stats`).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from idckit.experiments.reporting import BASELINE_MODEL, TYPES
 from idckit.experiments.reporting import rows as report_rows
-from idckit.report import to_paper_scale
+from idckit.reports.report import to_paper_scale
 
 #: bump when a baseline's definition changes (its cached predictions are then recomputed)
 BASELINES_VERSION = "2"
@@ -36,7 +36,7 @@ def clevr_baselines(data, runs_dir: str | Path, split: str = "test", *, meteor: 
     """The three no-learning baselines on ``split`` of CLEVR-Change ``data`` (a
     :class:`~idckit.experiments.data.DataChoice`): ``[{"label", "test": {subset: metrics}, "predictions",
     "distinct_test_captions", "test_pairs", "describes"}]`` (``test`` on pycocoevalcap's scale, as a run's)."""
-    from idckit.baselines import JudgeOracle, MostFrequentCaption, NearestDifference
+    from idckit.eval.baselines import JudgeOracle, MostFrequentCaption, NearestDifference
     from idckit.eval.captions import evaluate_pairs
     from idckit.experiments.runs import open_run
 
@@ -124,7 +124,7 @@ def clevr_rows(setup, results: Sequence[Mapping[str, Any]], subset: str = "total
 def describe_table(rows: Sequence[Mapping[str, Any]], *, caption: str):
     """Per captioning row: CIDEr-D on all, changed and distractor pairs, judge accuracy, distinct captions, and
     how often the captions name the change type and the changed object, beside their chance rates."""
-    from idckit.report_format import Table, run_label
+    from idckit.reports.format import Table, run_label
 
     recs = []
     for r in rows:
@@ -188,7 +188,7 @@ def type_standing_notes(rows: Sequence[Mapping[str, Any]], variant: str, types: 
 def type_describe_table(rows: Sequence[Mapping[str, Any]], *, caption: str):
     """Per captioning row and change type: how often its captions name that change type (%), and the chance of
     guessing the most common type."""
-    from idckit.report_format import Table, run_label
+    from idckit.reports.format import Table, run_label
 
     recs = []
     types: list[str] = []
@@ -206,7 +206,7 @@ def hardest_type_notes(rows: Sequence[Mapping[str, Any]], paper: Mapping[str, fl
                        types: Sequence[str]) -> list[str]:
     """The kit's hardest change type for ``variant`` (lowest CIDEr-D) beside the paper's, named only when no
     other type is within the row's noise (its seed sd per type; with one seed no spread is measured)."""
-    from idckit.report_stats import tie_best
+    from idckit.reports.stats import tie_best
 
     mine = [r for r in rows if r["variant"] == variant]
     row = next((r for r in mine if r.get("seed") == "mean"), mine[0])
@@ -224,7 +224,7 @@ def hardest_type_notes(rows: Sequence[Mapping[str, Any]], paper: Mapping[str, fl
 def best_split(rows: Sequence[Mapping[str, Any]], depth: int, metric: str = "CIDEr-D") -> tuple[float | None, str]:
     """Table 7's best split by ``metric`` as N_intra / depth, or None with the tied splits named when another split
     is within the best one's noise (its ``ci``: a bootstrap over test pairs, one seed)."""
-    from idckit.report_stats import tie_best
+    from idckit.reports.stats import tie_best
 
     values = {r["variant"]: r["metrics"][metric] for r in rows}
     noise = {r["variant"]: (r.get("ci") or {}).get(metric, 0.0) for r in rows}
@@ -237,8 +237,8 @@ def best_split(rows: Sequence[Mapping[str, Any]], depth: int, metric: str = "CID
 def standing_notes(rows: Sequence[Mapping[str, Any]], variant: str, metric: str = "CIDEr-D") -> list[str]:
     """Where ``variant`` (its mean row where several seeds ran) stands against every other model's row and every
     baseline row of ``rows`` on ``metric`` (hard-data rows are left to their own table), read against its noise."""
-    from idckit.report_stats import standing
-    from idckit.report_status import is_hard
+    from idckit.reports.stats import standing
+    from idckit.reports.status import is_hard
 
     def pick(rs):
         return next((r for r in rs if r.get("seed") == "mean"), rs[0]) if rs else None
@@ -285,7 +285,7 @@ def add_bootstrap(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any
     """A one-seed trained row (no seed spread) gets ``ci`` = ``{metric: 95 % bootstrap half-width over its test
     pairs}`` (x100), from per-pair scores of its run's test captions (``metrics``: CIDEr-D and/or ROUGE_L)."""
     from idckit.experiments.runs import test_captions
-    from idckit.report_stats import bootstrap_halfwidth, per_pair_scores
+    from idckit.reports.stats import bootstrap_halfwidth, per_pair_scores
 
     by_run = {r["run"]: r for r in results}
     seeds: dict[tuple, int] = {}

@@ -72,7 +72,7 @@ different model:
   decoded token ids are CLIP's.
 
 Parity (``tests/test_parity_clip4idc.py``, docs/parity.md): on the public code's weights converted by
-:mod:`idckit.parity.clip4idc`, the pair encoder at two splits, the text features, the adaptation loss, the captioner's
+:mod:`idckit.authors.clip4idc`, the pair encoder at two splits, the text features, the adaptation loss, the captioner's
 teacher-forced logits and loss and its greedy tokens equal the public code's (fp32, to 1e-5; tokens exactly). Only
 the logits at padded input positions differ: the public decoder also masks padded keys, which the causal mask
 already hides from every real token, and nothing reads those rows.

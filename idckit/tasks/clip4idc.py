@@ -79,7 +79,7 @@ def adapt_param_groups(model: torch.nn.Module, new: Sequence[torch.nn.Parameter]
     (main_task_retrieval.py:171-206: ``no_decay = ['bias', 'LayerNorm.bias', 'LayerNorm.weight']`` matched as
     substrings of their names), in which only the biases escape: their CLIP names its norms ``ln_*``, so CLIP's
     gains, embeddings and temperature and the new e1/e2/p/ln_mid gain all decay. The kit's names contain "bias"
-    exactly where theirs do (``idckit.parity.clip4idc.convert_retrieval`` renames nothing else)."""
+    exactly where theirs do (``idckit.authors.clip4idc.convert_retrieval`` renames nothing else)."""
     _check_choice("decay_rule", decay_rule, DECAY_RULES, "configs/clip4idc_adapt.json")
     fresh = {id(p) for p in new}
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]

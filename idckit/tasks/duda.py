@@ -11,8 +11,8 @@ where each CE is the mean over the non-padding target tokens of its half (``Lang
 attention-mass penalty (lambda = 2.5e-3) is averaged over the change pairs only, as the public code does. Val
 CIDEr-D (total) selects the checkpoint; the semantic and distractor halves are logged beside it.
 
-The data is IDC-PCL's (:class:`idckit.data.pcl_inputs.PCLData` from
-:func:`idckit.data.pcl_inputs.load_pcl_data`): same features, vocabulary and splits, so a DUDA row and an IDC-PCL row
+The data is IDC-PCL's (:class:`idckit.text.pcl_inputs.PCLData` from
+:func:`idckit.text.pcl_inputs.load_pcl_data`): same features, vocabulary and splits, so a DUDA row and an IDC-PCL row
 of a table are scored on the same pairs.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from idckit.errors import DatasetError
 from idckit.losses import attention_mass, mlm_loss
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.duda import DUDA, DUDAConfig
-from idckit.data.pcl_inputs import PCLData, SplitData
+from idckit.text.pcl_inputs import PCLData, SplitData
 from idckit.text.vocab import tokenize
 
 

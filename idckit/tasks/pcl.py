@@ -6,7 +6,7 @@
   the public code's ``dataset_finetune_clver``) plus the distractor-judging loss; val CIDEr-D selects the
   checkpoint (ROUGE-L on Birds-to-Words).
 
-The data arrives built (:class:`idckit.data.pcl_inputs.PCLData`); a batch's feature rows are read, copied to the
+The data arrives built (:class:`idckit.text.pcl_inputs.PCLData`); a batch's feature rows are read, copied to the
 model's device and converted there. Every random draw of a batch (order, task, masks) comes from the generator the
 loop passes to ``batches``, so a resumed run replays the same batches.
 
@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from idckit.data.clevr_change import DISTRACTOR
-from idckit.data.pcl_inputs import PCLData
+from idckit.text.pcl_inputs import PCLData
 from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError
 from idckit.losses import fda_nce, fgvc_loss, judge_loss, mlm_loss, mvcl_nce

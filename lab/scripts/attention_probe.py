@@ -38,7 +38,7 @@ def main() -> None:
 
     from idckit.eval.probe import changed_regions, pcl_attention_on_change
     from idckit.experiments import pcl
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-root", type=Path, required=True)

@@ -28,7 +28,7 @@ def run(variant: str, seed: int, data_root: Path | None, runs_dir: Path | None, 
 
     from idckit.experiments import birds
     from idckit.experiments.analytics import output_diversity
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     torch.set_num_threads(threads)
     t0 = time.time()

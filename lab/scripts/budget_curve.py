@@ -71,9 +71,9 @@ def text_baseline(dataset, train_fraction: float = 1.0, split: str = "val") -> d
     Drawn beside each curve for scale: on SynthCLEVR-Change a constant sentence already earns a lot of CIDEr-D,
     so a captioner is only looking at the images once it is above this line. Fit on the same (sub-sampled)
     training pairs the captioner saw."""
-    from idckit.baselines import MostFrequentCaption
+    from idckit.eval.baselines import MostFrequentCaption
     from idckit.eval.captions import evaluate_pairs
-    from idckit.data.pcl_inputs import subsample_by_before
+    from idckit.text.pcl_inputs import subsample_by_before
 
     train = subsample_by_before(dataset.pairs("train", check_images=False), train_fraction)
     pairs = dataset.pairs(split, check_images=False)
@@ -90,7 +90,7 @@ def run(model: str, steps: int, eval_every: int, minutes: float | None, threads:
     import torch
 
     from idckit.experiments.analytics import output_diversity
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     torch.set_num_threads(threads)
     overrides = _overrides(model, steps, eval_every, minutes, train_fraction, distractor_weight, pretrain_steps)

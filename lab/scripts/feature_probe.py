@@ -82,7 +82,7 @@ def main() -> None:
 
     from idckit.data.clevr_change import ClevrChange
     from idckit.eval.probe import fit_type_probe, type_probe_inputs
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-root", type=Path, required=True)

@@ -425,7 +425,7 @@ def drive(args) -> int:
     _write(out / "references.json", _references(profile))
     summary["phases"]["collect"] = {"seconds": round(time.time() - t3, 1)}
     summary["wall_seconds"] = round(time.time() - t0, 1)
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     summary["commit"] = git_commit()
     _write(out / "summary.json", summary)

@@ -142,13 +142,13 @@ def main() -> None:
     torch.manual_seed(0)
     from idckit.experiments import pcl
     from idckit.models.pcl import PCL
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     overrides = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in a.set)}
     out = {"setting": a.setting, "through_cross": a.through_cross, "overrides": overrides, "steps": a.steps,
            "lr": a.lr, "warmup": a.warmup, "batch_size": a.batch_size, "commit": git_commit()}
     if a.setting == "data":
-        from idckit.data.pcl_inputs import load_pcl_data
+        from idckit.text.pcl_inputs import load_pcl_data
         from idckit.tasks.pcl import model_config
         s = pcl.setup("cpu", a.data_root, runs_dir=a.runs_dir, progress=False)
         # the judge needs no FDA negatives: the data without them (tagging 8,000 scenes' captions takes a while)

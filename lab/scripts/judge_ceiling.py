@@ -48,7 +48,7 @@ def probe_rows(data_root: Path | None, fractions, radii, runs_dir: Path | None, 
 
 def gated_rows(data_root: Path | None, run_dir: Path, checkpoint: str, runs_dir: Path | None, profile: str,
                accuracies, seeds) -> dict:
-    from idckit.baselines import MostFrequentCaption
+    from idckit.eval.baselines import MostFrequentCaption
     from idckit.eval.judge_gate import judge_curve
     from idckit.experiments import pcl
     from idckit.tasks.pcl import predict
@@ -76,7 +76,7 @@ def run(data_root: Path | None, run_dirs, checkpoints=("best",), *, fractions=(0
         runs_dir: Path | None = None, out_dir: Path = BUDGET_CURVE) -> dict:
     import torch
 
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     torch.set_num_threads(threads)
     t0 = time.time()

@@ -38,7 +38,7 @@ def run(data_root: Path, steps: int, eval_every: int, threads: int, seed: int, r
     from idckit.eval.probe import difference_probe
     from idckit.experiments import pcl
     from idckit.experiments.analytics import output_diversity
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     torch.set_num_threads(threads)
     info = json.loads((Path(data_root) / "synth_info.json").read_text())
@@ -144,7 +144,7 @@ def run_clip4idc(data_root: Path, threads: int, seed: int, runs_dir: Path | None
     from lab.scripts.budget_curve import text_baseline
     from idckit.experiments import clip4idc
     from idckit.experiments.analytics import output_diversity
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     torch.set_num_threads(threads)
     info = json.loads((Path(data_root) / "synth_info.json").read_text())
@@ -193,7 +193,7 @@ def run_duda(data_root: Path, threads: int, seed: int, runs_dir: Path | None, ou
 
     from lab.scripts.budget_curve import text_baseline
     from idckit.experiments import duda
-    from idckit.report import git_commit
+    from idckit.reports.report import git_commit
 
     torch.set_num_threads(threads)
     info = json.loads((Path(data_root) / "synth_info.json").read_text())

@@ -1,4 +1,4 @@
-"""``reports/index.html``: one row per report, grouped by paper, each the same :class:`idckit.report_card.Summary`
+"""``reports/index.html``: one row per report, grouped by paper, each the same :class:`idckit.reports.card.Summary`
 the report's card and the README's table print: the kit's headline beside its no-learning baseline and the
 paper's number, the status of the headline run (and of its hard-data twin), short data keys explained below the
 table. Sized to fit a 1024 px window."""
@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 from idckit import fileio
-from idckit.report import TIMES_KEY
-from idckit.report_card import PAPERS, Summary, status_class, summary
-from idckit.report_format import fmt
-from idckit.report_status import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_LEARNED_FACTOR
+from idckit.reports.report import TIMES_KEY
+from idckit.reports.card import PAPERS, Summary, status_class, summary
+from idckit.reports.format import fmt
+from idckit.reports.status import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_LEARNED_FACTOR
 
 COLUMNS = ("report", "headline", "idckit", "no-learning baseline", "paper", "status", "data", "seeds", "time")
 
@@ -54,7 +54,7 @@ def _status_cell(s: Summary, run_status: str) -> str:
 
 def time_section(times: object) -> str:
     """The "Time" section: where the last ``idckit reproduce`` spent its wall time (status.json's
-    :data:`idckit.report.TIMES_KEY`: the prepare steps, training per run kind, each notebook), "" when none."""
+    :data:`idckit.reports.report.TIMES_KEY`: the prepare steps, training per run kind, each notebook), "" when none."""
     if not isinstance(times, dict):
         return ""
     e = html.escape

@@ -74,7 +74,7 @@ def _clip(model: str, pretrained: str | None) -> str:
 
 def _notebooks() -> dict[str, list[str]]:
     """Experiment family (pcl, duda, birds, clip4idc) -> the notebooks that train it (the table manifest)."""
-    from idckit.manifest import NOTEBOOKS
+    from idckit.registry import NOTEBOOKS
 
     out: dict[str, list[str]] = {}
     for nb in NOTEBOOKS.values():
@@ -109,7 +109,7 @@ def _runs_on(profile: str) -> str:
 def verify_roots(roots: dict[str, str | Path | None]) -> list[tuple[bool, str]]:
     """The fast part of ``idckit verify-data`` (files, splits, caption schema, counts; no image decoded) for every
     dataset root given: dataset name (``clevr-change``, ``spot-the-diff``, ``ier``, ``birds``) -> root or None."""
-    from idckit.verify_data import fast_lines
+    from idckit.cli.verify_data import fast_lines
 
     return [line for name, root in roots.items() if root for line in fast_lines(Path(root).expanduser(), name)]
 
@@ -118,7 +118,7 @@ def _data_lines(profile: str, roots: dict[str, str | None]) -> list[tuple[bool, 
     """One line per dataset of the table manifest: the root given (checked against its layout) or the synthetic set
     the notebooks that read it use instead."""
     from idckit.experiments.data import check_root
-    from idckit.manifest import DATASETS, NOTEBOOKS
+    from idckit.registry import DATASETS, NOTEBOOKS
 
     lines = []
     for d in DATASETS.values():
@@ -203,7 +203,7 @@ def main(profile: str = paths.DEFAULT_PROFILE, roots: dict[str, str | None] | No
         print(("  " if ok else "! ") + line)
     code = 0 if all(ok for ok, _ in lines) else 1
     if gpu_check is not None:     # `make gpu-check` runs the same without the rest of doctor
-        from idckit.gpu_check import main as gpu_main
+        from idckit.cli.gpu_check import main as gpu_main
 
         code = max(code, gpu_main(["--out", str(gpu_check)]))
     return code

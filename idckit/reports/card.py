@@ -2,7 +2,7 @@
 and the README's results table all print (so a number shown in two places comes from one function).
 
 The card says, before any method prose or table: the headline with its no-learning baseline and the paper's
-number side by side, the status in words (:mod:`idckit.report_status`), a one-sentence verdict, the seeds as
+number side by side, the status in words (:mod:`idckit.reports.status`), a one-sentence verdict, the seeds as
 mean ± sd, how often the captions name the change (CLEVR tables), and links to the index, the JSON and the docs.
 ``idckit reproduce`` inserts it into each report's HTML right under the title (:func:`with_card`).
 """
@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from idckit.report_format import fmt
-from idckit.report_stats import compare
-from idckit.report_status import Status, hard_status, headline_rows, is_run, report_status
+from idckit.reports.format import fmt
+from idckit.reports.stats import compare
+from idckit.reports.status import Status, hard_status, headline_rows, is_run, report_status
 
 CARD_START, CARD_END = "<!-- idckit-card -->", "<!-- /idckit-card -->"
 PAPERS = {"pcl": "IDC-PCL (Yao et al., AAAI 2022)", "clip4idc": "CLIP4IDC (Guo et al., AACL 2022)"}

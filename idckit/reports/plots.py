@@ -114,7 +114,7 @@ def val_curve(results: Sequence[Mapping[str, Any]], *, title: str):
     comparable); returns (figure, the curve's table)."""
     import matplotlib.pyplot as plt
 
-    from idckit.report_format import Table
+    from idckit.reports.format import Table
 
     recs = [{"seed": r["seed"], **h, "CIDEr-D": 100 * h["CIDEr-D"]} for r in results for h in r["history"]]
     fig, ax = plt.subplots(figsize=(8, 3.4))
@@ -138,7 +138,7 @@ def seed_dots(results: Sequence[Mapping[str, Any]], labels: Sequence[str], basel
     and the paper's number in the variant's tick label (its own scale: never a second axis on the kit's)."""
     import matplotlib.pyplot as plt
 
-    from idckit.report_format import fmt, name
+    from idckit.reports.format import fmt, name
 
     fig, axes = plt.subplots(1, len(metrics), figsize=(12, 3.8), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
@@ -186,7 +186,7 @@ def retrieval_bars(rows: Sequence[Mapping[str, Any]], keys: Sequence[str] = ("t2
     import pandas as pd
     import seaborn as sns
 
-    from idckit.report_format import name
+    from idckit.reports.format import name
 
     bars = pd.DataFrame([{"encoder": "chance" if r["model"] == "chance" else r["variant"].split(" (")[0],
                           "metric": name(k), "R@K": r["metrics"][k]} for r in rows for k in keys if k in r["metrics"]])
@@ -203,7 +203,7 @@ def source_panels(points: Sequence[Mapping[str, Any]], *, x: str, metrics: Seque
     differ; never a second y axis on one panel). ``points``: ``{"source", x, metric: value, ...}``."""
     import matplotlib.pyplot as plt
 
-    from idckit.report_format import name
+    from idckit.reports.format import name
 
     sources = list(dict.fromkeys(p["source"] for p in points))
     fig, axes = plt.subplots(len(sources), len(metrics), figsize=(5 * len(metrics), 2.8 * len(sources)),

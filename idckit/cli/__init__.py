@@ -11,7 +11,7 @@ from pathlib import Path
 
 from idckit import paths
 from idckit.errors import IdckitError
-from idckit.manifest import DATASETS, FAMILIES, RELEASED
+from idckit.registry import DATASETS, FAMILIES, RELEASED
 from idckit.settings import PROFILES
 
 
@@ -190,7 +190,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                          released={r.param: getattr(args, r.param) for r in RELEASED.values()}, jobs=args.jobs)
     failed = [o.notebook for o in outcomes if not o.ok]
     if updates_readme(args.profile, args.report_dir) and len(failed) < len(outcomes):
-        from idckit.readme import update_readme
+        from idckit.reports.readme import update_readme
 
         update_readme()
     total = sum(o.seconds for o in outcomes)
@@ -206,7 +206,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_readme(args: argparse.Namespace) -> int:
-    from idckit.readme import update_readme
+    from idckit.reports.readme import update_readme
 
     changed = update_readme(report_dir=args.report_dir)
     print("README.md results table " + ("updated" if changed else "already up to date"))
@@ -214,7 +214,7 @@ def cmd_readme(args: argparse.Namespace) -> int:
 
 
 def cmd_caption(args: argparse.Namespace) -> int:
-    from idckit.caption import main as caption_main
+    from idckit.cli.caption import main as caption_main
 
     return caption_main(args.before, args.after, args.model, args.runs_dir, args.beam, args.profile, args.data_root,
                         args.device)
@@ -231,7 +231,7 @@ def cmd_pretrain_clip(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from idckit.experiments.base import train
-    from idckit.manifest import DATASETS, family
+    from idckit.registry import DATASETS, family
     from idckit.train import distributed
 
     root = getattr(args, DATASETS[family(args.family)[2]].param)
@@ -255,7 +255,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     import json
 
-    from idckit.manifest import CONFIGS
+    from idckit.registry import CONFIGS
     from idckit.settings import resolved_with_sources
 
     rows = resolved_with_sources(list(CONFIGS[args.family]), args.profile, dataset=args.dataset)
@@ -278,21 +278,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from idckit.doctor import main as doctor_main
+    from idckit.cli.doctor import main as doctor_main
 
     return doctor_main(profile=args.profile, roots=_roots(args), runs_dir=args.runs_dir,
                        gpu_check=args.out if args.gpu_check else None)
 
 
 def cmd_verify_data(args: argparse.Namespace) -> int:
-    from idckit.verify_data import main as verify_main
+    from idckit.cli.verify_data import main as verify_main
 
     return verify_main(args.root, args.dataset, sample=args.sample, counts=args.counts, fast=args.fast,
                        json_out=args.json, limit=args.limit, workers=args.workers)
 
 
 def cmd_import_checkpoint(args: argparse.Namespace) -> int:
-    from idckit.checkpoint_import import import_checkpoint
+    from idckit.authors.convert import import_checkpoint
 
     options = {k: v for k, v in (("vocab", args.vocab), ("max_len", args.max_len), ("n_heads", args.heads))
                if v is not None}
@@ -303,7 +303,7 @@ def cmd_import_checkpoint(args: argparse.Namespace) -> int:
 
 
 def _root_options(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
-    """One root per dataset (idckit.manifest.DATASETS): --clevr-root, --spot-root, --ier-root, --birds-root."""
+    """One root per dataset (idckit.registry.DATASETS): --clevr-root, --spot-root, --ier-root, --birds-root."""
     for d in DATASETS.values():
         if only is None or d.name in only:
             parser.add_argument(d.option, dest=d.param, default=None, metavar="DIR",
@@ -481,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     _root_options(dr)
     dr.add_argument("--runs-dir", type=Path, default=None)
     dr.add_argument("--gpu-check", action="store_true",
-                    help="also run the GPU check (idckit/gpu_check.py, minutes; `make gpu-check` runs it alone)")
+                    help="also run the GPU check (idckit/cli/gpu_check.py, minutes; `make gpu-check` runs it alone)")
     dr.add_argument("--out", type=Path, default=Path("gpu_check"), help="where --gpu-check writes gpu_check.json")
     dr.set_defaults(func=cmd_doctor)
 
@@ -504,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     ic = sub.add_parser("import-checkpoint", help="turn an authors' released checkpoint into a kit run directory "
                                                   "(idckit caption --model DIR, the notebooks)")
     ic.add_argument("--from", dest="kind", required=True,
-                    help="idc-pcl (clver/), idc-pcl-birds (bird/); idckit.checkpoint_import.CONVERTERS lists all")
+                    help="idc-pcl (clver/), idc-pcl-birds (bird/); idckit.authors.convert.CONVERTERS lists all")
     ic.add_argument("checkpoint", type=Path, help="the authors' checkpoint file")
     ic.add_argument("--out", type=Path, required=True, help="the run directory to write, e.g. runs/idc-pcl-clevr")
     ic.add_argument("--vocab", type=Path, default=None, help="IDC-PCL: the authors' dict.json the checkpoint used")

@@ -1,4 +1,4 @@
-"""``python -m idckit.parity record --idc CHECKOUT --clip4idc CHECKOUT --out tests/parity/``."""
+"""``python -m idckit.authors record --idc CHECKOUT --clip4idc CHECKOUT --out tests/parity/``."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m idckit.parity")
+    p = argparse.ArgumentParser(prog="python -m idckit.authors")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record", help="record the authors' modules' outputs at a tiny size (needs their checkouts)")
     r.add_argument("--idc", type=Path, help="a checkout of the public IDC-PCL code (yaolinli/IDC)")
@@ -22,12 +22,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --idc and/or --clip4idc")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.idc is not None:
-        from idckit.parity import pcl
+        from idckit.authors import pcl
         if not args.idc_trace_only:
             pcl.record(args.idc, args.out)
         pcl.record_finetune_trace(args.idc, args.out)
     if args.clip4idc is not None:
-        from idckit.parity import clip4idc
+        from idckit.authors import clip4idc
         if not args.clip4idc_trace_only:
             clip4idc.record(args.clip4idc, args.out)
         clip4idc.record_optim_trace(args.clip4idc, args.out)

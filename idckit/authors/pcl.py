@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from idckit.errors import ConfigError
-from idckit.parity import checkout_commit
+from idckit.authors import checkout_commit
 from idckit.text.vocab import SPECIALS
 
 #: the authors' special words and the kit's names for them

@@ -25,10 +25,10 @@ from idckit.errors import ConfigError
 
 #: kind -> "module:function" of its converter
 CONVERTERS: dict[str, str] = {
-    "idc-pcl": "idckit.checkpoint_import:import_idc_pcl",
-    "idc-pcl-birds": "idckit.checkpoint_import:import_idc_pcl_birds",
-    "clip4idc-adapt": "idckit.parity.clip4idc:import_adapt",
-    "clip4idc-caption": "idckit.parity.clip4idc:import_caption",
+    "idc-pcl": "idckit.authors.convert:import_idc_pcl",
+    "idc-pcl-birds": "idckit.authors.convert:import_idc_pcl_birds",
+    "clip4idc-adapt": "idckit.authors.clip4idc:import_adapt",
+    "clip4idc-caption": "idckit.authors.clip4idc:import_caption",
 }
 #: what an imported IDC-PCL run directory holds
 RUN_FILES = ("best.pt", "vocab.json", "config.json", "import.json")
@@ -92,7 +92,7 @@ def _import_pcl(family: str, checkpoint: Path, out: Path, *, force: bool, vocab:
                 max_len: int | None = None, n_heads: int | None = None, n_regions: int | None = None) -> dict:
     from idckit.experiments.config import load_config, model_config
     from idckit.models.pcl import PCL
-    from idckit.parity.pcl import convert_state_dict, paper_config_fields
+    from idckit.authors.pcl import convert_state_dict, paper_config_fields
     from idckit.text.vocab import Vocab
 
     kind = "idc-pcl" if family == "pcl" else "idc-pcl-birds"

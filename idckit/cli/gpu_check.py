@@ -1,4 +1,4 @@
-"""``make gpu-check`` / ``idckit doctor --gpu-check --out DIR`` / ``python -m idckit.gpu_check``: does the kit work
+"""``make gpu-check`` / ``idckit doctor --gpu-check --out DIR`` / ``python -m idckit.cli.gpu_check``: does the kit work
 on this GPU, and how fast are the papers' steps here? Minutes, no dataset, no weight download, no Java.
 
 What it runs (each a row of the printed table and a key of ``OUT/gpu_check.json``):
@@ -28,7 +28,7 @@ What it runs (each a row of the printed table and a key of ``OUT/gpu_check.json`
 so equality is trivially true there; the numbers are not a GPU's). tests/test_gpu_check.py runs it.
 
 Imports: torch, torchvision, open_clip, numpy, pillow and tqdm, and the kit's models, tasks and loop; nothing of
-evaluation, notebooks or Java, so ``python -m idckit.gpu_check`` runs from a clone on a box with its own torch.
+evaluation, notebooks or Java, so ``python -m idckit.cli.gpu_check`` runs from a clone on a box with its own torch.
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _vocab(size: int):
 def pcl_data(n_pairs: int, max_len: int, feat_dim: int, n_regions: int, vocab_size: int = 80, seed: int = 0):
     """Random IDC-PCL data of the paper's shapes (CLEVR-Change: ~80 words, captions of ~11 words, 7x7 grids):
     what the steps and models need, without a dataset."""
-    from idckit.data.pcl_inputs import PCLData, SplitData
+    from idckit.text.pcl_inputs import PCLData, SplitData
 
     g = torch.Generator().manual_seed(seed)
     vocab = _vocab(vocab_size)
@@ -400,7 +400,7 @@ def check_torchrun(dev: torch.device, tmp: Path, whole: dict, threads: int) -> d
     out: dict[str, Any] = {}
     for label, extra in (("killed", ["--kill-at", str(KILL_AT)]), ("resumed", [])):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "-m",
-               "idckit.gpu_check", "--worker", str(run_dir), "--device", str(dev), "--threads", str(threads), *extra]
+               "idckit.cli.gpu_check", "--worker", str(run_dir), "--device", str(dev), "--threads", str(threads), *extra]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
         out[f"{label}_seconds"] = round(time.perf_counter() - t0, 1)
@@ -774,7 +774,7 @@ def table(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m idckit.gpu_check", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m idckit.cli.gpu_check", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="auto", help="cuda, cuda:N, or cpu for the dry mode (default: auto)")
     ap.add_argument("--out", type=Path, default=Path("gpu_check"), help="folder for gpu_check.json")
     ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)

@@ -26,7 +26,7 @@ def _read_report(path: Path) -> dict:
 
 
 #: the results table's columns: the same summary the index page and each report's card print
-#: (:func:`idckit.report_card.summary`)
+#: (:func:`idckit.reports.card.summary`)
 COLUMNS = ("report", "what", "idckit", "no-learning baseline", "paper", "status", "hard data", "data", "seeds",
            "commit")
 
@@ -36,7 +36,7 @@ def _cell(text: str) -> str:
 
 
 def render_results(report_dir: str | Path) -> str:
-    from idckit.report_card import summary
+    from idckit.reports.card import summary
 
     report_dir = Path(report_dir)
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]

@@ -133,7 +133,7 @@ ROOT_PARAMS: tuple[str, ...] = tuple(d.param for d in DATASETS.values())
 
 @dataclass(frozen=True)
 class Released:
-    """An authors' released checkpoint a table scores beside its own training (:mod:`idckit.released`)."""
+    """An authors' released checkpoint a table scores beside its own training (:mod:`idckit.authors.released`)."""
     param: str                      # the notebook parameter (None: no released row)
     kind: str                       # what ``idckit import-checkpoint --from`` calls the checkpoint
     variable: str                   # the Makefile variable
@@ -167,7 +167,7 @@ def notebook_released(name: str, released: dict[str, Any] | None) -> dict[str, s
 def notebook(name: str) -> Notebook:
     if name not in NOTEBOOKS:
         raise ConfigError(f"no notebook {name!r} in the table manifest; known: {', '.join(NOTEBOOKS)}",
-                          fix="add it to idckit/manifest.py's NOTEBOOKS (its family, datasets and seeds)")
+                          fix="add it to idckit/registry.py's NOTEBOOKS (its family, datasets and seeds)")
     return NOTEBOOKS[name]
 
 

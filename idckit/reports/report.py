@@ -31,8 +31,8 @@ CAPTION_METRICS: tuple[str, ...] = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "MET
 HEADLINE_METRICS: tuple[str, ...] = ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
 PROVENANCE_KEYS: tuple[str, ...] = ("profile", "data", "data_version", "backbone", "weights", "seeds",
                                     "selection_split", "commit", "wall_seconds")
-#: the status rules' thresholds live with the rules (:mod:`idckit.report_status`)
-from idckit.report_status import (COLLAPSE_DISTINCT, COLLAPSE_TOP_SHARE, JUDGE_CHANCE_BELOW,  # noqa: E402,F401
+#: the status rules' thresholds live with the rules (:mod:`idckit.reports.status`)
+from idckit.reports.status import (COLLAPSE_DISTINCT, COLLAPSE_TOP_SHARE, JUDGE_CHANCE_BELOW,  # noqa: E402,F401
                                   RETRIEVAL_LEARNED_FACTOR, is_collapsed)
 
 
@@ -275,9 +275,9 @@ def retrieval_chance(n_pairs: int, ks: Sequence[int] = (1, 5, 10)) -> dict[str, 
 
 
 def learning_status(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"verdict", "detail", "flag"}`` of a report: :func:`idckit.report_status.report_status` (its headline run
+    """``{"verdict", "detail", "flag"}`` of a report: :func:`idckit.reports.status.report_status` (its headline run
     only), as a dict."""
-    from idckit.report_status import report_status
+    from idckit.reports.status import report_status
 
     return report_status(doc).as_dict()
 

@@ -57,6 +57,6 @@ def check_parameters(namespace: Mapping[str, Any]) -> None:
                               "above); nothing was run")
     if "report_dir" in namespace:
         from idckit import paths
-        from idckit.report import claim_notebook_report_dir
+        from idckit.reports.report import claim_notebook_report_dir
 
         claim_notebook_report_dir(namespace["report_dir"] or paths.reports_dir(namespace.get("profile")))

@@ -3,14 +3,14 @@ agrees".
 
 A table notebook given ``released_checkpoint`` (IDC-PCL tables 2-4), ``released_caption_checkpoint`` (CLIP4IDC
 tables 1 and 2) or ``released_adapt_checkpoint`` (CLIP4IDC table 6) shows, beside the kit's own training, a row
-:data:`LABEL`: the authors' weights, imported (:mod:`idckit.checkpoint_import`) unless the path already is an
+:data:`LABEL`: the authors' weights, imported (:mod:`idckit.authors.convert`) unless the path already is an
 imported run directory, decoded on the notebook's test split by the kit's decoding and scored by its one evaluator
 (:func:`idckit.eval.captions.evaluate_pairs`; retrieval :func:`idckit.eval.retrieval.retrieval_metrics` through
 the adaptation task). Where the released row matches the paper and the kit's own row does not, the training
 differs, not the scoring. Which notebook takes which parameter (and its ``idckit reproduce`` option and Makefile
-variable): :data:`idckit.manifest.RELEASED`.
+variable): :data:`idckit.registry.RELEASED`.
 
-The rows carry no seed: they are not runs of the kit, so :mod:`idckit.report_status` never reads them for a
+The rows carry no seed: they are not runs of the kit, so :mod:`idckit.reports.status` never reads them for a
 report's status, and no headline names them. The scoring is cached like a run (``runs/released-*-<key>/``, keyed by
 the checkpoint's SHA-256 and the data and features), so tables 2, 3 and 4 decode the test split once.
 
@@ -40,7 +40,7 @@ def imported_run(checkpoint: str | Path, kind: str, runs_dir: Path, *, vocab: st
     """The run directory of ``checkpoint``: itself when it is a run written by ``idckit import-checkpoint --from
     kind``, else the authors' file imported once into ``runs_dir/imported-<kind>-<sha>/`` (IDC-PCL needs their
     ``dict.json``: ``vocab``, default the file beside the checkpoint)."""
-    from idckit.checkpoint_import import import_checkpoint
+    from idckit.authors.convert import import_checkpoint
 
     path = Path(checkpoint)
     if path.is_dir():
@@ -105,7 +105,7 @@ def _scored(runs_dir: Path, kind: str, config: Mapping[str, Any], score: Callabl
 
 def _result(run, metrics: Mapping[str, Any], imported: Path) -> dict[str, Any]:
     """A result shaped as a run's (:data:`idckit.experiments.runs.RESULT_KEYS`), but with no seed: its rows are
-    side rows (:mod:`idckit.report_status` counts only rows with a seed)."""
+    side rows (:mod:`idckit.reports.status` counts only rows with a seed)."""
     from idckit.experiments.runs import caption_counts
 
     info = json.loads((imported / "import.json").read_text(encoding="utf-8"))
@@ -212,7 +212,7 @@ def clip4idc_caption_result(s, checkpoint: str | Path, *, progress: bool = False
         from idckit.eval.captions import evaluate_pairs, write_results
         from idckit.experiments.clip4idc import _final_scorer
         from idckit.models.decoding import greedy_decode
-        from idckit.parity.clip4idc import load_imported
+        from idckit.authors.clip4idc import load_imported
         from idckit.tasks.clip4idc import decode_ids
 
         cfg = json.loads((imported / "config.json").read_text(encoding="utf-8"))
@@ -258,7 +258,7 @@ def clip4idc_retrieval_result(s, checkpoint: str | Path, *, progress: bool = Fal
 
     def score(out: Path) -> dict[str, Any]:
         from idckit.device import resolve
-        from idckit.parity.clip4idc import load_imported
+        from idckit.authors.clip4idc import load_imported
         from idckit.tasks.clip4idc import AdaptTask
 
         cfg = json.loads((imported / "config.json").read_text(encoding="utf-8"))

@@ -43,7 +43,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from idckit.parity import checkout_commit
+from idckit.authors import checkout_commit
 
 SEED = 0
 #: their ``CLIP`` constructor's sizes (heads = width // 64 in their code)
@@ -346,7 +346,7 @@ def _as_config_error(kind: str, path: str | Path | None = None) -> Iterator[None
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# `idckit import-checkpoint --from clip4idc-adapt|clip4idc-caption` (registered in idckit.checkpoint_import)
+# `idckit import-checkpoint --from clip4idc-adapt|clip4idc-caption` (registered in idckit.authors.convert)
 # ---------------------------------------------------------------------------------------------------------------
 
 #: what an imported CLIP4IDC run directory holds
@@ -409,7 +409,7 @@ def _import(kind: str, checkpoint: Path, out: Path, *, force: bool, n_intra: int
                           + (f", ... ({len(foreign)} in all)" if len(foreign) > 4 else ""), path=checkpoint,
                           fix="pass an unmodified checkpoint of the public CLIP4IDC code")
     if kind == "clip4idc-caption" and caption_stage:
-        from idckit.checkpoint_import import _need_settings
+        from idckit.authors.convert import _need_settings
 
         _need_settings(kind, n_heads=n_heads, max_len=max_len)
     with _as_config_error(kind, checkpoint):

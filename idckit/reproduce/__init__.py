@@ -11,7 +11,7 @@ A prepare stage builds every dataset and grid feature store the selected noteboo
 functions the notebooks call (so they then find them cached): before the first notebook with one lane. With
 ``jobs`` > 1 the notebooks run in that many worker processes, each kernel on ``cores // jobs`` torch threads,
 longest chain first, a notebook that reads another's runs (:data:`AFTER`) only once that one finished; the runs a
-notebook would train in a row (:data:`idckit.manifest.TRAINS`) are trained first as lane jobs of their own, one
+notebook would train in a row (:data:`idckit.registry.TRAINS`) are trained first as lane jobs of their own, one
 (family, variant, seed) each, which the notebook then reads from the run cache; and each prepare step is a lane job
 too, which only the notebooks and runs reading its data wait for (the birds train while CLEVR renders).
 ``status.json`` keeps, under :data:`TIMES_KEY`, where the last reproduce spent its time (prepare steps, notebooks,
@@ -34,7 +34,7 @@ from typing import Callable, Iterator, Sequence
 from idckit import fileio, paths
 from idckit.errors import ConfigError
 from idckit.experiments.config import check_profile
-from idckit.report import TIMES_KEY, claim_report_dir, is_kit_report, read_status
+from idckit.reports.report import TIMES_KEY, claim_report_dir, is_kit_report, read_status
 
 KERNEL = "idckit"
 
@@ -146,9 +146,9 @@ def absolute_env() -> Iterator[None]:
 def parameters(name: str, *, profile: str, roots: dict | None, report_dir: Path, runs_dir: Path,
                extra_parameters: dict | None = None, released: dict | None = None) -> dict:
     """What notebook ``name`` is run with: the profile, the roots of the datasets it reads
-    (:func:`idckit.manifest.notebook_roots`: None where not given, its synthetic set), where reports and runs go.
+    (:func:`idckit.registry.notebook_roots`: None where not given, its synthetic set), where reports and runs go.
     Every path is absolute (:func:`absolute`): the notebook runs in ``notebooks/``, not in the caller's folder."""
-    from idckit.manifest import notebook_released, notebook_roots
+    from idckit.registry import notebook_released, notebook_roots
 
     places = {**notebook_roots(name, roots), "report_dir": report_dir, "runs_dir": runs_dir,
               **notebook_released(name, released)}
@@ -159,7 +159,7 @@ def check_roots(notebooks: Sequence[str], roots: dict | None) -> None:
     """Every given root that one of ``notebooks`` reads, checked against its dataset's layout (the manifest's), so a
     wrong root fails here, naming the layout and the fix, before any notebook works."""
     from idckit.experiments.data import check_root
-    from idckit.manifest import dataset_of_param, notebook_roots
+    from idckit.registry import dataset_of_param, notebook_roots
 
     used = {p: r for name in notebooks for p, r in notebook_roots(name, roots).items() if r}
     for param, root in used.items():
@@ -167,9 +167,9 @@ def check_roots(notebooks: Sequence[str], roots: dict | None) -> None:
 
 
 def check_released(notebooks: Sequence[str], released: dict | None) -> None:
-    """Every given released checkpoint (:data:`idckit.manifest.RELEASED`) exists and one of ``notebooks`` takes it,
+    """Every given released checkpoint (:data:`idckit.registry.RELEASED`) exists and one of ``notebooks`` takes it,
     checked before any notebook works (``idckit reproduce --released-checkpoint ...``)."""
-    from idckit.manifest import RELEASED, notebook_released
+    from idckit.registry import RELEASED, notebook_released
 
     notebook_released("", released)                 # an unknown parameter fails here
     for param, path in (released or {}).items():
@@ -207,7 +207,7 @@ def run_one(nb: Path, *, profile: str, roots: dict | None = None, report_dir: Pa
             raise RuntimeError(f"notebook {name} ran but wrote no {report_json.name}")
         to_html(executed, stage / f"{name}.html")
         # the summary card goes first, under the title, before any prose or table
-        from idckit.report_card import with_card
+        from idckit.reports.card import with_card
 
         page = stage / f"{name}.html"
         fileio.write_text(page, with_card(page.read_text(encoding="utf-8"), json.loads(report_json.read_text())))
@@ -316,7 +316,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
 def _check_extra(extra_parameters: dict | None) -> None:
     """Places go through their own arguments, which are claimed and made absolute; an extra parameter naming one
     would bypass both (a report_dir there would even replace the notebook's stage)."""
-    from idckit.manifest import RELEASED, ROOT_PARAMS
+    from idckit.registry import RELEASED, ROOT_PARAMS
 
     places = sorted(set(extra_parameters or {}) & {"report_dir", "runs_dir", *ROOT_PARAMS, *RELEASED})
     if places:
@@ -342,7 +342,7 @@ def prepare_steps(names: Sequence[str], *, profile: str, roots: dict | None, run
     Datasets come before the stores computed from them; notebooks the manifest does not know add nothing."""
     from idckit.experiments import data as data_mod
     from idckit.experiments.data import synth_settings
-    from idckit.manifest import NOTEBOOKS, notebook_roots
+    from idckit.registry import NOTEBOOKS, notebook_roots
 
     steps: dict[str, Callable[[], object]] = {}
     kw = {"runs_dir": runs_dir, "device": device, "progress": False}
@@ -366,7 +366,7 @@ def prepare_steps(names: Sequence[str], *, profile: str, roots: dict | None, run
                 steps.setdefault("features clevr-change hard", lambda: pcl.setup(profile, hard=True, **kw))
         if "clip4idc" in fams:
             from idckit.experiments import clip4idc
-            from idckit.manifest import DATASETS
+            from idckit.registry import DATASETS
 
             for ds in nb.datasets:    # its data, and the stand-in's description data where it has none
                 root = nb_roots.get(DATASETS[ds].param)
@@ -420,7 +420,7 @@ def prepare_jobs(names: Sequence[str], *, profile: str, roots: dict | None, runs
     """The prepare steps of notebooks ``names`` as lane jobs (``prepare LABEL``) and what waits for what: a store
     for the scenes it is computed from, a notebook for the steps of its own datasets, a training job (``units``, as
     :func:`training_jobs` names them) for those of its family's dataset (never the hard twin's)."""
-    from idckit.manifest import family
+    from idckit.registry import family
 
     labels = list(prepare_steps(names, profile=profile, roots=roots, runs_dir=runs_dir))
     after: dict[str, tuple[str, ...]] = {}
@@ -579,10 +579,10 @@ def plan(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE, roo
 
 
 def training_units(name: str) -> list[tuple[str, str, int]]:
-    """Notebook ``name``'s (family, variant, seed) units of :data:`idckit.manifest.TRAINS` ([] when it lists
+    """Notebook ``name``'s (family, variant, seed) units of :data:`idckit.registry.TRAINS` ([] when it lists
     none)."""
     from idckit.experiments import recipes
-    from idckit.manifest import TRAINS, family, notebook
+    from idckit.registry import TRAINS, family, notebook
 
     units = []
     for fam, variants, seeds in TRAINS.get(name, ()):
@@ -602,12 +602,12 @@ def unit_name(unit: tuple[str, str, int]) -> str:
 def training_jobs(names: Sequence[str], cost: dict[str, float],
                   known: dict[str, float] | None = None) -> tuple[dict[str, tuple], dict[str, tuple[str, ...]],
                                                                   dict[str, float]]:
-    """The lane jobs that train the runs of notebooks ``names`` first (:data:`idckit.manifest.TRAINS`):
+    """The lane jobs that train the runs of notebooks ``names`` first (:data:`idckit.registry.TRAINS`):
     ``({job: unit}, {job or notebook: the jobs and notebooks it waits for}, {job: estimated seconds})``. A unit waits
-    for the one it starts from (:data:`idckit.manifest.STARTS_FROM`); a notebook for its units and :data:`AFTER`.
+    for the one it starts from (:data:`idckit.registry.STARTS_FROM`); a notebook for its units and :data:`AFTER`.
     A unit's estimate is its last recorded time (``known``), else the largest of its family's notebook estimates
     split over their units."""
-    from idckit.manifest import STARTS_FROM
+    from idckit.registry import STARTS_FROM
 
     jobs: dict[str, tuple] = {}
     after: dict[str, tuple[str, ...]] = {n: tuple(AFTER.get(n, ())) for n in names}
@@ -631,7 +631,7 @@ def training_jobs(names: Sequence[str], cost: dict[str, float],
 
 
 def _main_family(name: str) -> str | None:
-    from idckit.manifest import NOTEBOOKS
+    from idckit.registry import NOTEBOOKS
 
     nb = NOTEBOOKS.get(name)
     return nb.families[0] if nb and nb.families else None
@@ -642,7 +642,7 @@ def train_unit(unit: tuple[str, str, int], *, profile: str, roots: dict | None, 
     """One (family, variant, seed) trained into the run cache, as ``idckit train`` does; a failure is returned (the
     notebook that reads the run then trains it itself, or fails on the same error and is marked)."""
     from idckit.experiments.base import train
-    from idckit.manifest import DATASETS, family
+    from idckit.registry import DATASETS, family
 
     fam, variant, seed = unit
     t0 = time.time()
@@ -804,7 +804,7 @@ def _record(status_path: Path, out: Outcome, profile: str, when: str) -> None:
 
 # -- index page -------------------------------------------------------------------------------------------
 def write_index(report_dir: str | Path) -> Path:
-    """``reports/index.html`` (:mod:`idckit.report_index`)."""
-    from idckit import report_index
+    """``reports/index.html`` (:mod:`idckit.reports.index`)."""
+    from idckit.reports import index as report_index
 
     return report_index.write_index(report_dir)
