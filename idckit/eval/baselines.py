@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from idckit.data.clevr_change import DISTRACTOR, Pair
 from idckit.data.images import load_image
@@ -65,8 +66,6 @@ class NearestDifference:
     _captions: list[str] = field(default_factory=list, repr=False)
 
     def _vectors(self, pairs: Sequence[Pair], desc: str) -> np.ndarray:
-        from tqdm.auto import tqdm
-
         return np.stack([difference_vector(p, self.size) for p in tqdm(pairs, desc=desc, leave=False)])
 
     _zero_caption: str | None = field(default=None, repr=False)

@@ -39,8 +39,11 @@ import threading
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from tqdm.auto import tqdm
+
 from idckit import fileio
 from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
+from idckit.data.detect import open_dataset
 from idckit.errors import MissingDependencyError, ResultsError
 
 METRICS: tuple[str, ...] = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
@@ -76,15 +79,16 @@ class CaptionScorer:
     """
 
     def __init__(self, meteor: bool = True):
+        # local: the training tasks import this module and may not import pycocoevalcap (test_import_hygiene)
         from pycocoevalcap.bleu.bleu import Bleu
-        from pycocoevalcap.cider.cider import Cider
-        from pycocoevalcap.rouge.rouge import Rouge
+        from pycocoevalcap.cider.cider import Cider  # local: as Bleu
+        from pycocoevalcap.rouge.rouge import Rouge  # local: as Bleu
 
         self._bleu, self._rouge, self._cider = Bleu(4), Rouge(), Cider()
         self._meteor = None
         if meteor:
             _require_java("METEOR")
-            from pycocoevalcap.meteor.meteor import Meteor
+            from pycocoevalcap.meteor.meteor import Meteor  # local: pycocoevalcap is off the training path
 
             self._meteor = Meteor()
 
@@ -120,6 +124,7 @@ class CaptionScorer:
     def tokenize(self, captions: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
         """PTB-tokenise ``{id: [caption, ...]}`` exactly as COCOEvalCap does (lower-case, punctuation dropped)."""
         _require_java("the PTB tokenizer")
+        # local: pycocoevalcap is off the training path (tests/test_import_hygiene.py)
         from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
         ids = sorted(captions)
@@ -244,8 +249,6 @@ def evaluate_pairs(references: Mapping[str, Sequence[str]], candidates: Mapping[
         scorer = CaptionScorer(meteor=meteor)
     try:
         gts, res = scorer._prepare(references, candidates, tokenize)
-        from tqdm.auto import tqdm
-
         out = {}
         parts = subsets_of(types, candidates)
         for name, ids in tqdm(parts.items(), desc="scoring subsets", leave=False, disable=len(candidates) < 2000):
@@ -315,17 +318,15 @@ def write_results(directory: str | Path, predictions: Mapping[str, str]) -> None
     Ids ending in ``_n`` go to nsc, the others to sc; ``total_results.json`` holds all of them. Every file is
     written atomically, and only after all captions are checked to be strings.
     """
-    from idckit.fileio import write_json
-
     bad = [k for k, v in predictions.items() if not isinstance(k, str) or not isinstance(v, str)]
     if bad:
         raise ResultsError(f"ids and captions must be strings; bad ids: {bad[:5]}", path=directory,
                            fix="pass {'000123.png': 'caption', '000123.png_n': 'caption'}")
     rows = [{"image_id": k, "caption": predictions[k]} for k in sorted(predictions)]
     directory = Path(directory)
-    write_json(directory / "sc_results.json", [r for r in rows if not r["image_id"].endswith("_n")], indent=1)
-    write_json(directory / "nsc_results.json", [r for r in rows if r["image_id"].endswith("_n")], indent=1)
-    write_json(directory / "total_results.json", rows, indent=1)
+    fileio.write_json(directory / "sc_results.json", [r for r in rows if not r["image_id"].endswith("_n")], indent=1)
+    fileio.write_json(directory / "nsc_results.json", [r for r in rows if r["image_id"].endswith("_n")], indent=1)
+    fileio.write_json(directory / "total_results.json", rows, indent=1)
 
 
 def evaluate_results(results_path: str | Path, data_root: str | Path, split: str = "test", *,
@@ -337,8 +338,6 @@ def evaluate_results(results_path: str | Path, data_root: str | Path, split: str
     The results must cover the split exactly: ids not in the split, and split ids without a result, both raise
     :class:`ResultsError` (scoring a partial result set would report numbers for a different test set).
     """
-    from idckit.data.detect import open_dataset
-
     ds = open_dataset(data_root)            # CLEVR-Change, Spot-the-Diff or IER, told from the layout
     references, types = ds.references(split), ds.types(split)
     predictions = load_results(results_path)
@@ -366,7 +365,7 @@ def format_table(breakdown: Mapping[str, Mapping[str, float]], counts: Mapping[s
     The scale is the papers': BLEU/METEOR/ROUGE-L as percentages and CIDEr-D x100 (pycocoevalcap's 1.153 prints
     as 115.30). ``counts`` (subset -> number of pairs) adds an ``n`` column.
     """
-    import pandas as pd
+    import pandas as pd  # local: pandas costs ~0.5 s at import; the training tasks import this module
 
     rows = [s for s in SUBSET_ORDER if s in breakdown] + [s for s in breakdown if s not in SUBSET_ORDER]
     cols = [m for m in METRICS if any(m in breakdown[s] for s in rows)]

@@ -19,6 +19,7 @@ import numpy as np
 
 from idckit.data.clevr_change import DISTRACTOR
 from idckit.errors import ConfigError
+from idckit.eval.captions import CaptionScorer, evaluate_pairs
 
 
 def gate(captions: Mapping[str, str], types: Mapping[str, str], no_change: str, accuracy: float,
@@ -47,8 +48,6 @@ def judge_curve(references: Mapping[str, Sequence[str]], captions: Mapping[str, 
 
     A perfect judge (accuracy 1) has no randomness, so it is scored once, as seed 0.
     """
-    from idckit.eval.captions import CaptionScorer, evaluate_pairs
-
     rows = []
     with CaptionScorer(meteor=False) as scorer:
         for p in accuracies:

@@ -13,6 +13,9 @@ the change can do no better than what is there, so a low accuracy says the featu
 """
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
+
 from idckit.errors import ConfigError
 
 
@@ -24,9 +27,6 @@ def difference_probe(data, *, radius: int = 0, steps: int = 500, seed: int = 0) 
     compares it with its best match among the other image's regions at most r grid cells away (both directions),
     which forgives the viewpoint shift the way an attention over neighbouring regions could.
     """
-    import torch
-    import torch.nn.functional as F
-
     n_regions = data.features.shape[1]
     side = int(round(n_regions ** 0.5))
     if radius and side * side != n_regions:
@@ -70,8 +70,6 @@ def type_probe_inputs(f1, f2, k: int = 4):
     """[n, 2 * dim + min(8, regions)] probe inputs from before / after grid features [n, regions, dim]: the mean
     before and after features over the ``k`` regions whose features moved most, and the (at most eight) largest
     region distances, largest first."""
-    import torch
-
     d, top = _most_changed(f1, f2, k)
     top = top[..., None].expand(-1, -1, f1.shape[2])
     return torch.cat([f1.gather(1, top).mean(1), f2.gather(1, top).mean(1),
@@ -88,9 +86,6 @@ def fit_type_probe(x_train, types_train: list[str], x_test, types_test: list[str
                    steps: int = 600, seed: int = 0) -> dict:
     """A one-hidden-layer classifier (``hidden`` 0: multinomial logistic regression) from ``x_train`` to the change
     types, scored on ``x_test``: accuracy, chance (the most frequent test type) and accuracy per type."""
-    import torch
-    import torch.nn.functional as F
-
     names = sorted(set(types_train))
     unknown = sorted(set(types_test) - set(names))
     if unknown:
@@ -124,8 +119,6 @@ def change_type_probe(data, *, k: int = 4, hidden: int = 256, steps: int = 600, 
                       max_pairs: int | None = None) -> dict:
     """The change-type probe on ``data`` (a :class:`idckit.text.pcl_inputs.PCLData`): its real changes of train
     (at most ``max_pairs``) against those of test."""
-    import torch
-
     def xy(split, limit):
         sp = data.splits[split]
         idx = torch.nonzero(sp.is_change).squeeze(1)[:limit]
@@ -141,8 +134,6 @@ def change_type_probe(data, *, k: int = 4, hidden: int = 256, steps: int = 600, 
 
 def changed_regions(f1, f2, k: int = 4):
     """[B, regions] bool: the ``k`` regions of each pair whose features moved most between before and after."""
-    import torch
-
     d, top = _most_changed(f1.float(), f2.float(), k)
     return torch.zeros_like(d, dtype=torch.bool).scatter_(1, top, True)
 
@@ -162,8 +153,6 @@ def pcl_attention_on_change(model, f1, f2, text_ids, changed) -> dict:
       (``changed_of_visual``; uniform would be ``changed_share``, their fraction of the visual tokens) and on
       [IMG1] / [IMG2] (``img_of_visual``).
     """
-    import torch
-
     pair_blocks = list(model.pair) if model.cfg.difference_encoder else []
     blocks = pair_blocks + list(model.cross)
     seen: dict[int, torch.Tensor] = {}      # each attention's first call: the pair layer's, a cross layer's text rows
