@@ -22,6 +22,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+import torch
+
 from idckit.errors import ConfigError, IdckitError
 
 #: bytes per element of torch's pickled storage types (``torch.FloatStorage`` ...); unknown names count 8
@@ -120,8 +122,6 @@ def load(path: str | Path, *, fix: str, what: str = "checkpoint", error: type[Id
     """The top-level object of the checkpoint at ``path``, read on CPU with ``weights_only=True`` once its declared
     sizes have been checked (module doc). Any problem: ``error`` naming ``path`` and ``fix``. ``safe_globals``:
     extra (callable, "module.name") pairs the file may name (see ``torch.serialization.safe_globals``)."""
-    import torch
-
     path = Path(path)
     check_declared(path, fix=fix, what=what, error=error)
     try:
@@ -164,15 +164,11 @@ def check_declared(path: str | Path, *, fix: str, what: str = "checkpoint",
 
 # -- checking ------------------------------------------------------------------------------------------------------
 def _kind(t: Any) -> str:
-    import torch
-
     return "float" if t.is_floating_point() or t.is_complex() else "bool" if t.dtype == torch.bool else "integer"
 
 
 def non_finite(state: Mapping[str, Any]) -> list[str]:
     """The keys of ``state``'s floating tensors that hold NaN or Inf, sorted."""
-    import torch
-
     return sorted(str(k) for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
                   and v.numel() and not bool(torch.isfinite(v).all()))
 
@@ -186,8 +182,6 @@ def listed(keys: list[str]) -> str:
 def problems(state: Any, expected: Mapping[str, Any], *, allow_missing: Iterable[str] = ()) -> list[str]:
     """What keeps ``state`` from being exactly a state dict of the model whose own state dict is ``expected``
     (empty: it fits). ``allow_missing``: keys the caller fills itself (said in its own record)."""
-    import torch
-
     if not isinstance(state, Mapping):
         return [f"it holds a {type(state).__name__}, not a state dict (a mapping of names to tensors)"]
     out = []

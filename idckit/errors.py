@@ -6,6 +6,8 @@ raised before any output is written.
 """
 from __future__ import annotations
 
+import errno
+import re
 from pathlib import Path
 
 
@@ -83,14 +85,10 @@ def os_error_in(err: BaseException) -> OSError | None:
 def resource_error(err: BaseException) -> ResourceError | None:
     """The kit's error for a resource limit the OS raised (:data:`_OS_LIMITS`, or an out-of-memory), or None for
     anything else: the one translation the CLI boundary applies, so every command says the same."""
-    import errno
-
     # numpy's allocation error is a MemoryError; torch's are RuntimeErrors (its CPU allocator's, CUDA's
     # OutOfMemoryError)
     if isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and (
             type(err).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(err))):
-        import re
-
         asked = re.search(r"tried to allocate (\d+) bytes", str(err))     # torch's; numpy's says it in GiB
         detail = f" ({int(asked[1]) / 2 ** 30:.1f} GiB asked for)" if asked else f" ({str(err)[:300]})" if str(err) \
             else ""

@@ -8,8 +8,10 @@ temporary file 0600, which would otherwise survive the rename and hide reports a
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -244,8 +246,6 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_stale_staging(directory: Path, prefix: str) -> None:
     """Staging folders ``<prefix><pid>`` of processes that no longer run (killed): never read, only removed."""
-    import shutil
-
     if not directory.is_dir():
         return
     for p in directory.iterdir():
@@ -337,8 +337,6 @@ class _Staging:
         self.dir = base / (f"{_STAGING}{os.getpid()}" if self.inside else f"{_STAGING}{out.name}-{os.getpid()}")
 
     def __enter__(self) -> Path:
-        import shutil
-
         if self.inside:
             remove_stale_staging(self.claim.path, _STAGING)
             remove_stale_staging(self.claim.path, _TRASH)
@@ -347,8 +345,6 @@ class _Staging:
         return self.dir
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        import shutil
-
         try:
             if exc_type is None:
                 self.publish(self.last)
@@ -360,8 +356,6 @@ class _Staging:
         return False
 
     def publish(self, last: Sequence[str] = ()) -> None:
-        import shutil
-
         claim, out = self.claim, self.claim.path
         new = [n for n in _entries(self.dir) if n not in last] + [n for n in last if (self.dir / n).exists()]
         owner = {"kind": claim.kind, "what": claim.what, "entries": sorted(new)}
@@ -393,7 +387,7 @@ class _Staging:
 def torch_save(obj: Any, path: str | Path) -> None:
     """``torch.save`` through a Python file, so that a failed write (a full disk, a file-size limit) keeps its OSError
     (as the context of torch's RuntimeError); torch's own file writer would say only "unexpected pos"."""
-    import torch
+    import torch  # local: torch costs 4.5 s at import; reports and the CLI use fileio without it
 
     with open(path, "wb") as f:
         torch.save(obj, f)
@@ -401,16 +395,12 @@ def torch_save(obj: Any, path: str | Path) -> None:
 
 def copy_file(src: str | Path, dst: str | Path) -> None:
     """A copy that appears at ``dst`` complete or not at all."""
-    import shutil
-
     with atomic_path(dst) as tmp:
         shutil.copyfile(src, tmp)
 
 
 def sha256(path: str | Path) -> str:
     """The SHA-256 of a file's bytes (hex), read in 1 MiB blocks."""
-    import hashlib
-
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -442,7 +432,7 @@ def refuse_input_as_output(out: str | Path, flag: str, inputs: Sequence[str | Pa
 def lock(directory: Path, name: str, *, what: str, fix: str) -> Iterator[None]:
     """An exclusive lock on ``name`` in ``directory`` for the block; a second process is refused at once, naming
     the first. The kernel drops the lock when its holder exits, however it exits, so a killed run blocks nothing."""
-    import fcntl
+    import fcntl  # local: POSIX-only; the rest of fileio imports on any system
 
     path = directory / f"{LOCK}{name}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
@@ -462,7 +452,7 @@ def lock(directory: Path, name: str, *, what: str, fix: str) -> Iterator[None]:
 @contextmanager
 def wait_lock(path: Path) -> Iterator[None]:
     """An exclusive lock held for a short read-modify-write (a second process waits for it)."""
-    import fcntl
+    import fcntl  # local: POSIX-only; the rest of fileio imports on any system
 
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
     try:
