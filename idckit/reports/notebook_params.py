@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 from typing import Any, Mapping, Sequence
 
+from idckit import paths
 from idckit.errors import ConfigError
+from idckit.reports.report import claim_notebook_report_dir
 
 INJECTED_HEADER = "# Parameters"    # papermill's first line of the cell it injects
 
@@ -56,7 +58,4 @@ def check_parameters(namespace: Mapping[str, Any]) -> None:
                           fix=f"check the spelling of -p {unknown[0]} (papermill -p NAME VALUE, NAME one of the "
                               "above); nothing was run")
     if "report_dir" in namespace:
-        from idckit import paths
-        from idckit.reports.report import claim_notebook_report_dir
-
         claim_notebook_report_dir(namespace["report_dir"] or paths.reports_dir(namespace.get("profile")))

@@ -8,9 +8,14 @@ from __future__ import annotations
 import textwrap
 from typing import Any, Mapping, Sequence
 
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
 from idckit.data.clevr_change import Pair
 from idckit.data.images import load_image
 from idckit.errors import ConfigError
+from idckit.reports.format import Table, fmt, name
 
 
 def pick_pairs(pairs: Sequence[Pair], n: int = 4) -> list[Pair]:
@@ -50,8 +55,6 @@ def show_pairs(pairs: Sequence[Pair], *, n: int = 4, captions: Mapping[str, Mapp
     captions_by_run`, in :mod:`idckit.experiments.analytics`); a caption equal to one of the references is marked.
     ``sides`` names the two images
     (Birds-to-Words: ``("animal1", "animal2")``)."""
-    import matplotlib.pyplot as plt
-
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:   # the walkthrough's n_show parameter
         raise ConfigError(f"the number of pairs to show must be an integer >= 1, got {n!r}",
                           fix="pass e.g. n_show=4")
@@ -73,10 +76,6 @@ def show_pairs(pairs: Sequence[Pair], *, n: int = 4, captions: Mapping[str, Mapp
 
 def change_type_counts(counts: Mapping[str, Mapping[str, int]]):
     """Bar plot of pairs per change type, one hue per split."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-    import seaborn as sns
-
     df = pd.DataFrame([{"split": s, "type": t, "pairs": n} for s, c in counts.items() for t, n in c.items()])
     fig, ax = plt.subplots(figsize=(8, 3.2))
     sns.barplot(data=df, x="type", y="pairs", hue="split", ax=ax)
@@ -96,10 +95,6 @@ def _legend_outside(ax, title: str | None = None) -> None:
 def per_type_bars(df, *, title: str, value: str = "CIDEr-D", x: str = "type", hue: str = "model"):
     """Grouped bars of one metric per change type (tables 3 / CLIP4IDC table 2 style); ``title`` names the table
     and the dataset (every figure of a report has its own). ``df``: a DataFrame or records."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-    import seaborn as sns
-
     df = df if isinstance(df, pd.DataFrame) else pd.DataFrame(list(df))
     fig, ax = plt.subplots(figsize=(10, 3.6))
     sns.barplot(data=df, x=x, y=value, hue=hue, ax=ax)
@@ -112,10 +107,6 @@ def per_type_bars(df, *, title: str, value: str = "CIDEr-D", x: str = "type", hu
 def val_curve(results: Sequence[Mapping[str, Any]], *, title: str):
     """Val CIDEr-D (x100) against training steps, one line per seed (steps, not minutes: seeds and machines stay
     comparable); returns (figure, the curve's table)."""
-    import matplotlib.pyplot as plt
-
-    from idckit.reports.format import Table
-
     recs = [{"seed": r["seed"], **h, "CIDEr-D": 100 * h["CIDEr-D"]} for r in results for h in r["history"]]
     fig, ax = plt.subplots(figsize=(8, 3.4))
     for seed in sorted({r["seed"] for r in recs}, key=str):
@@ -136,10 +127,6 @@ def seed_dots(results: Sequence[Mapping[str, Any]], labels: Sequence[str], basel
               title: str):
     """One panel per metric: each seed's test score as a dot per variant (``labels``), the baselines as grey lines,
     and the paper's number in the variant's tick label (its own scale: never a second axis on the kit's)."""
-    import matplotlib.pyplot as plt
-
-    from idckit.reports.format import fmt, name
-
     fig, axes = plt.subplots(1, len(metrics), figsize=(12, 3.8), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         for i, label in enumerate(labels):
@@ -162,8 +149,6 @@ def side_by_side_bars(kit: Mapping[str, float], paper: Mapping[str, float], orde
                       paper_label: str = "paper (real CLEVR-Change)"):
     """Two panels of horizontal bars, the paper's rows and the kit's (each on its own axis: the scales differ);
     ``title`` names the table and the dataset."""
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(order) + 1.6), sharey=True)
     if title:
         fig.suptitle(title)
@@ -182,12 +167,6 @@ def retrieval_bars(rows: Sequence[Mapping[str, Any]], keys: Sequence[str] = ("t2
                    title: str = "test retrieval (%)"):
     """Grouped bars of retrieval R@K (%) per encoder row, the chance row (``model == "chance"``) among them;
     ``title`` names the dataset."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-    import seaborn as sns
-
-    from idckit.reports.format import name
-
     bars = pd.DataFrame([{"encoder": "chance" if r["model"] == "chance" else r["variant"].split(" (")[0],
                           "metric": name(k), "R@K": r["metrics"][k]} for r in rows for k in keys if k in r["metrics"]])
     fig, ax = plt.subplots(figsize=(9, 3.6))
@@ -201,10 +180,6 @@ def retrieval_bars(rows: Sequence[Mapping[str, Any]], keys: Sequence[str] = ("t2
 def source_panels(points: Sequence[Mapping[str, Any]], *, x: str, metrics: Sequence[str], title: str):
     """One panel per (source, metric): the kit's and the paper's curves each on their own axis (their scales
     differ; never a second y axis on one panel). ``points``: ``{"source", x, metric: value, ...}``."""
-    import matplotlib.pyplot as plt
-
-    from idckit.reports.format import name
-
     sources = list(dict.fromkeys(p["source"] for p in points))
     fig, axes = plt.subplots(len(sources), len(metrics), figsize=(5 * len(metrics), 2.8 * len(sources)),
                              squeeze=False)

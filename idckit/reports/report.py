@@ -4,7 +4,7 @@ Every notebook writes ``<report_dir>/<notebook>.json``::
 
     {"notebook": "table2_clevr_change", "table": "pcl.table2", "scale": "x100",
      "rows":  [{"model", "variant", "split", "metrics": {"Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D", ...}}, ...],
-     "paper": [...the paper's rows, from idckit/experiments/paper_numbers.json...],
+     "paper": [...the paper's rows, from idckit/reports/paper_numbers.json...],
      "provenance": {"profile", "data", "data_version", "backbone", "weights", "seeds", "selection_split",
                     "commit", "wall_seconds", ...}}
 
@@ -14,10 +14,13 @@ these files; nobody types a result by hand.
 """
 from __future__ import annotations
 
+import html
 import json
 import math
+import platform
 import subprocess
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -26,14 +29,14 @@ from idckit import fileio
 from idckit.errors import ConfigError
 from idckit.settings import PROFILES
 
-PAPER_NUMBERS = Path(__file__).parent / "experiments" / "paper_numbers.json"
+PAPER_NUMBERS = Path(__file__).parent / "paper_numbers.json"
 CAPTION_METRICS: tuple[str, ...] = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
 HEADLINE_METRICS: tuple[str, ...] = ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
 PROVENANCE_KEYS: tuple[str, ...] = ("profile", "data", "data_version", "backbone", "weights", "seeds",
                                     "selection_split", "commit", "wall_seconds")
 #: the status rules' thresholds live with the rules (:mod:`idckit.reports.status`)
 from idckit.reports.status import (COLLAPSE_DISTINCT, COLLAPSE_TOP_SHARE, JUDGE_CHANCE_BELOW,  # noqa: E402,F401
-                                  RETRIEVAL_LEARNED_FACTOR, is_collapsed)
+                                  RETRIEVAL_LEARNED_FACTOR, is_collapsed, report_status)
 
 
 @lru_cache(maxsize=1)
@@ -88,23 +91,19 @@ def commit_of(root: Path) -> str:
 @lru_cache(maxsize=1)
 def git_commit() -> str:
     """The commit the kit's code ran at (see :func:`commit_of`)."""
-    return commit_of(Path(__file__).resolve().parents[1])
+    return commit_of(Path(__file__).resolve().parents[2])     # the clone holding idckit/
 
 
 def utc_now() -> str:
-    from datetime import datetime, timezone
-
     return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def environment() -> dict[str, Any]:
     """What the numbers ran on: Python, torch, the device torch resolves by default and its CPU threads."""
-    import platform
-
     try:
-        import torch
+        import torch  # local: torch costs ~3 s at import; idckit reproduce imports this module and never needs it
 
-        from idckit.device import resolve
+        from idckit.device import resolve  # local: imports torch (see above)
 
         return {"python": platform.python_version(), "torch": torch.__version__, "device": str(resolve("auto")),
                 "threads": torch.get_num_threads()}
@@ -277,8 +276,6 @@ def retrieval_chance(n_pairs: int, ks: Sequence[int] = (1, 5, 10)) -> dict[str, 
 def learning_status(doc: Mapping[str, Any]) -> dict[str, Any]:
     """``{"verdict", "detail", "flag"}`` of a report: :func:`idckit.reports.status.report_status` (its headline run
     only), as a dict."""
-    from idckit.reports.status import report_status
-
     return report_status(doc).as_dict()
 
 
@@ -317,8 +314,6 @@ class ReportSummary:
         ]
 
     def _repr_html_(self) -> str:
-        import html
-
         prov = self.doc.get("provenance", {})
         # notebook_wall_seconds (execution + conversion, added after this block rendered) is not a second clock
         shown = {"profile", "data", "backbone", "weights", "seeds", "selection_split", "commit", "wall_seconds",

@@ -11,6 +11,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from idckit.eval.captions import CaptionScorer
+
 #: bootstrap resamples of the test pairs (a 95 % interval of a mean needs a few hundred)
 BOOTSTRAP_RESAMPLES = 500
 
@@ -34,10 +36,9 @@ def per_pair_scores(references: Mapping[str, Sequence[str]], candidates: Mapping
     """``metric`` (CIDEr-D or ROUGE_L, x100) of each candidate with the corpus statistics of the whole set, as the
     evaluator computes them (their mean is the reported corpus score): what :func:`bootstrap_halfwidth`
     resamples."""
+    # local: pycocoevalcap stays off the training path and `idckit readme` (card imports this module); see eval.captions
     from pycocoevalcap.cider.cider import Cider
-    from pycocoevalcap.rouge.rouge import Rouge
-
-    from idckit.eval.captions import CaptionScorer
+    from pycocoevalcap.rouge.rouge import Rouge  # local: as Cider
 
     scorers = {"CIDEr-D": Cider, "ROUGE_L": Rouge}
     if metric not in scorers:
