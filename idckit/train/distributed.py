@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import warnings
 from typing import Any, Callable, Sequence, TypeVar
 
 import torch
@@ -87,8 +88,7 @@ def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     """The rows of ``x`` from every rank, concatenated in rank order; gradients flow back to each rank's rows."""
     if world() == 1:
         return x
-    import warnings
-
+    # local: raises ImportError on a torch built without distributed (the module checks dist.is_available())
     from torch.distributed.nn.functional import all_gather
 
     with warnings.catch_warnings():   # deprecated in favour of a private module; open_clip uses it the same way

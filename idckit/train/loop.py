@@ -35,8 +35,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from idckit import checkpoints
 from idckit import device as devices
 from idckit.errors import ConfigError
 from idckit.fileio import atomic_path, read_run_file, torch_save, write_json
@@ -180,8 +182,6 @@ def _optimizer(cfg: TrainConfig, groups: list[dict[str, Any]]) -> torch.optim.Op
 
 def _load(path: Path, fix: str) -> Any:
     # through the kit's one checkpoint gate: weights_only, declared sizes checked, the file named in any error
-    from idckit import checkpoints
-
     return checkpoints.load(path, what=f"run's {path.name}", fix=fix)
 
 
@@ -193,8 +193,6 @@ def _resume_state(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.Opt
                   scaler: Any) -> dict[str, Any]:
     """``last.pt`` loaded into the model, optimizer, scheduler and scaler, or one error naming the file: a truncated,
     foreign or hand-edited file never resumes half a run."""
-    from idckit import checkpoints
-
     fix = (f"delete {ckpt} to restart the run from its first step (the run's best.pt is not resumable), or delete "
            "the run directory")
     state = _load(ckpt, fix)
@@ -229,8 +227,6 @@ def rank_seed(seed: int, rank: int) -> int:
 
 def load_best(task: Task, run_dir: str | Path, device: str | torch.device | None = "cpu") -> torch.nn.Module:
     """The selected weights of a finished (or interrupted) run, in a freshly built model on ``device``, eval mode."""
-    from idckit import checkpoints
-
     model, path = task.build_model(), Path(run_dir) / "best.pt"
     checkpoints.load_into(model, _load(path, _redo(Path(run_dir))), path=path, what="run's best.pt",
                           fix=_redo(Path(run_dir)))
@@ -305,8 +301,6 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
             _set_rng_state(state["rng"], dev)
     step_fn: torch.nn.Module | Any = _Step(task, model)
     if world > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
         # find_unused_parameters: a pre-training step trains one head (MLM, MVCL or FDA) and leaves the others idle.
         # device_ids=None (allowed for a single-device module) keeps DDP from moving the batch to the GPU: a batch
         # holds indices into CPU tables (features, pixels, captions) and rows read into pinned memory, and the task
