@@ -1,8 +1,16 @@
-"""The table manifest: which notebook trains which family on which dataset(s), from which root.
+"""The registry: every dataset, experiment family (with its recipes) and table notebook of the kit, each said once.
 
-One place that ``idckit reproduce``, ``idckit doctor``, ``idckit train``, the Makefile and the tests read (nothing
-guesses a notebook's family from its imports). It imports nothing heavy: plain data, and the profile-dependent
-weights read from the config JSON (:func:`weights`), never restated here.
+What a dataset is (:class:`Dataset`: its one spelling, loader, synthetic generator and config, layout markers, the
+release's counts, the notebook parameter that takes its root, its id in the paper numbers), what a family is
+(:class:`Family`: its experiment module, recipes, config files, weights keys, model config, dataset, and
+:meth:`Family.load_run`, the one way to load a trained run) and which notebook reproduces which table
+(:class:`Notebook`). The command line's choices, ``verify-data``, layout detection, ``doctor``, ``reproduce``, the
+Makefile and the paper numbers read these tables; nothing restates them. :func:`register` adds a family or a
+dataset from outside the kit (README: "Add a model, a dataset or a table").
+
+It imports nothing heavy: plain data, naming code as ``"module:attribute"`` strings that :func:`resolve` imports on
+use (so ``idckit --help`` stays instant and this bottom layer imports no layer above it); tests/test_registry.py
+resolves every one of them. Profile-dependent weights are read from the config JSON (:func:`weights`).
 
 One root per dataset: a notebook takes the roots of the datasets it uses as parameters (``clevr_root``,
 ``spot_root``, ``ier_root``, ``birds_root``); the CLI spells them ``--clevr-root`` ..., the Makefile ``CLEVR_ROOT=``
@@ -10,19 +18,39 @@ One root per dataset: a notebook takes the roots of the datasets it uses as para
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import contextlib
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
 
+from idckit import settings
 from idckit.errors import ConfigError
+
+
+def resolve(ref: str) -> Any:
+    """The object a ``"module:attribute"`` string names (``"module"`` alone: the module), imported now."""
+    module, _, attr = ref.partition(":")
+    obj = importlib.import_module(module)
+    return getattr(obj, attr) if attr else obj
 
 
 @dataclass(frozen=True)
 class Dataset:
-    name: str         # what loaders, generators and ``clip4idc.setup(dataset=...)`` call it
-    title: str        # the release's name in reports
-    synthetic: str    # the kit's synthetic set in the same layout
-    param: str        # the notebook parameter (and, spelt for each, the CLI option and the Makefile variable)
-    layout: str       # what a root must hold, in words (errors name it)
+    name: str                 # the one spelling: CLI choices, loaders, ``setup(dataset=...)``, run caches
+    title: str                # the release's name in reports
+    synthetic: str            # the kit's synthetic set in the same layout
+    param: str                # the notebook parameter (and, spelt for each, the CLI option and the Makefile variable)
+    layout: str               # what a root must hold, in words (errors name it)
+    loader: str | None        # "module:Class" reading a root (pair datasets: ``entries(split)``, ``pairs(split)``)
+    generator: str            # the module writing the synthetic set (``generate(root, ...)``, ``GENERATOR_VERSION``)
+    config: str               # the synthetic set's config file (its size per profile)
+    markers: tuple[str, ...] = ()   # entries of a root that tell this layout apart (``idckit.data.detect``)
+    any_marker: bool = False        # one marker suffices (else all must exist)
+    images: str = ""                # the folder holding a pair dataset's images (verify-data's extras note)
+    release: Mapping[str, Any] = field(default_factory=dict)   # the full release's published counts (verify-data)
+    paper_id: str = ""        # its id in idckit/reports/paper_numbers.json
+    paper_ks: tuple[int, ...] = ()  # the R@K the paper's retrieval table reports beyond 1/5/10
 
     @property
     def option(self) -> str:
@@ -34,44 +62,185 @@ class Dataset:
         """The Makefile variable: ``CLEVR_ROOT``."""
         return self.param.upper()
 
+    @property
+    def pairs(self) -> bool:
+        """A pair dataset (one loader of before/after pairs); the birds' root holds three datasets."""
+        return self.loader is not None
+
+    def load(self, root: str | Path):
+        """This dataset's loader on ``root``, the layout validated now."""
+        if self.loader is None:
+            raise ConfigError(f"{self.name} has no pair loader", fix="use idckit.experiments.data.birds for its root")
+        return resolve(self.loader)(root)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named trained row of the tables: ``<family>/<variant>`` (the family is its :attr:`Family.recipe_family`)."""
+    name: str                       # "<family>/<variant>"
+    label: str                      # the row's name in the tables and reports
+    description: str                # one line: what is trained
+    tables: tuple[str, ...]         # the paper tables (report ids) with a row trained by this recipe
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    table_labels: Mapping[str, str] = field(default_factory=dict)   # table -> the row's label where it differs
+
+    def row_label(self, table: str) -> str:
+        """The label of this recipe's row in ``table``."""
+        return self.table_labels.get(table, self.label)
+
+    @property
+    def family(self) -> str:
+        return self.name.split("/", 1)[0]
+
+    @property
+    def variant(self) -> str:
+        return self.name.split("/", 1)[1]
+
+
+@dataclass(frozen=True)
+class Family:
+    """An experiment family: the runs one experiment module trains (``setup``, ``run_variant``, ``runs``,
+    ``load_run``: the protocol of :mod:`idckit.experiments.base`)."""
+    name: str                       # ``idckit train NAME``, ``idckit config NAME``
+    module: str                     # its experiment module
+    recipe_family: str              # the ``<family>/`` of its recipes' names (and of its model configs' names)
+    dataset: str                    # the dataset ``idckit train`` trains it on (a key of :data:`DATASETS`)
+    configs: tuple[str, ...]        # the config files its runs resolve, in the order ``idckit config`` prints them
+    weights: tuple[str, tuple[str, ...]]    # (config file, the keys naming its profile-dependent weights)
+    model: tuple[str, str, str | None]      # (config file, its model section, the section's caption-length key)
+    config_class: str               # "module:Class" of its model config (built by ``model_config``)
+    recipes: tuple[Recipe, ...] = ()
+
+    def experiment(self):
+        """Its experiment module, imported now."""
+        return resolve(self.module)
+
+    def load_run(self, run_dir: str | Path, checkpoint: str = "best", device: str = "cpu"):
+        """The one way to load a trained run of this family: ``(model, step)``, the model in eval mode on
+        ``device`` (the experiment module's ``load_run``)."""
+        return self.experiment().load_run(run_dir, checkpoint=checkpoint, device=device)
+
+
+# Recipes name the pre-training objectives they switch on; the ratios come from the profile JSON
+# (pcl.json pretrain.ratios), the one place a default lives.
+_FULL_PRETRAIN = ("mlm", "mvcl", "fda")
 
 DATASETS: dict[str, Dataset] = {d.name: d for d in (
     Dataset("clevr-change", "CLEVR-Change", "SynthCLEVR-Change", "clevr_root",
             "images/, sc_images/, nsc_images/ and change_captions.json, no_change_captions.json, splits.json, "
-            "type_mapping.json (the release's data/ folder)"),
+            "type_mapping.json (the release's data/ folder)",
+            "idckit.data.clevr_change:ClevrChange", "idckit.data.synth.clevr_change", "synth_clevr_change",
+            markers=("images", "sc_images", "nsc_images"), images="images",
+            # the paper's 67,660 / 3,976 / 7,970 pairs, two per before-image: 39,803 images in each of three folders
+            release={"splits": {"train": 33830, "val": 1988, "test": 3985}, "images_per_folder": 39803,
+                     "image_size": (480, 320)},
+            paper_id="clevr_change"),
     Dataset("spot-the-diff", "Spot-the-Diff", "SynthSpot-the-Diff", "spot_root",
-            "annotations/{train,val,test}.json and resized_images/ (the release's data/ folder)"),
+            "annotations/{train,val,test}.json and resized_images/ (the release's data/ folder)",
+            "idckit.data.spot_the_diff:SpotTheDiff", "idckit.data.synth.spot_the_diff", "synth_spot_the_diff",
+            markers=("annotations", "resized_images"), images="resized_images",
+            # counted from the released annotation files
+            release={"splits": {"train": {"entries": 9524, "pairs": 8566, "sentences": 17676},
+                                "val": {"entries": 1634, "pairs": 1493, "sentences": 3310},
+                                "test": {"entries": 1404, "pairs": 1270, "sentences": 2107}},
+                     "image_size": (224, 224)},
+            paper_id="spot_the_diff", paper_ks=(10, 20, 50)),
     Dataset("editing-request", "Image-Editing-Request", "SynthIER", "ier_root",
-            "train.json, valid.json, test.json and images/"),
+            "train.json, valid.json, test.json and images/",
+            "idckit.data.editing_request:EditingRequest", "idckit.data.synth.editing_request", "synth_editing_request",
+            markers=("train.json", "valid.json", "test.json"), any_marker=True, images="images",
+            # counted from dataset/adobe/{train,valid,test}.json
+            release={"splits": {"train": {"pairs": 3061, "sentences": 3061}, "val": {"pairs": 383, "sentences": 1149},
+                                "test": {"pairs": 495, "sentences": 1485}}},
+            paper_id="editing_request"),
     Dataset("birds", "Birds-to-Words + CUB-200-2011 + NABirds", "SynthBirds", "birds_root",
-            "birds_to_words/ (the TSV and images/), CUB_200_2011/ (with the Reed et al. captions) and nabirds/"),
+            "birds_to_words/ (the TSV and images/), CUB_200_2011/ (with the Reed et al. captions) and nabirds/",
+            None, "idckit.data.synth.birds", "synth_birds",
+            # Birds-to-Words publishes no exact pair counts (about 3.3K pairs, 16K paragraphs): its TSV is the fact
+            release={"cub_images": 11788, "cub_classes": 200,
+                     "unverified": {"cub_train": 5994, "cub_test": 5794, "nabirds_images": 48562,
+                                    "nabirds_leaf_classes": 555}},
+            paper_id="birds_to_words"),
 )}
 
-#: experiment family -> (its module, the recipe family of :mod:`idckit.experiments.recipes`, the dataset it
-#: trains on with ``idckit train``)
-FAMILIES: dict[str, tuple[str, str, str]] = {
-    "pcl": ("idckit.experiments.pcl", "pcl", "clevr-change"),
-    "duda": ("idckit.experiments.duda", "duda", "clevr-change"),
-    "birds": ("idckit.experiments.birds", "pcl-birds", "birds"),
-    "clip4idc": ("idckit.experiments.clip4idc", "clip4idc", "clevr-change"),
-}
 
-#: the config files a family's runs resolve, in the order ``idckit config FAMILY`` prints them (the loop's
-#: ``train.json`` fills what a ``train`` block leaves out; ``runtime.json`` says where runs train)
-CONFIGS: dict[str, tuple[str, ...]] = {
-    "pcl": ("pcl", "synth_clevr_change", "train", "runtime"),
-    "duda": ("duda", "pcl", "synth_clevr_change", "train", "runtime"),
-    "birds": ("pcl_birds", "synth_birds", "train", "runtime"),
-    "clip4idc": ("clip_standin", "clip4idc_adapt", "clip4idc_caption", "synth_clevr_change", "train", "runtime"),
-}
+#: the experiment families, each with its recipes (the trained rows of the tables, in table order): ``idckit list``
+#: prints them, as timm's ``list_models`` does; a recipe's ``settings`` hold what it switches on top of the profile's
+#: config (the profile JSON keeps every size and step count) and enter run keys as they are, so editing one retrains
+#: that row
+_PCL = (
+    # IDC-PCL, table 4's rows in the paper's order (tables 2 and 3 and CLIP4IDC's table 1 read the full row)
+    Recipe("pcl/none", "w/o pre-training", "IDC-PCL fine-tuned from scratch, no pre-training", ("pcl.table4",),
+           {"pretrain": None}),
+    Recipe("pcl/mlm", "MLM", "pre-training with masked language modelling only, then fine-tuning", ("pcl.table4",),
+           {"pretrain": ("mlm",)}),
+    Recipe("pcl/mlm+mvcl", "MLM + MVCL", "pre-training with MLM and masked visual contrastive learning, then "
+           "fine-tuning", ("pcl.table4",), {"pretrain": ("mlm", "mvcl")}),
+    Recipe("pcl/full", "MLM + MVCL + FDA (full)", "the full IDC-PCL: MLM + MVCL + FDA pre-training, then fine-tuning "
+           "with the distractor judge",
+           ("pcl.table2", "pcl.table3", "pcl.table4", "clip4idc.table1"), {"pretrain": _FULL_PRETRAIN}),
+    Recipe("pcl/no_diff_encoder", "full w/o image difference encoder", "the full recipe without the image difference "
+           "encoder", ("pcl.table4",), {"pretrain": _FULL_PRETRAIN, "model": {"difference_encoder": False}}),
+    Recipe("pcl/no_judge", "full w/o distractor judging", "the full recipe fine-tuned without the distractor judge "
+           "(shares full's pre-training run)", ("pcl.table4",),
+           {"pretrain": _FULL_PRETRAIN, "finetune_model": {"distractor_head": False}}),
+)
+_DUDA = (
+    Recipe("duda/duda", "DUDA", "the dual dynamic attention baseline, on IDC-PCL's data and features",
+           ("pcl.table2", "pcl.table3")),
+)
+_BIRDS = (
+    # IDC-PCL on Birds-to-Words, table 5's rows (table 1 shows b2w as IDC-PCL and both as IDC-PCL + extra data)
+    Recipe("pcl-birds/b2w", "B2W", "IDC-PCL pre-trained and fine-tuned on Birds-to-Words alone",
+           ("pcl.table1", "pcl.table5"), {"cub": False, "nabirds": False}, {"pcl.table1": "IDC-PCL"}),
+    Recipe("pcl-birds/cub", "B2W + CUB", "a CUB image-caption pre-training stage before Birds-to-Words",
+           ("pcl.table5",), {"cub": True, "nabirds": False}),
+    Recipe("pcl-birds/nabirds", "B2W + NABirds", "NABirds fine-grained classification pairs mixed into "
+           "Birds-to-Words pre-training", ("pcl.table5",), {"cub": False, "nabirds": True}),
+    Recipe("pcl-birds/both", "B2W + CUB + NABirds", "both extra datasets: the CUB stage and the NABirds pairs",
+           ("pcl.table1", "pcl.table5"), {"cub": True, "nabirds": True}, {"pcl.table1": "IDC-PCL (+extra data)"}),
+)
+_CLIP4IDC = (
+    # CLIP4IDC, table 5's rows (the other tables caption with the full recipe)
+    Recipe("clip4idc/clip-ft", "CLIP-FT", "CLIP's image encoder per image, fine-tuned for captioning; no "
+           "adaptation", ("clip4idc.table3", "clip4idc.table4", "clip4idc.table5"),
+           {"captioner": {"variant": "clip-ft"}, "adapt": False}),
+    Recipe("clip4idc/no-adapt", "CLIP4IDC w/o adaptation", "the split pair encoder captioning straight from CLIP, "
+           "without retrieval adaptation", ("clip4idc.table5",),
+           {"captioner": {"variant": "clip4idc"}, "adapt": False}),
+    Recipe("clip4idc/clip4idc", "CLIP4IDC", "retrieval adaptation of the split pair encoder, then captioning from it",
+           ("clip4idc.table1", "clip4idc.table2", "clip4idc.table3", "clip4idc.table4", "clip4idc.table5",
+            "clip4idc.table7"), {"captioner": {"variant": "clip4idc"}, "adapt": True},
+           {"clip4idc.table7": "N_intra/N_inter (one row per split, encoder frozen)"}),
+    # not the paper's: what the captioner does when handed the comparison (docs/clip4idc.md); table 1 shows it
+    # as a labelled extra row beside the paper's (first seed only), never as the headline
+    Recipe("clip4idc/clip4idc-diff", "CLIP4IDC + difference tokens (idckit variant)", "not the paper's: the "
+           "CLIP4IDC recipe whose captioner also reads after - before of the pair tokens per position",
+           ("clip4idc.table1",), {"captioner": {"variant": "clip4idc", "difference_tokens": True}, "adapt": True}),
+    # table 6 retrieves with the adaptation alone: the first stage of clip4idc/clip4idc, the same cached run
+    Recipe("clip4idc/adapt", "CLIP4IDC adaptation", "retrieval adaptation of the split pair encoder (pair <-> text "
+           "InfoNCE) without the captioning stage", ("clip4idc.table6",), {"captioner": None, "adapt": True}),
+)
 
-#: where each family's profile-dependent weights are set: (config file, the keys naming the weights)
-_WEIGHTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "pcl": ("pcl", ("backbone", "backbone_weights")),
-    "duda": ("pcl", ("backbone", "backbone_weights")),        # DUDA reads IDC-PCL's features
-    "birds": ("pcl_birds", ("backbone",)),
-    "clip4idc": ("clip4idc_adapt", ("clip",)),
-}
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("pcl", "idckit.experiments.pcl", "pcl", "clevr-change", ("pcl", "synth_clevr_change", "train", "runtime"),
+           ("pcl", ("backbone", "backbone_weights")), ("pcl", "model", "max_text_len"), "idckit.models.pcl:PCLConfig",
+           recipes=_PCL),
+    # the explicit-difference baseline beside IDC-PCL; it reads IDC-PCL's features
+    Family("duda", "idckit.experiments.duda", "duda", "clevr-change",
+           ("duda", "pcl", "synth_clevr_change", "train", "runtime"), ("pcl", ("backbone", "backbone_weights")),
+           ("duda", "model", None), "idckit.models.duda:DUDAConfig",
+           recipes=_DUDA),
+    # IDC-PCL on Birds-to-Words with cross-task data (the authors' bird/ stages)
+    Family("birds", "idckit.experiments.birds", "pcl-birds", "birds", ("pcl_birds", "synth_birds", "train", "runtime"),
+           ("pcl_birds", ("backbone",)), ("pcl_birds", "model", "max_text_len"), "idckit.models.pcl:PCLConfig",
+           recipes=_BIRDS),
+    Family("clip4idc", "idckit.experiments.clip4idc", "clip4idc", "clevr-change",
+           ("clip_standin", "clip4idc_adapt", "clip4idc_caption", "synth_clevr_change", "train", "runtime"),
+           ("clip4idc_adapt", ("clip",)), ("clip4idc_caption", "captioner", "max_len"),
+           "idckit.models.clip4idc:CaptionerConfig",
+           recipes=_CLIP4IDC),
+)}
 
 
 @dataclass(frozen=True)
@@ -127,8 +296,13 @@ STARTS_FROM: dict[tuple[str, str], str] = {
 }
 
 
-#: every root parameter, in the order of :data:`DATASETS`
-ROOT_PARAMS: tuple[str, ...] = tuple(d.param for d in DATASETS.values())
+def root_params() -> tuple[str, ...]:
+    """Every root parameter, in the order of :data:`DATASETS`."""
+    return tuple(d.param for d in DATASETS.values())
+
+
+#: the root parameters of the kit's own datasets
+ROOT_PARAMS: tuple[str, ...] = root_params()
 
 
 @dataclass(frozen=True)
@@ -171,19 +345,43 @@ def notebook(name: str) -> Notebook:
     return NOTEBOOKS[name]
 
 
-def family(name: str) -> tuple[str, str, str]:
-    """(module, recipe family, dataset) of an experiment family (:data:`FAMILIES`)."""
+def family(name: str) -> Family:
+    """The experiment family ``name`` (:data:`FAMILIES`)."""
     if name not in FAMILIES:
         raise ConfigError(f"unknown experiment family {name!r}; known: {', '.join(FAMILIES)}",
                           fix=f"pass one of {', '.join(FAMILIES)}")
     return FAMILIES[name]
 
 
+def dataset(name: str) -> Dataset:
+    """The dataset ``name`` (:data:`DATASETS`), in its one spelling."""
+    if name not in DATASETS:
+        raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}",
+                          fix=f"pass one of {', '.join(DATASETS)}")
+    return DATASETS[name]
+
+
+def pair_datasets() -> list[str]:
+    """The datasets with a pair loader (what ``setup(dataset=...)`` of CLIP4IDC and layout detection take)."""
+    return [d.name for d in DATASETS.values() if d.pairs]
+
+
+def recipes() -> list[Recipe]:
+    """Every recipe of every family, in registry order (:mod:`idckit.experiments.recipes` reads them)."""
+    return [r for f in FAMILIES.values() for r in f.recipes]
+
+
+def model_families() -> dict[str, Family]:
+    """The families by the ``<family>`` of their named model configs ``<family>-<profile>`` (their recipe family:
+    ``pcl-birds-cpu``; :func:`idckit.experiments.config.model_config`)."""
+    return {f.recipe_family: f for f in FAMILIES.values()}
+
+
 def dataset_of_param(param: str) -> Dataset:
     for d in DATASETS.values():
         if d.param == param:
             return d
-    raise ConfigError(f"unknown dataset root {param!r}; known: {', '.join(ROOT_PARAMS)}")
+    raise ConfigError(f"unknown dataset root {param!r}; known: {', '.join(root_params())}")
 
 
 def notebook_roots(name: str, roots: dict[str, Any] | None) -> dict[str, Any]:
@@ -191,9 +389,9 @@ def notebook_roots(name: str, roots: dict[str, Any] | None) -> dict[str, Any]:
     where not given (its synthetic set); the roots of datasets it does not read are left out. A notebook outside
     the manifest (not one of the kit's: ``reproduce(notebooks_dir=...)``) takes none."""
     roots = roots or {}
-    unknown = set(roots) - set(ROOT_PARAMS)
+    unknown = set(roots) - set(root_params())
     if unknown:
-        raise ConfigError(f"unknown dataset roots {sorted(unknown)}; known: {', '.join(ROOT_PARAMS)}")
+        raise ConfigError(f"unknown dataset roots {sorted(unknown)}; known: {', '.join(root_params())}")
     taken = NOTEBOOKS[name].roots if name in NOTEBOOKS else ()
     return {p: (str(roots[p]) if roots.get(p) else None) for p in taken}
 
@@ -201,9 +399,27 @@ def notebook_roots(name: str, roots: dict[str, Any] | None) -> dict[str, Any]:
 def weights(family_name: str, profile: str) -> dict[str, Any]:
     """The weights family ``family_name`` uses at ``profile``, as its config file sets them (a key -> value dict:
     ``{"backbone": "resnet101", "backbone_weights": None}``, ``{"clip": {"model": ..., "pretrained": ...}}``)."""
-    from idckit.settings import load_config
-
-    family(family_name)
-    file, keys = _WEIGHTS[family_name]
-    cfg = load_config(file, profile)
+    file, keys = family(family_name).weights
+    cfg = settings.load_config(file, profile)
     return {k: cfg.get(k) for k in keys}
+
+
+@contextlib.contextmanager
+def register(*records: Family | Dataset, config_dir: str | Path | None = None) -> Iterator[None]:
+    """Make families and datasets from outside the kit known to every command while the block runs (the built-in
+    ones are the tables above): ``with register(Family(...), Dataset(...), config_dir=...):``. ``config_dir`` holds
+    their config files (``<name>.json``, read after the kit's own). A name the kit already has is refused."""
+    added: list[tuple[dict, str]] = []
+    try:
+        for r in records:
+            table = FAMILIES if isinstance(r, Family) else DATASETS
+            if r.name in table:
+                raise ConfigError(f"{type(r).__name__.lower()} {r.name!r} is already registered",
+                                  fix="give the new one a name of its own")
+            table[r.name] = r
+            added.append((table, r.name))
+        with settings.extra_config_dir(config_dir):
+            yield
+    finally:
+        for table, name in added:
+            table.pop(name, None)

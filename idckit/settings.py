@@ -1,16 +1,18 @@
 """The config files' layers: ``configs/<name>.json`` read and merged, base <- profile <- dataset block <- overrides.
 
-The lowest part of the one config system (it imports nothing of the kit but its errors), so the data generators
-read their defaults from the same files the experiments do. :mod:`idckit.experiments.config` adds what needs the
+This module owns the config files (the kit's ``idckit/experiments/configs/`` and any folder registered with
+:func:`idckit.registry.register`); it sits at the bottom of the package, so the data generators read their defaults
+from the same files the experiments do. :mod:`idckit.experiments.config` adds what needs the
 models and the loop (model configs, the loop's TrainConfig); :func:`resolved_with_sources` is what
 ``idckit config`` prints.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from idckit.errors import ConfigError
 from idckit.paths import DEFAULT_PROFILE
@@ -94,11 +96,11 @@ def _check_kinds(name: str, overrides: Mapping[str, Any], kinds, prefix: tuple[s
         if not fits:
             expected = " or ".join(_KIND_NAMES[k] for k in sorted(seen, key=list(_KIND_NAMES).index))
             raise ConfigError(f"override {dotted} = {value!r} is {_KIND_NAMES.get(got, got.__name__)}; {name}.json "
-                              f"gives it {expected}", path=CONFIG_DIR / f"{name}.json",
+                              f"gives it {expected}", path=config_path(name),
                               fix=f"pass {expected} for {dotted}, like the file's {example}")
         if path[-1] in COUNTS and got is int and value < 1:
             raise ConfigError(f"override {dotted} = {value} must be an integer >= 1 (it counts)",
-                              path=CONFIG_DIR / f"{name}.json",
+                              path=config_path(name),
                               fix=f"pass a count >= 1 for {dotted}, like the file's {example}")
 
 
@@ -112,12 +114,36 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
     return out
 
 
+#: config folders registered from outside the kit (:func:`idckit.registry.register`), read after CONFIG_DIR
+_EXTRA_DIRS: list[Path] = []
+
+
+@contextlib.contextmanager
+def extra_config_dir(folder: str | Path | None) -> Iterator[None]:
+    """Config files of ``folder`` are known while the block runs (None: nothing added)."""
+    if folder is not None:
+        _EXTRA_DIRS.append(Path(folder))
+    try:
+        yield
+    finally:
+        if folder is not None:
+            _EXTRA_DIRS.remove(Path(folder))
+
+
+def config_path(name: str) -> Path:
+    """The file of config ``name``: the kit's own, else a registered folder's (the kit's path when none has it)."""
+    for folder in (CONFIG_DIR, *_EXTRA_DIRS):
+        if (folder / f"{name}.json").is_file():
+            return folder / f"{name}.json"
+    return CONFIG_DIR / f"{name}.json"
+
+
 def config_names() -> list[str]:
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+    return sorted({p.stem for folder in (CONFIG_DIR, *_EXTRA_DIRS) for p in folder.glob("*.json")})
 
 
 def read_config_file(name: str) -> dict[str, Any]:
-    path = CONFIG_DIR / f"{name}.json"
+    path = config_path(name)
     if not path.is_file():
         raise ConfigError(f"no config named {name!r}; known: {', '.join(config_names())}", path=path)
     try:
@@ -134,7 +160,7 @@ def _layers(name: str, profile: str) -> list[tuple[str, Mapping[str, Any]]]:
     check_profile(profile)
     if profile not in raw["profiles"]:
         raise ConfigError(f"unknown profile {profile!r} for config {name!r}; known: {', '.join(raw['profiles'])}",
-                          path=CONFIG_DIR / f"{name}.json", fix=f"use one of {', '.join(PROFILES)}")
+                          path=config_path(name), fix=f"use one of {', '.join(PROFILES)}")
     return [(f"{name}.json base", raw["base"]), (f"{name}.json profiles.{profile}", raw["profiles"][profile])]
 
 
@@ -144,12 +170,12 @@ def load_config(name: str, profile: str, overrides: Mapping[str, Any] | None = N
     for _, layer in _layers(name, profile):
         resolved = deep_merge(resolved, layer)
     if overrides is not None and not isinstance(overrides, Mapping):
-        raise ConfigError(f"overrides must be a dict of settings, got {overrides!r}", path=CONFIG_DIR / f"{name}.json",
+        raise ConfigError(f"overrides must be a dict of settings, got {overrides!r}", path=config_path(name),
                           fix="pass e.g. overrides={'finetune': {'train': {'max_steps': 100}}}")
     unknown = _unknown_keys(resolved, overrides or {})
     if unknown:  # a typo would otherwise train (and cache) a run with the setting silently ignored
         raise ConfigError(f"unknown settings in overrides for {name!r}: {', '.join(unknown)}",
-                          path=CONFIG_DIR / f"{name}.json", fix="use the setting names of this config file")
+                          path=config_path(name), fix="use the setting names of this config file")
     _check_kinds(name, overrides or {}, _file_kinds(name))
     return deep_merge(resolved, overrides or {})
 

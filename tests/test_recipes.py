@@ -27,7 +27,7 @@ def test_unknown_recipes_are_the_kits_error_naming_close_matches():
         recipes.get_recipe("resnet50")
     with pytest.raises(ConfigError, match="unknown recipe family 'idcpcl'"):
         recipes.variants("idcpcl")
-    assert recipes.get_recipe("full", "pcl") is recipes.get_recipe("pcl/full") is recipes.RECIPES["pcl/full"]
+    assert recipes.get_recipe("full", "pcl") is recipes.get_recipe("pcl/full") is recipes.all_recipes()["pcl/full"]
     assert recipes.check_variants(["pcl/full", "no_judge"], "pcl") == ["full", "no_judge"]
     assert recipes.check_variants(None, "pcl") == recipes.variants("pcl") == [
         "none", "mlm", "mlm+mvcl", "full", "no_diff_encoder", "no_judge"]
@@ -42,7 +42,7 @@ def test_list_filters_like_timm_list_models():
     assert recipes.describe("clip4idc/clip4idc-diff").splitlines()[1].strip() == (
         'row "CLIP4IDC + difference tokens (idckit variant)" in clip4idc.table1')
     assert recipes.list_recipes("*judge*") == ["pcl/no_judge"]
-    assert recipes.list_recipes() == list(recipes.RECIPES) and len(recipes.RECIPES) == 16
+    assert recipes.list_recipes() == list(recipes.all_recipes()) and len(recipes.all_recipes()) == 16
 
 
 def test_idckit_list_prints_each_recipe_its_line_and_its_table_rows(capsys):
@@ -50,11 +50,11 @@ def test_idckit_list_prints_each_recipe_its_line_and_its_table_rows(capsys):
 
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 * len(recipes.RECIPES)
+    assert len(lines) == 2 * len(recipes.all_recipes())
     names = [ln.split()[0] for ln in lines[::2]]
-    assert names == list(recipes.RECIPES)
+    assert names == list(recipes.all_recipes())
     full = lines[2 * names.index("pcl/full"):][:2]
-    assert full[0].split(None, 1)[1] == recipes.RECIPES["pcl/full"].description
+    assert full[0].split(None, 1)[1] == recipes.all_recipes()["pcl/full"].description
     assert full[1].strip() == 'row "MLM + MVCL + FDA (full)" in pcl.table2, pcl.table3, pcl.table4, clip4idc.table1'
     assert main(["list", "pcl-birds/b2w"]) == 0
     assert capsys.readouterr().out.splitlines()[1].strip() == 'row "IDC-PCL" in pcl.table1; row "B2W" in pcl.table5'
@@ -122,7 +122,7 @@ def test_the_registry_covers_every_recipe_the_notebooks_train_and_names_their_ta
     assert used["clip4idc.table1"] == {"clip4idc/clip4idc", "clip4idc/clip4idc-diff", "pcl/full"}
     assert used["clip4idc.table6"] == {"clip4idc/adapt"}      # the adaptation alone, for every dataset
     # every (recipe, table) a notebook trains is in the registry, and every table the registry names trains it
-    claimed = {(name, t) for name, r in recipes.RECIPES.items() for t in r.tables}
+    claimed = {(name, t) for name, r in recipes.all_recipes().items() for t in r.tables}
     assert {(name, t) for t, names in used.items() for name in names} == claimed
 
 

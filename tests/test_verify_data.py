@@ -3,17 +3,19 @@ file) in copies of the kit's synthetic sets are each found, named, and turn the 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from idckit import registry
 from idckit.cli import verify_data
 from idckit.errors import IdckitError
 from idckit.cli import main as cli
 
-DATASETS = ("clevr-change", "spot-the-diff", "ier", "birds")
+DATASETS = tuple(registry.DATASETS)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def sets(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("verify")
     clevr_change.generate(base / "clevr-change", n_pairs=20, size=(48, 32), workers=1, progress=False)
     spot_the_diff.generate(base / "spot-the-diff", n_pairs=20, workers=1, progress=False)
-    editing_request.generate(base / "ier", n_pairs=20, workers=1, progress=False)
+    editing_request.generate(base / "editing-request", n_pairs=20, workers=1, progress=False)
     birds.generate(base / "birds", n_pairs=30, cub_per_class=2, nabirds_per_class=2, size=48, workers=1,
                    tree=(2, 2, 2, 2), progress=False)
     return {name: base / name for name in DATASETS}
@@ -113,24 +115,24 @@ def test_spot_the_diff_missing_truncated_short_split(copy):
 
 
 def test_ier_missing_truncated_short_split(copy):
-    root = copy("ier")
+    root = copy("editing-request")
     test = json.loads((root / "test.json").read_text())
     (root / "test.json").write_text(json.dumps(test[:-1]))
     train = json.loads((root / "train.json").read_text())
     (root / "images" / train[0]["img0"]).unlink()
     truncate(root / "images" / train[1]["img1"])
-    res = verify_data.verify(root, "ier", progress=False)
+    res = verify_data.verify(root, "editing-request", progress=False)
     found = kinds(res)
     assert found["missing"] == [f"images/{train[0]['img0']}"]
     assert found["corrupt"] == [f"images/{train[1]['img1']}"]
     assert sorted(f.detail.split(":")[0] for f in res.findings if f.kind == "count") == ["pairs", "sentences"]
     assert {f.where for f in res.findings if f.kind == "count"} == {"test split"}
     with pytest.raises(IdckitError, match="inside"):     # an input is never an output target
-        verify_data.main(root, "ier", json_out=root / "findings.json")
+        verify_data.main(root, "editing-request", json_out=root / "findings.json")
     assert not (root / "findings.json").exists()
     findings = root.parent / f"{root.name}-findings.json"
-    assert verify_data.main(root, "ier", json_out=findings) == 1
-    assert verify_data.main(root, "ier", json_out=findings) == 1     # its own earlier report is replaced
+    assert verify_data.main(root, "editing-request", json_out=findings) == 1
+    assert verify_data.main(root, "editing-request", json_out=findings) == 1     # its own earlier report is replaced
     saved = json.loads(findings.read_text())
     assert saved["ok"] is False and saved["decoded"] == saved["images"] - 1
     assert sorted(f["kind"] for f in saved["findings"]) == ["corrupt", "count", "count", "missing"]
@@ -169,28 +171,30 @@ def test_birds_dead_photo_and_missing_caption(copy):
 
 
 def test_release_counts(sets, monkeypatch):
-    """``--counts release`` compares with :data:`RELEASE`: the synthetic set fails against the real counts, and
+    """``--counts release`` compares with the registry's release counts: the synthetic set fails against the real counts, and
     passes against facts equal to its own counts (so the comparison, not the numbers, is what is tested here)."""
-    root = sets["ier"]
-    res = verify_data.verify(root, "ier", counts="release", decode=False)
+    root = sets["editing-request"]
+    res = verify_data.verify(root, "editing-request", counts="release", decode=False)
     assert {f.kind for f in res.findings} == {"count"} and "3,061 expected (published)" in res.findings[0].detail
     own = {s: dict(c) for s, c in json.loads((root / "synth_info.json").read_text())["counts"].items()}
-    monkeypatch.setitem(verify_data.RELEASE, "ier", {"splits": own})
-    assert verify_data.verify(root, "ier", counts="release", decode=False).ok
+    monkeypatch.setitem(registry.DATASETS, "editing-request",
+                        dataclasses.replace(registry.DATASETS["editing-request"], release={"splits": own}))
+    assert verify_data.verify(root, "editing-request", counts="release", decode=False).ok
     own["val"]["pairs"] += 1
-    res = verify_data.verify(root, "ier", counts="release", decode=False)
+    res = verify_data.verify(root, "editing-request", counts="release", decode=False)
     assert [(f.where, f.detail.split(":")[0]) for f in res.findings] == [("val split", "pairs")]
-    assert verify_data.verify(root, "ier", counts="none", decode=False).ok
+    assert verify_data.verify(root, "editing-request", counts="none", decode=False).ok
 
 
 def test_release_image_size(copy, monkeypatch):
     root = copy("clevr-change")
     (root / "synth_info.json").unlink()
-    facts = json.loads(json.dumps(verify_data.RELEASE["clevr-change"]))
+    facts = json.loads(json.dumps(registry.DATASETS["clevr-change"].release))
     splits = json.loads((root / "splits.json").read_text())
     facts["splits"] = {s: len(v) for s, v in splits.items()}
     facts["images_per_folder"] = sum(facts["splits"].values())
-    monkeypatch.setitem(verify_data.RELEASE, "clevr-change", facts)
+    monkeypatch.setitem(registry.DATASETS, "clevr-change",
+                        dataclasses.replace(registry.DATASETS["clevr-change"], release=facts))
     res = verify_data.verify(root, "clevr-change", progress=False)
     assert res.counts_mode == "release"
     assert [f.detail.split(" (")[0] for f in res.findings] == [f"{res.images:,} decoded images are not 480x320"]
@@ -202,23 +206,23 @@ def test_sample_decodes_a_subset(sets):
 
 
 def test_threads_find_the_same(copy):
-    root = copy("ier")
+    root = copy("editing-request")
     for image in sorted((root / "images").iterdir())[:3]:
         truncate(image)
-    one, four = (verify_data.verify(root, "ier", progress=False, workers=w) for w in (1, 4))
+    one, four = (verify_data.verify(root, "editing-request", progress=False, workers=w) for w in (1, 4))
     assert [f.where for f in one.findings] == [f.where for f in four.findings] == sorted(
         f"images/{p.name}" for p in sorted((root / "images").iterdir())[:3])
     assert one.facts == four.facts
 
 
 def test_bad_arguments(sets, tmp_path, capsys):
-    assert cli(["verify-data", str(tmp_path / "nowhere"), "--dataset", "ier"]) == 2
-    assert "ier root is not a directory" in capsys.readouterr().err
-    assert cli(["verify-data", str(sets["ier"]), "--dataset", "ier", "--sample", "0"]) == 2
+    assert cli(["verify-data", str(tmp_path / "nowhere"), "--dataset", "editing-request"]) == 2
+    assert "editing-request root is not a directory" in capsys.readouterr().err
+    assert cli(["verify-data", str(sets["editing-request"]), "--dataset", "editing-request", "--sample", "0"]) == 2
     with pytest.raises(SystemExit):
-        cli(["verify-data", str(sets["ier"]), "--dataset", "coco"])
+        cli(["verify-data", str(sets["editing-request"]), "--dataset", "coco"])
     # the wrong dataset for a root: a schema finding naming the expected layout, not a crash
-    res = verify_data.verify(sets["ier"], "clevr-change", decode=False)
+    res = verify_data.verify(sets["editing-request"], "clevr-change", decode=False)
     assert [f.kind for f in res.findings] == ["schema"] and "missing folder" in res.findings[0].detail
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from idckit import paths
 from idckit.errors import IdckitError
-from idckit.registry import DATASETS, FAMILIES, RELEASED
+from idckit import registry
+from idckit.registry import RELEASED
 from idckit.settings import PROFILES
 
 
@@ -231,10 +232,9 @@ def cmd_pretrain_clip(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from idckit.experiments.base import train
-    from idckit.registry import DATASETS, family
     from idckit.train import distributed
 
-    root = getattr(args, DATASETS[family(args.family)[2]].param)
+    root = getattr(args, registry.dataset(registry.family(args.family).dataset).param)
     results = train(args.family, args.profile, root, variants=args.variants or None, seeds=args.seeds,
                     runs_dir=args.runs_dir, device=args.device)
     if distributed.is_main():
@@ -255,10 +255,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     import json
 
-    from idckit.registry import CONFIGS
     from idckit.settings import resolved_with_sources
 
-    rows = resolved_with_sources(list(CONFIGS[args.family]), args.profile, dataset=args.dataset)
+    rows = resolved_with_sources(list(registry.family(args.family).configs), args.profile, dataset=args.dataset)
     if args.json:
         print(json.dumps([{"setting": k, "value": v, "from": w} for k, v, w in rows], indent=1))
         return 0
@@ -304,14 +303,14 @@ def cmd_import_checkpoint(args: argparse.Namespace) -> int:
 
 def _root_options(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
     """One root per dataset (idckit.registry.DATASETS): --clevr-root, --spot-root, --ier-root, --birds-root."""
-    for d in DATASETS.values():
+    for d in registry.DATASETS.values():
         if only is None or d.name in only:
             parser.add_argument(d.option, dest=d.param, default=None, metavar="DIR",
                                 help=f"a real {d.title} root ({d.layout}); default: {d.synthetic}")
 
 
 def _roots(args: argparse.Namespace) -> dict[str, str | None]:
-    return {d.param: getattr(args, d.param, None) for d in DATASETS.values()}
+    return {d.param: getattr(args, d.param, None) for d in registry.DATASETS.values()}
 
 
 def _device_option(parser: argparse.ArgumentParser, default_help: str = "default: auto") -> None:
@@ -451,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train the runs behind the notebooks into the run cache; under "
                                      "`torchrun --nproc_per_node=N -m idckit.cli train ...` on N processes (DDP)")
-    t.add_argument("family", choices=list(FAMILIES),
+    t.add_argument("family", choices=list(registry.FAMILIES),
                    help="pcl, duda and clip4idc train on CLEVR-Change (--clevr-root), birds on --birds-root")
     t.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
     _root_options(t)
@@ -464,9 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cf = sub.add_parser("config", help="print a family's resolved settings at a profile, each with the JSON layer "
                                        "that set it")
-    cf.add_argument("family", choices=list(FAMILIES))
+    cf.add_argument("family", choices=list(registry.FAMILIES))
     cf.add_argument("--profile", default=paths.DEFAULT_PROFILE, choices=PROFILES)
-    cf.add_argument("--dataset", default=None, choices=["spot-the-diff", "editing-request"],
+    cf.add_argument("--dataset", default=None, choices=registry.pair_datasets(),
                     help="also the config files' block for this dataset (CLIP4IDC's Spot-the-Diff / IER settings)")
     cf.add_argument("--json", action="store_true", help="a JSON list of {setting, value, from}")
     cf.set_defaults(func=cmd_config)
@@ -488,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     vd = sub.add_parser("verify-data", help="is a dataset copy complete and readable: files, splits, caption "
                                             "schema, every image decoded; exit 1 on any problem")
     vd.add_argument("root", type=Path, help="the dataset's root (the folder its loader takes; see docs/real_data.md)")
-    vd.add_argument("--dataset", required=True, choices=["clevr-change", "spot-the-diff", "ier", "birds"])
+    vd.add_argument("--dataset", required=True, choices=list(registry.DATASETS))
     vd.add_argument("--sample", type=int, default=None, help="decode N images drawn at random (seed 0), not all")
     vd.add_argument("--fast", action="store_true", help="decode no image (what `idckit doctor` runs)")
     vd.add_argument("--counts", default="auto", choices=["auto", "release", "declared", "none"],
@@ -541,6 +540,3 @@ def main(argv: list[str] | None = None) -> int:
         print("idckit: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from idckit import paths
+from idckit import paths, registry
 from idckit.errors import IdckitError
 from idckit.experiments.config import load_config
 
@@ -108,7 +108,7 @@ def _runs_on(profile: str) -> str:
 
 def verify_roots(roots: dict[str, str | Path | None]) -> list[tuple[bool, str]]:
     """The fast part of ``idckit verify-data`` (files, splits, caption schema, counts; no image decoded) for every
-    dataset root given: dataset name (``clevr-change``, ``spot-the-diff``, ``ier``, ``birds``) -> root or None."""
+    dataset root given: dataset name (``clevr-change``, ``spot-the-diff``, ``editing-request``, ``birds``) -> root or None."""
     from idckit.cli.verify_data import fast_lines
 
     return [line for name, root in roots.items() if root for line in fast_lines(Path(root).expanduser(), name)]
@@ -118,11 +118,10 @@ def _data_lines(profile: str, roots: dict[str, str | None]) -> list[tuple[bool, 
     """One line per dataset of the table manifest: the root given (checked against its layout) or the synthetic set
     the notebooks that read it use instead."""
     from idckit.experiments.data import check_root
-    from idckit.registry import DATASETS, NOTEBOOKS
 
     lines = []
-    for d in DATASETS.values():
-        users = ", ".join(nb.name for nb in NOTEBOOKS.values() if d.name in nb.datasets)
+    for d in registry.DATASETS.values():
+        users = ", ".join(nb.name for nb in registry.NOTEBOOKS.values() if d.name in nb.datasets)
         root = roots.get(d.param)
         if root:
             try:
@@ -179,9 +178,7 @@ def report(profile: str = paths.DEFAULT_PROFILE, roots: dict[str, str | None] | 
                   f"CLIP4IDC ({named('clip4idc')}) at {profile}: CLIP {clip}; {_runs_on(profile)}"))
     lines.append((True, f"DUDA ({named('duda')}) at {profile}: IDC-PCL's grid features; {_runs_on(profile)}"))
     lines += _data_lines(profile, roots)
-    # verify-data's names of the datasets
-    lines += verify_roots({"clevr-change": roots.get("clevr_root"), "spot-the-diff": roots.get("spot_root"),
-                           "ier": roots.get("ier_root"), "birds": roots.get("birds_root")})
+    lines += verify_roots({d.name: roots.get(d.param) for d in registry.DATASETS.values()})
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
     if runs.exists() and not runs.is_dir():
         lines.append((False, f"runs: {runs} is a file, not a run cache directory; pass --runs-dir DIR (default "

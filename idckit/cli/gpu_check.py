@@ -394,7 +394,7 @@ def check_torchrun(dev: torch.device, tmp: Path, whole: dict, threads: int) -> d
     """Kill and resume the resume run under torchrun on ``threads`` CPU threads (the in-process run's count); its
     final weights must equal the in-process run's bit for bit."""
     run_dir = tmp / "torchrun"
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]     # the folder holding the idckit package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": str(threads)}
     out: dict[str, Any] = {}

@@ -14,9 +14,9 @@ first-error-and-stop:
 - **corrupt**: every referenced image is fully decoded with PIL (a progress bar; ``sample`` decodes a seeded
   random subset instead). A truncated PNG or JPEG fails here.
 
-Expected counts (``counts``): ``"release"`` compares with the published facts of the full release
-(:data:`RELEASE`); ``"declared"`` with the counts a kit-generated synthetic set declares in its own
-``synth_info.json``; ``"none"`` checks structure and schema only (for a deliberately partial copy). The default,
+Expected counts (``counts``): ``"release"`` compares with the published facts of the full release (the dataset's
+``release`` in :data:`idckit.registry.DATASETS`); ``"declared"`` with the counts a kit-generated synthetic set
+declares in its own ``synth_info.json``; ``"none"`` checks structure and schema only (for a deliberately partial copy). The default,
 ``"auto"``, is ``declared`` when ``synth_info.json`` is there and ``release`` otherwise. Facts the reference
 marks unverified (CUB's train/test split, NABirds' image count) are compared and printed as notes, never failures.
 
@@ -33,30 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from idckit import registry
 from idckit.errors import DatasetError, IdckitError
 
-DATASETS = ("clevr-change", "spot-the-diff", "ier", "birds")
 COUNT_MODES = ("auto", "release", "declared", "none")
 KINDS = ("schema", "missing", "corrupt", "extra", "count")
-
-#: the published facts of each full release (per split), from the papers and the released files; "unverified"
-#: facts are compared as notes only
-RELEASE: dict[str, dict] = {
-    # the paper's 67,660 / 3,976 / 7,970 pairs, two per before-image: 39,803 images in each of the three folders
-    "clevr-change": {"splits": {"train": 33830, "val": 1988, "test": 3985}, "images_per_folder": 39803,
-                     "image_size": (480, 320)},
-    # counted from the released annotation files
-    "spot-the-diff": {"splits": {"train": {"entries": 9524, "pairs": 8566, "sentences": 17676},
-                                 "val": {"entries": 1634, "pairs": 1493, "sentences": 3310},
-                                 "test": {"entries": 1404, "pairs": 1270, "sentences": 2107}},
-                      "image_size": (224, 224)},
-    # counted from dataset/adobe/{train,valid,test}.json
-    "ier": {"splits": {"train": {"pairs": 3061, "sentences": 3061}, "val": {"pairs": 383, "sentences": 1149},
-                       "test": {"pairs": 495, "sentences": 1485}}},
-    # Birds-to-Words publishes no exact pair counts (about 3.3K pairs, 16K paragraphs): its TSV is the fact
-    "birds": {"cub_images": 11788, "cub_classes": 200,
-              "unverified": {"cub_train": 5994, "cub_test": 5794, "nabirds_images": 48562, "nabirds_leaf_classes": 555}},
-}
+# the published facts of each full release (per split) are the datasets' ``release`` in idckit.registry, from the
+# papers and the released files; "unverified" facts are compared as notes only
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
 
@@ -241,8 +224,7 @@ def _pair_dataset(res: Result, expected: dict | None, loader, count_fn, extras_n
         for s, found in res.facts.items():
             for what, n in found.items():
                 _compare(res, f"{s} split", what, n, want.get(s, {}).get(what))
-    folder = res.root / ("resized_images" if res.dataset == "spot-the-diff" else
-                         ("images" if (res.root / "images").is_dir() else ""))
+    folder = res.root / registry.dataset(res.dataset).images
     referenced = {p.name for p in paths}
     others = [n for n in _files(folder) if n.lower().endswith(IMAGE_SUFFIXES) and n not in referenced
               and not n.endswith("_diff.jpg")]
@@ -260,6 +242,11 @@ def _spot_counts(ds, s: str) -> dict[str, int]:
 def _ier_counts(ds, s: str) -> dict[str, int]:
     entries = ds.entries(s)
     return {"pairs": len(entries), "sentences": sum(len(e["sents"]) for e in entries)}
+
+
+def _pair_counts(ds, s: str) -> dict[str, int]:
+    """A pair dataset the kit has no special counts for (one registered from outside): its pairs."""
+    return {"pairs": len(ds.pairs(s, check_images=False))}
 
 
 def _birds(res: Result, expected: dict | None) -> list[Path]:
@@ -380,7 +367,7 @@ def _decode(res: Result, paths: list[Path], sample: int | None, progress: bool, 
                 res.add("corrupt", p, why)
     res.decoded = len(todo)
     res.facts["image_sizes"] = {f"{w}x{h}": n for (w, h), n in sizes.most_common(5)}
-    want = RELEASE.get(res.dataset, {}).get("image_size")
+    want = registry.dataset(res.dataset).release.get("image_size")
     if res.counts_mode == "release" and want is not None:
         off = sum(n for s, n in sizes.items() if s != want)
         if off:
@@ -389,19 +376,20 @@ def _decode(res: Result, paths: list[Path], sample: int | None, progress: bool, 
 
 
 # -- entry points ----------------------------------------------------------------------------------------------------
-_CHECKS = {
-    "clevr-change": _clevr_change,
-    "birds": _birds,
-}
+#: a dataset's own checks (the others: a pair loader's splits, counted by _COUNTS or by pairs, then its images)
+_CHECKS = {"clevr-change": _clevr_change, "birds": _birds}
+_COUNTS = {"spot-the-diff": (_spot_counts, "the release's resized_images/ may hold frames of unannotated ids; "
+                                           "not an error"),
+           "editing-request": (_ier_counts, "the image download may hold images of other splits; not an error")}
 
 
 def verify(root: str | Path, dataset: str, *, decode: bool = True, sample: int | None = None,
            counts: str = "auto", progress: bool = True, workers: int | None = None) -> Result:
     """Check the copy of ``dataset`` at ``root`` (see the module's docstring); never raises for a problem of the
     copy, only for bad arguments."""
-    dataset = {"editing-request": "ier"}.get(dataset, dataset)      # the manifest's name of IER
-    if dataset not in DATASETS:
-        raise IdckitError(f"unknown dataset {dataset!r}", fix=f"use one of {', '.join(DATASETS)}")
+    known = registry.DATASETS
+    if dataset not in known:
+        raise IdckitError(f"unknown dataset {dataset!r}", fix=f"use one of {', '.join(known)}")
     if sample is not None and sample < 1:
         raise IdckitError(f"--sample must be at least 1, got {sample}", fix="omit it to decode every image")
     root = Path(root).expanduser()
@@ -410,17 +398,13 @@ def verify(root: str | Path, dataset: str, *, decode: bool = True, sample: int |
                            fix="pass the folder that holds the dataset (see docs/real_data.md)")
     mode = _resolve_mode(root, counts)
     res = Result(dataset, root, mode)
-    expected = None if mode == "none" else (_declared(root) if mode == "declared" else RELEASE[dataset])
-    if dataset == "spot-the-diff":
-        from idckit.data.spot_the_diff import SpotTheDiff
-        present = _pair_dataset(res, expected, SpotTheDiff, _spot_counts, "the release's resized_images/ may "
-                                "hold frames of unannotated ids; not an error")
-    elif dataset == "ier":
-        from idckit.data.editing_request import EditingRequest
-        present = _pair_dataset(res, expected, EditingRequest, _ier_counts, "the image download may hold images "
-                                "of other splits; not an error")
-    else:
+    release = dict(known[dataset].release) or None
+    expected = None if mode == "none" else (_declared(root) if mode == "declared" else release)
+    if dataset in _CHECKS:
         present = _CHECKS[dataset](res, expected)
+    else:
+        count_fn, note = _COUNTS.get(dataset, (_pair_counts, "not an error"))
+        present = _pair_dataset(res, expected, known[dataset].load, count_fn, note)
     if decode:
         _decode(res, present, sample, progress, workers or min(8, os.cpu_count() or 1))
     return res

@@ -11,11 +11,11 @@ caches, the final scorer) lives in the one :data:`CACHE`, not in module globals.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from idckit import registry
 from idckit.experiments import recipes
 from idckit.experiments.config import check_seeds, load_config
 
@@ -122,10 +122,8 @@ def family_runs(run_variant: Callable[..., dict[str, Any]], family: str):
 
 
 def family_module(name: str):
-    """The experiment module of family ``name`` (``pcl``, ``duda``, ``birds``, ``clip4idc``)."""
-    from idckit.registry import family
-
-    return importlib.import_module(family(name)[0])
+    """The experiment module of family ``name`` (``pcl``, ``duda``, ``birds``, ``clip4idc``, or a registered one)."""
+    return registry.family(name).experiment()
 
 
 def train(name: str, profile: str, data_root: str | Path | None = None, *, variants: Sequence[str] | None = None,
@@ -135,10 +133,9 @@ def train(name: str, profile: str, data_root: str | Path | None = None, *, varia
     once into the run cache the notebooks read. Under torchrun rank 0 prepares the data and features first (the
     other ranks then read them), and every rank trains its share."""
     from idckit.device import resolve
-    from idckit.registry import family
     from idckit.train import distributed
 
-    _, recipe_family, _ = family(name)
+    recipe_family = registry.family(name).recipe_family
     module = family_module(name)
     # checked before any process starts, and before the data and features are prepared
     variants = recipes.check_variants(list(variants) if variants else None, recipe_family)

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 import torch
 
-from idckit import paths
+from idckit import paths, registry
 from idckit.errors import ConfigError, WeightsUnavailableError
 from idckit.experiments import base, recipes, reporting
 from idckit.experiments.config import (check_profile, check_seeds, deep_merge, load_config, read_config_file,
@@ -314,9 +314,7 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
 # -- 2. adaptation --------------------------------------------------------------------------------------------
 def retrieval_ks(s: Setup) -> tuple[int, ...]:
     """R@K reported for this dataset: 1/5/10 and the paper's table 6 values (Spot-the-Diff: 10/20/50)."""
-    from idckit.experiments.data import DATASETS
-
-    return tuple(sorted({1, 5, 10, *DATASETS[s.data.name].get("paper_ks", ())}))
+    return tuple(sorted({1, 5, 10, *registry.dataset(s.data.name).paper_ks}))
 
 
 def _adapt_task(s: Setup, clip: dict, n_intra: int, *, freeze_intra: bool | None = None):

@@ -1,6 +1,7 @@
-"""The one config system: a run's settings are data, one JSON file per kind of run.
+"""The experiments' side of the config system: named model configs, the loop's settings and a notebook's seeds.
 
-``configs/<name>.json`` holds ``{"base": {...}, "profiles": {"smoke": {...}, "cpu": {...}, "paper": {...}}}``;
+A run's settings are data, one JSON file per kind of run (read and layered by :mod:`idckit.settings`, which owns the
+files): ``configs/<name>.json`` holds ``{"base": {...}, "profiles": {"smoke": {...}, "cpu": {...}, "paper": {...}}}``;
 a resolved config is base <- profile <- overrides, merged key by key at every depth. The resolved dict is
 what the run cache hashes, so two notebooks asking for the same settings share one run.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from idckit import registry
 from idckit.errors import ConfigError
 # the files' layers live low in the package (the generators read them too); re-exported here for the experiments
 from idckit.settings import (CONFIG_DIR, PROFILES, check_profile, deep_merge, load_config,  # noqa: F401
@@ -30,19 +32,9 @@ def check_seeds(seeds: object) -> list[int]:
 
 
 # -- named model configs -----------------------------------------------------------------------------------------
-#: model family -> (config file, its model section, the section's caption-length key in the model config);
-#: a model config is named ``<family>-<profile>``, as open_clip names architectures, and built by :func:`model_config`
-MODEL_FAMILIES: dict[str, tuple[str, str, str | None]] = {
-    "pcl": ("pcl", "model", "max_text_len"),
-    "pcl-birds": ("pcl_birds", "model", "max_text_len"),
-    "clip4idc": ("clip4idc_caption", "captioner", "max_len"),
-    "duda": ("duda", "model", None),
-}
-
-
 def model_names() -> list[str]:
     """Every named model config, e.g. ``pcl-cpu``, ``clip4idc-paper``."""
-    return [f"{family}-{profile}" for family in MODEL_FAMILIES for profile in PROFILES]
+    return [f"{family}-{profile}" for family in registry.model_families() for profile in PROFILES]
 
 
 def model_config(name: str, **fields: Any):
@@ -52,19 +44,15 @@ def model_config(name: str, **fields: Any):
     (:class:`~idckit.models.pcl.PCLConfig`, :class:`~idckit.models.clip4idc.CaptionerConfig`,
     :class:`~idckit.models.duda.DUDAConfig`)."""
     family, _, profile = str(name).rpartition("-")
-    if family not in MODEL_FAMILIES or profile not in PROFILES:
+    families = registry.model_families()
+    if family not in families or profile not in PROFILES:
         raise ConfigError(f"unknown model config {name!r}; known: {', '.join(model_names())}")
-    file, section, length_key = MODEL_FAMILIES[family]
+    file, section, length_key = families[family].model
     cfg = load_config(file, profile)
     settings = dict(cfg[section])
     if length_key is not None:
         settings[length_key] = cfg["max_len"]
-    if family.startswith("pcl"):
-        from idckit.models.pcl import PCLConfig as cls
-    elif family == "clip4idc":
-        from idckit.models.clip4idc import CaptionerConfig as cls
-    else:
-        from idckit.models.duda import DUDAConfig as cls
+    cls = registry.resolve(families[family].config_class)
     try:
         return cls(**{**settings, **fields})
     except TypeError as exc:   # a missing data size or a misspelt override

@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from idckit import paths
+from idckit import paths, registry
 from idckit.data.clevr_change import ClevrChange
-from idckit.errors import ConfigError, DatasetError
+from idckit.errors import ConfigError, DatasetError, IdckitError
 from idckit.experiments.config import check_profile, load_config
 
 #: files whose bytes say what a dataset holds: captions, splits, change types, class lists and indexes (every
@@ -113,7 +113,7 @@ class DataChoice:
     description: str  # for report provenance
     version: str
     identity: str     # content_identity(root): what run keys and caches hold
-    name: str = "clevr-change"  # a key of DATASETS
+    name: str = "clevr-change"  # a key of idckit.registry.DATASETS
 
     @property
     def tag(self) -> str:
@@ -126,31 +126,14 @@ class DataChoice:
         return loader(self.name)(self.root)
 
 
-#: the pair datasets a notebook can run on: loader, synthetic generator and its config, names for reports, the
-#: R@K of the paper's retrieval table (CLIP4IDC table 6) beyond 1/5/10
-DATASETS = {
-    "clevr-change": {"loader": "idckit.data.clevr_change:ClevrChange", "title": "CLEVR-Change",
-                     "synth": "SynthCLEVR-Change"},
-    "spot-the-diff": {"loader": "idckit.data.spot_the_diff:SpotTheDiff", "title": "Spot-the-Diff",
-                      "synth": "SynthSpot-the-Diff", "generator": "idckit.data.synth.spot_the_diff",
-                      "config": "synth_spot_the_diff", "paper_ks": (10, 20, 50)},
-    "editing-request": {"loader": "idckit.data.editing_request:EditingRequest", "title": "Image-Editing-Request",
-                        "synth": "SynthIER", "generator": "idckit.data.synth.editing_request",
-                        "config": "synth_editing_request"},
-}
-
-
 def loader(name: str):
-    """The loader class of dataset ``name`` (imported on use)."""
-    import importlib
-
-    from idckit.errors import ConfigError
-
-    if name not in DATASETS:
-        raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}",
-                          fix=f"pass dataset= one of {', '.join(DATASETS)} (data_root in that dataset's layout)")
-    module, cls = DATASETS[name]["loader"].split(":")
-    return getattr(importlib.import_module(module), cls)
+    """The loader class of pair dataset ``name`` (:data:`idckit.registry.DATASETS`)."""
+    d = registry.dataset(name)
+    if not d.pairs:
+        raise ConfigError(f"{name} is not a pair dataset; known: {', '.join(registry.pair_datasets())}",
+                          fix=f"pass dataset= one of {', '.join(registry.pair_datasets())} (data_root in that "
+                              "dataset's layout)")
+    return registry.resolve(d.loader)
 
 
 def clevr_change(profile: str, data_root: str | Path | None = None, *, hard: bool = False,
@@ -215,15 +198,13 @@ def jitter_words(info: dict) -> str:
 
 def pair_dataset(name: str, profile: str, data_root: str | Path | None = None, *,
                  progress: bool = True) -> DataChoice:
-    """The root of dataset ``name`` (a key of :data:`DATASETS`) to use: ``data_root`` (real or synthetic, validated
-    now), else the profile's synthetic default, generated on first use (cached on disk)."""
-    import importlib
-
+    """The root of dataset ``name`` (a key of :data:`idckit.registry.DATASETS`) to use: ``data_root`` (real or
+    synthetic, validated now), else the profile's synthetic default, generated on first use (cached on disk)."""
     load = loader(name)
     if name == "clevr-change":
         return clevr_change(profile, data_root, progress=progress)
     check_profile(profile)
-    d = DATASETS[name]
+    d = registry.dataset(name)
     if data_root:
         root = Path(data_root).expanduser().resolve()
         load(root)  # validates the layout now, with a helpful error
@@ -231,11 +212,11 @@ def pair_dataset(name: str, profile: str, data_root: str | Path | None = None, *
         info = root / "synth_info.json"
         if info.is_file():
             meta = json.loads(info.read_text())
-            return DataChoice(root, True, f"synthetic: {d['synth']} at {root} ({meta.get('pairs')} pairs)",
+            return DataChoice(root, True, f"synthetic: {d.synthetic} at {root} ({meta.get('pairs')} pairs)",
                               meta.get("generator", "unknown"), identity, name)
-        return DataChoice(root, False, f"real: {d['title']} at {root}", "official release", identity, name)
-    s = load_config(d["config"], profile)
-    gen = importlib.import_module(d["generator"])
+        return DataChoice(root, False, f"real: {d.title} at {root}", "official release", identity, name)
+    s = load_config(d.config, profile)
+    gen = registry.resolve(d.generator)
     # a generator's own difficulty knobs (SynthSpot-the-Diff's light_change) are the config's other keys
     knobs = {k: v for k, v in s.items() if k not in ("pairs", "seed", "workers")}
     root = paths.data_dir() / (f"synth-{name}-n{s['pairs']}-s{s['seed']}"
@@ -244,7 +225,7 @@ def pair_dataset(name: str, profile: str, data_root: str | Path | None = None, *
     gen.generate(root, n_pairs=s["pairs"], seed=s["seed"], workers=s["workers"], overwrite=True,
                  progress=progress, **knobs)
     words = "".join(f", {k.replace('_', ' ')} {v:g}" for k, v in sorted(knobs.items()))
-    return DataChoice(root, True, f"synthetic: {d['synth']} ({s['pairs']} pairs, seed {s['seed']}{words})",
+    return DataChoice(root, True, f"synthetic: {d.synthetic} ({s['pairs']} pairs, seed {s['seed']}{words})",
                       gen.GENERATOR_VERSION, content_identity(root), name)
 
 
@@ -327,15 +308,12 @@ def check_root(dataset: str, root: str | Path) -> Path:
     """``root`` if it holds dataset ``dataset`` (a key of :data:`idckit.registry.DATASETS`) in its release's layout,
     else the kit's error naming the layout expected and the parameter, option and Makefile variable that take it.
     Nothing is generated or read beyond the layout's index files."""
-    from idckit.errors import IdckitError
-    from idckit.registry import DATASETS as ROOTS
-
-    d = ROOTS[dataset]
+    d = registry.dataset(dataset)
     path = Path(root).expanduser()
     try:
         if not path.is_dir():
             raise DatasetError("no such directory", path=path)
-        if dataset == "birds":
+        if not d.pairs:     # the birds' root: three datasets, each checked by its own reader
             choice = BirdsChoice(path.resolve(), False, "", "", "")
             choice.b2w(), choice.cub(), choice.nabirds()
         else:

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from idckit import registry
 from idckit.experiments import reporting
 from idckit.reports.format import Table, comparison
 
@@ -52,7 +53,7 @@ class RetrievalTable:
     def comparison(self) -> Table:
         from idckit.reports.report import paper_table
 
-        paper = [r for r in paper_table("clip4idc.table6")["rows"] if r.get("dataset") == self.name.replace("-", "_")]
+        paper = [r for r in paper_table("clip4idc.table6")["rows"] if r.get("dataset") == registry.dataset(self.name).paper_id]
         return comparison(self.rows, paper, PAPER_KEYS[self.name],
                           caption=f"Table 6 ({self.title}): test retrieval, R@K in %, ranks 1-based; last row chance")
 

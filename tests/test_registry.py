@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from idckit import registry as manifest
+from idckit import registry
 from idckit.cli import build_parser
 from idckit.errors import ConfigError, DatasetError
 
@@ -27,40 +27,41 @@ def _parameters(name: str) -> dict:
 
 def test_every_notebook_is_in_the_manifest_and_takes_exactly_its_roots_and_seeds():
     on_disk = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
-    assert sorted(manifest.NOTEBOOKS) == on_disk
-    for name, nb in manifest.NOTEBOOKS.items():
+    assert sorted(registry.NOTEBOOKS) == on_disk
+    for name, nb in registry.NOTEBOOKS.items():
         params = _parameters(name)
         assert "data_root" not in params, name                     # one root per dataset, never a shared one
-        taken = {p for p in params if p in manifest.ROOT_PARAMS}
+        taken = {p for p in params if p in registry.ROOT_PARAMS}
         assert taken == set(nb.roots), (name, taken, nb.roots)
         assert all(params[p] is None for p in nb.roots), name    # None: the synthetic set
         assert tuple(params["seeds"]) == nb.seeds, name
-        assert set(nb.families) <= set(manifest.FAMILIES) and set(nb.datasets) <= set(manifest.DATASETS)
+        assert set(nb.families) <= set(registry.FAMILIES) and set(nb.datasets) <= set(registry.DATASETS)
 
 
 def test_each_family_module_follows_the_protocol_and_names_its_recipes():
     from idckit.experiments import base, recipes
 
-    for fam, (module, recipe_family, dataset) in manifest.FAMILIES.items():
-        m = base.family_module(fam)
-        assert m.__name__ == module and m.FAMILY == recipe_family and dataset in manifest.DATASETS
+    for name, fam in registry.FAMILIES.items():
+        m = base.family_module(name)
+        assert m.__name__ == fam.module and m.FAMILY == fam.recipe_family and fam.dataset in registry.DATASETS
+        assert [r.family for r in fam.recipes] == [fam.recipe_family] * len(fam.recipes)
         assert callable(m.setup) and callable(m.run_variant) and callable(m.runs)
-        assert recipes.check_variants(None, recipe_family)            # every family has recipes to train
+        assert recipes.check_variants(None, fam.recipe_family)        # every family has recipes to train
     with pytest.raises(ConfigError, match="unknown experiment family 'gan'"):
-        manifest.family("gan")
+        registry.family("gan")
 
 
 def test_notebook_roots_pass_each_notebook_only_the_roots_it_reads():
     roots = {"clevr_root": "/data/clevr", "spot_root": "/data/spot", "ier_root": None, "birds_root": "/data/b"}
-    assert manifest.notebook_roots("table2_clevr_change", roots) == {"clevr_root": "/data/clevr"}
-    assert manifest.notebook_roots("table5_cross_task", roots) == {"birds_root": "/data/b"}
-    assert manifest.notebook_roots("clip4idc_table3_spot_the_diff", roots) == {"spot_root": "/data/spot"}
-    assert manifest.notebook_roots("clip4idc_table6_retrieval", roots) == {
+    assert registry.notebook_roots("table2_clevr_change", roots) == {"clevr_root": "/data/clevr"}
+    assert registry.notebook_roots("table5_cross_task", roots) == {"birds_root": "/data/b"}
+    assert registry.notebook_roots("clip4idc_table3_spot_the_diff", roots) == {"spot_root": "/data/spot"}
+    assert registry.notebook_roots("clip4idc_table6_retrieval", roots) == {
         "clevr_root": "/data/clevr", "spot_root": "/data/spot", "ier_root": None}
-    assert manifest.notebook_roots("clip4idc_table4_editing_request", None) == {"ier_root": None}
-    assert manifest.notebook_roots("my_own_notebook", roots) == {}         # not the kit's: no dataset root
+    assert registry.notebook_roots("clip4idc_table4_editing_request", None) == {"ier_root": None}
+    assert registry.notebook_roots("my_own_notebook", roots) == {}         # not the kit's: no dataset root
     with pytest.raises(ConfigError, match="unknown dataset roots"):
-        manifest.notebook_roots("table2_clevr_change", {"data_root": "/x"})
+        registry.notebook_roots("table2_clevr_change", {"data_root": "/x"})
 
 
 def test_reproduce_parameters_follow_the_manifest(tmp_path):
@@ -80,7 +81,7 @@ def test_one_option_and_one_make_variable_per_dataset():
     with pytest.raises(SystemExit):
         parser.parse_args(["reproduce", "--data-root", "/c"])
     make = (ROOT / "Makefile").read_text()
-    for d in manifest.DATASETS.values():
+    for d in registry.DATASETS.values():
         assert re.search(rf"^{d.variable} \?=", make, re.M), d.variable
         assert f'$(if $({d.variable}),{d.option} "$${d.variable}")' in make     # the value: quoted, from the env
     assert "DATA_ROOT" not in make
@@ -89,16 +90,16 @@ def test_one_option_and_one_make_variable_per_dataset():
 def test_weights_are_read_from_the_family_config():
     from idckit.settings import load_config
 
-    assert manifest.weights("duda", "paper") == manifest.weights("pcl", "paper")     # DUDA reads IDC-PCL's
-    assert manifest.weights("pcl", "paper")["backbone"] == load_config("pcl", "paper")["backbone"]
-    assert manifest.weights("clip4idc", "cpu")["clip"] == load_config("clip4idc_adapt", "cpu")["clip"]
+    assert registry.weights("duda", "paper") == registry.weights("pcl", "paper")     # DUDA reads IDC-PCL's
+    assert registry.weights("pcl", "paper")["backbone"] == load_config("pcl", "paper")["backbone"]
+    assert registry.weights("clip4idc", "cpu")["clip"] == load_config("clip4idc_adapt", "cpu")["clip"]
 
 
-@pytest.mark.parametrize("dataset", list(manifest.DATASETS))
+@pytest.mark.parametrize("dataset", list(registry.DATASETS))
 def test_a_root_in_the_wrong_layout_is_refused_with_the_layout_and_the_fix(dataset, tmp_path):
     from idckit.experiments.data import check_root
 
-    d = manifest.DATASETS[dataset]
+    d = registry.DATASETS[dataset]
     (tmp_path / "empty").mkdir()
     with pytest.raises(DatasetError) as err:
         check_root(dataset, tmp_path / "empty")
@@ -160,8 +161,44 @@ def test_each_dataset_root_reaches_its_notebook_through_reproduce(tmp_path, monk
     reports = tmp_path / "reports"
     args = ["reproduce", *by_notebook, "--profile", "smoke", "--report-dir", str(reports), "--device", "cpu"]
     for param, root in roots.items():
-        args += [manifest.dataset_of_param(param).option, str(root)]
+        args += [registry.dataset_of_param(param).option, str(root)]
     assert main(args) == 0
     for name, param in by_notebook.items():
         data = json.loads((reports / f"{name}.json").read_text())["provenance"]["data"]
         assert data.startswith("real: ") and str(roots[param].resolve()) in data, (name, data)
+
+
+def test_a_toy_family_and_dataset_registered_in_one_place_reach_list_config_train_and_verify_data(tmp_path, capsys):
+    """The README's guide: tests/toy_family.py's two records and its config folder, handed to registry.register,
+    are all `idckit list`, `config`, `train` and `verify-data` need; they are gone again after the block."""
+    import toy_family
+
+    from idckit.cli import main
+    from idckit.data.detect import dataset_name
+
+    root = toy_family.generate(tmp_path / "toy", n_pairs=6)
+    with registry.register(toy_family.FAMILY_RECORD, toy_family.DATASET, config_dir=toy_family.CONFIG_DIR):
+        assert main(["list", "toy/*"]) == 0
+        assert capsys.readouterr().out.split()[0] == "toy/base"
+        assert main(["config", "toy", "--profile", "smoke"]) == 0
+        printed = capsys.readouterr().out
+        assert "pairs" in printed and "toy.json" in printed and "max_steps" in printed
+        assert main(["verify-data", str(root), "--dataset", "toy-pairs"]) == 0
+        assert "no problems; 36 images referenced" in capsys.readouterr().out     # 3 splits x 6 pairs x 2
+        assert dataset_name(root) == "toy-pairs"
+        assert main(["train", "toy", "--profile", "smoke", "--toy-root", str(root), "--runs-dir",
+                     str(tmp_path / "runs"), "--device", "cpu"]) == 0
+        out = capsys.readouterr().out
+        assert "toy (seed 0): toy-" in out and "val accuracy 1.000" in out, out
+        run_dir = next((tmp_path / "runs").glob("toy-*"))
+        model, step = registry.family("toy").load_run(run_dir)
+        assert not model.training and step == json.loads((run_dir / "metrics.json").read_text())["best_step"]
+        (root / "images" / "val0_a.png").unlink()
+        assert main(["verify-data", str(root), "--dataset", "toy-pairs"]) == 1
+        assert "val0_a.png" in capsys.readouterr().out
+    assert "toy" not in registry.FAMILIES and "toy-pairs" not in registry.DATASETS
+    with pytest.raises(SystemExit):
+        main(["train", "toy"])
+    with pytest.raises(ConfigError, match="already registered"):
+        with registry.register(registry.DATASETS["birds"]):
+            pass
