@@ -9,13 +9,12 @@ kit's module computes the same numbers. One module per family: :mod:`idckit.auth
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 
 def checkout_commit(checkout: Path) -> str:
     """The commit a recording was made from (``unknown`` where the checkout is no git work tree)."""
-    import subprocess
-
     try:
         return subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()

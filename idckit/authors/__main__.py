@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from idckit.authors import clip4idc, pcl
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m idckit.authors")
@@ -22,12 +24,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --idc and/or --clip4idc")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.idc is not None:
-        from idckit.authors import pcl
         if not args.idc_trace_only:
             pcl.record(args.idc, args.out)
         pcl.record_finetune_trace(args.idc, args.out)
     if args.clip4idc is not None:
-        from idckit.authors import clip4idc
         if not args.clip4idc_trace_only:
             clip4idc.record(args.clip4idc, args.out)
         clip4idc.record_optim_trace(args.clip4idc, args.out)

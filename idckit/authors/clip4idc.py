@@ -33,7 +33,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
+import importlib
+import json
 import math
 import sys
 import tempfile
@@ -41,9 +44,19 @@ import types
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import numpy as np
+import open_clip
 import torch
+import torch.distributed as dist
+import torch.nn.parallel as parallel
 
+from idckit import checkpoints, fileio
 from idckit.authors import checkout_commit
+from idckit.authors.convert import _need_settings
+from idckit.errors import ConfigError
+from idckit.experiments.config import model_config
+from idckit.models.clip4idc import CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval
+from idckit.models.clip4idc import default_n_intra as three_quarters
 
 SEED = 0
 #: their ``CLIP`` constructor's sizes (heads = width // 64 in their code)
@@ -152,8 +165,6 @@ def clip_from_authors_state(state: Mapping[str, torch.Tensor]):
 
 def clip_from_sizes(z: Mapping[str, int]):
     """The open_clip CLIP of :func:`clip_sizes`' dict (what an imported run's config.json records)."""
-    import open_clip
-
     return open_clip.CLIP(
         embed_dim=z["embed_dim"], quick_gelu=True,
         vision_cfg=dict(layers=z["vision_layers"], width=z["vision_width"], head_width=64,
@@ -261,10 +272,6 @@ def read_checkpoint(path: str | Path, upcast: bool = True) -> dict[str, torch.Te
     """Their checkpoint file (``torch.save(model.state_dict())``, fp16 CLIP matrices) loaded safely
     (``weights_only``: tensors and containers only, no code runs) as a plain dict; a ``{"state_dict": ...}``
     wrapper is unwrapped. Clear errors for a missing, truncated or foreign file."""
-    from idckit.errors import ConfigError
-
-    from idckit import checkpoints
-
     path = Path(path)
     state = checkpoints.load(path, what="state dict",
                              fix="pass the file their training wrote (pytorch_model.bin.<epoch>); if it is truncated, "
@@ -280,8 +287,6 @@ def read_checkpoint(path: str | Path, upcast: bool = True) -> dict[str, torch.Te
 def default_n_intra(state: Mapping[str, torch.Tensor]) -> int:
     """Intra layers for a checkpoint (the split is not in the weights): their ``--intra_num_hidden_layers`` default,
     9 of 12, i.e. the kit's 3/4 of the depth."""
-    from idckit.models.clip4idc import default_n_intra as three_quarters
-
     return three_quarters(clip_sizes(state)["vision_layers"])
 
 
@@ -289,8 +294,6 @@ def retrieval_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | 
                               path: str | Path | None = None):
     """The kit's :class:`~idckit.models.clip4idc.CLIP4IDCRetrieval` holding an adaptation checkpoint's weights
     (``path``: the file, named in errors)."""
-    from idckit.models.clip4idc import CLIP4IDCRetrieval
-
     with _as_config_error("clip4idc-adapt", path):
         n_intra = default_n_intra(state) if n_intra is None else n_intra
         model = CLIP4IDCRetrieval(clip_from_authors_state(state), n_intra=n_intra)
@@ -304,9 +307,6 @@ def captioner_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | 
     """The kit's :class:`~idckit.models.clip4idc.CLIP4IDCCaptioner` (config ``clip4idc-<profile>`` with the
     checkpoint's sizes) holding a caption checkpoint's weights. Heads are not in the weights: the profile's (8 at
     paper, their ``decoder_config.json``) unless given."""
-    from idckit.experiments.config import model_config
-    from idckit.models.clip4idc import CLIP4IDCCaptioner
-
     with _as_config_error("clip4idc-caption", path):
         if "decoder.classifier.cls.predictions.bias" not in state:
             raise KeyError("no decoder.* weights: an adaptation-stage checkpoint, not a caption-stage one")
@@ -325,8 +325,6 @@ def captioner_from_checkpoint(state: Mapping[str, torch.Tensor], n_intra: int | 
 def _load_exactly(model: torch.nn.Module, converted: Mapping[str, torch.Tensor], path: str | Path | None,
                   kind: str) -> None:
     """Every key, every shape, finite values (:func:`idckit.checkpoints.load_into`), or the kit's error."""
-    from idckit import checkpoints
-
     checkpoints.load_into(model, converted, path=path, what=f"{kind} checkpoint",
                           fix=f"pass an unmodified checkpoint of the public CLIP4IDC code of the --from {kind} stage")
 
@@ -334,8 +332,6 @@ def _load_exactly(model: torch.nn.Module, converted: Mapping[str, torch.Tensor],
 @contextlib.contextmanager
 def _as_config_error(kind: str, path: str | Path | None = None) -> Iterator[None]:
     """A checkpoint of the wrong stage, a foreign one or one whose tensors disagree in size -> the kit's error."""
-    from idckit.errors import ConfigError
-
     try:
         yield
     except (KeyError, RuntimeError, ValueError) as e:
@@ -373,11 +369,6 @@ def import_caption(checkpoint: Path, out: Path, *, force: bool = False, **option
 
 def _import(kind: str, checkpoint: Path, out: Path, *, force: bool, n_intra: int | None = None,
             n_heads: int | None = None, max_len: int | None = None, vocab: Any = None) -> dict[str, Any]:
-    import dataclasses
-
-    from idckit import fileio
-    from idckit.errors import ConfigError
-
     if vocab is not None:
         raise ConfigError("--vocab is for IDC-PCL: CLIP4IDC captions with CLIP's own BPE vocabulary",
                           fix=f"drop --vocab for --from {kind}")
@@ -394,8 +385,6 @@ def _import(kind: str, checkpoint: Path, out: Path, *, force: bool, n_intra: int
     if kind == "clip4idc-adapt" and caption_stage:
         raise ConfigError("this is a caption-stage checkpoint (it has the caption decoder's decoder.* weights), not an "
                           "adaptation one", path=checkpoint, fix="import it with --from clip4idc-caption")
-    from idckit import checkpoints
-
     bad = checkpoints.non_finite(state)     # any tensor, the text tower the caption stage drops too
     if bad:
         raise ConfigError(f"the checkpoint has tensors holding NaN or Inf: {checkpoints.listed(bad)}",
@@ -409,8 +398,6 @@ def _import(kind: str, checkpoint: Path, out: Path, *, force: bool, n_intra: int
                           + (f", ... ({len(foreign)} in all)" if len(foreign) > 4 else ""), path=checkpoint,
                           fix="pass an unmodified checkpoint of the public CLIP4IDC code")
     if kind == "clip4idc-caption" and caption_stage:
-        from idckit.authors.convert import _need_settings
-
         _need_settings(kind, n_heads=n_heads, max_len=max_len)
     with _as_config_error(kind, checkpoint):
         sizes = clip_sizes(state)
@@ -440,11 +427,6 @@ def _import(kind: str, checkpoint: Path, out: Path, *, force: bool, n_intra: int
 
 def load_imported(run: str | Path):
     """The kit model of a run directory written by :func:`import_adapt` / :func:`import_caption`, in eval mode."""
-    import json
-
-    from idckit.errors import ConfigError
-    from idckit.models.clip4idc import CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval
-
     run = Path(run)
     missing = [f for f in RUN_FILES if not (run / f).is_file()]
     if missing:
@@ -456,8 +438,6 @@ def load_imported(run: str | Path):
         model = CLIP4IDCRetrieval(clip, n_intra=config["n_intra"])
     else:
         model = CLIP4IDCCaptioner(clip, CaptionerConfig(**config["captioner"], max_len=config["max_len"]))
-    from idckit import checkpoints
-
     damaged = "import the checkpoint again (idckit import-checkpoint ... --out DIR --force)"
     state = checkpoints.load(run / "best.pt", fix=damaged)
     checkpoints.load_into(model, state, path=run / "best.pt", fix=damaged)
@@ -479,15 +459,13 @@ def _authors_code(checkout: Path) -> Iterator[None]:
     """Their checkout on sys.path; stubs for what only their file download (boto3) and image loading (cv2)
     import; ``np.long`` (removed in NumPy 1.24, used by their data loaders); their import-time NCCL
     ``init_process_group`` answered by the 1-process gloo group made here. Everything is undone on exit."""
-    import numpy as np
-    import torch.distributed as dist
-
     saved_modules = dict(sys.modules)
     saved_path = list(sys.path)
     had_long = hasattr(np, "long")
     stubs = {"boto3": _stub_module("boto3"), "botocore": _stub_module("botocore"),
              "botocore.exceptions": _stub_module("botocore.exceptions", ClientError=Exception)}
     try:
+        # local: optional, only their image loading imports it; a stub stands in where it is not installed
         import cv2  # noqa: F401
     except ImportError:
         stubs["cv2"] = _stub_module("cv2")
@@ -566,14 +544,13 @@ def record(checkout: str | Path, out: str | Path, seed: int = SEED) -> list[Path
 
 
 def _record(checkout: Path, out: Path, seed: int, tmp: Path) -> list[Path]:
-    import json
-
+    # local: the authors' checkout's modules, importable only inside _authors_code (their folder on sys.path)
     from modules.module_clip import CLIP
-    from modules.modeling import CLIP4IDC
-    from modules.tokenization_clip import SimpleTokenizer
-    from dataloaders.dataloader_clevr_caption import CLEVR_DataLoader as CaptionLoader
-    from dataloaders.dataloader_clevr_retrieval import CLEVR_DataLoader as RetrievalLoader
-    import main_task_caption
+    from modules.modeling import CLIP4IDC  # local: the authors' checkout (see above)
+    from modules.tokenization_clip import SimpleTokenizer  # local: the authors' checkout
+    from dataloaders.dataloader_clevr_caption import CLEVR_DataLoader as CaptionLoader  # local: their checkout
+    from dataloaders.dataloader_clevr_retrieval import CLEVR_DataLoader as RetrievalLoader  # local: the checkout
+    import main_task_caption  # local: the authors' checkout
 
     clip_file = tmp / "tiny_clip.pt"     # their CLIP.get_config reads the base CLIP from a file
     torch.save(CLIP(**CLIP_SIZES).state_dict(), clip_file)
@@ -588,7 +565,7 @@ def _record(checkout: Path, out: Path, seed: int, tmp: Path) -> list[Path]:
     # their data loaders' own text preparation, called on a stand-in for the loader object
     text = [RetrievalLoader._get_text(loader, 0, c) for c in CAPTIONS]
     caption = [CaptionLoader._get_text(loader, 0, c) for c in CAPTIONS]
-    as_long = lambda arrays: torch.from_numpy(__import__("numpy").concatenate(arrays)).long()  # noqa: E731
+    as_long = lambda arrays: torch.from_numpy(np.concatenate(arrays)).long()  # noqa: E731
     text_ids, text_mask, text_segment = (as_long([t[i] for t in text]) for i in range(3))
     dummy_ids, dummy_mask, dummy_segment, in_ids, dec_mask, out_ids = (as_long([c[i] for c in caption])
                                                                        for i in range(6))
@@ -628,7 +605,7 @@ def _record(checkout: Path, out: Path, seed: int, tmp: Path) -> list[Path]:
         adapt["splits"][intra] = {"tokens": tokens, "pair": visual, "text": text_feat, "logits": sim, "loss": loss}
     # their precision: convert_weights leaves CLIP's matrices in fp16 (recorded at the 3+1 split, the one outside fp32)
     model, _, _ = build("retrieval", SPLITS[0])
-    from modules.module_clip import convert_weights
+    from modules.module_clip import convert_weights  # local: the authors' checkout, on sys.path only here
     convert_weights(model.clip)
     half = sorted(k for k, v in model.state_dict().items() if v.dtype == torch.float16)
     with torch.no_grad():
@@ -747,9 +724,7 @@ def record_optim_trace(checkout: str | Path, out: str | Path, seed: int = SEED) 
         raise FileNotFoundError(f"{checkout} is not a checkout of sushizixin/CLIP4IDC (no modules/optimization.py)")
     out.mkdir(parents=True, exist_ok=True)
     with _authors_code(checkout):
-        import importlib
-
-        from modules.optimization import SCHEDULES
+        from modules.optimization import SCHEDULES  # local: the authors' checkout, on sys.path only here
         trace: dict[str, Any] = {"meta": {"commit": checkout_commit(checkout), "seed": seed, "steps": TRACE_STEPS,
                                           "warmup_proportion": TRACE_WARMUP, "lr": TRACE_LR,
                                           "coef_lr": TRACE_COEF_LR}}
@@ -764,8 +739,6 @@ def record_optim_trace(checkout: str | Path, out: str | Path, seed: int = SEED) 
 
 
 def _trace_stage(prep, schedules, stage: str, global_clip: bool, seed: int) -> dict[str, Any]:
-    import torch.nn.parallel as parallel
-
     initial, grads = trace_initial(stage, seed), trace_gradients(stage, seed)
     model = module_of(initial)
     args = argparse.Namespace(lr=TRACE_LR, warmup_proportion=TRACE_WARMUP)

@@ -21,7 +21,11 @@ from typing import Any, Callable, Mapping
 import torch
 
 from idckit import checkpoints, fileio
+from idckit.authors.pcl import convert_state_dict, paper_config_fields
 from idckit.errors import ConfigError
+from idckit.experiments.config import load_config, model_config
+from idckit.models.pcl import PCL
+from idckit.text.vocab import Vocab
 
 #: kind -> "module:function" of its converter
 CONVERTERS: dict[str, str] = {
@@ -90,11 +94,6 @@ def import_idc_pcl_birds(checkpoint: Path, out: Path, *, force: bool = False, **
 
 def _import_pcl(family: str, checkpoint: Path, out: Path, *, force: bool, vocab: str | Path | None = None,
                 max_len: int | None = None, n_heads: int | None = None, n_regions: int | None = None) -> dict:
-    from idckit.experiments.config import load_config, model_config
-    from idckit.models.pcl import PCL
-    from idckit.authors.pcl import convert_state_dict, paper_config_fields
-    from idckit.text.vocab import Vocab
-
     kind = "idc-pcl" if family == "pcl" else "idc-pcl-birds"
     claim = fileio.claim_dir(out, "imported-checkpoint", force=force, will_write=RUN_FILES,
                              what="imported checkpoint")

@@ -16,6 +16,7 @@ the same table, ``pos_table="public"``, tested against the recording).
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -23,6 +24,7 @@ import torch
 
 from idckit.errors import ConfigError
 from idckit.authors import checkout_commit
+from idckit.models.pcl import public_sinusoid_table
 from idckit.text.vocab import SPECIALS
 
 #: the authors' special words and the kit's names for them
@@ -198,8 +200,6 @@ def authors_state_dict_of_kit(kit_sd: Mapping[str, torch.Tensor], words: Sequenc
     ``authors_vocab`` (default :func:`authors_vocab_of_kit`) fixes their word ids, so a converted checkpoint
     converts back to itself (tests/test_released.py). The kit's [IMG1]/[IMG2] rows are dropped: at
     ``special_tokens="shared_cls"`` the model reads [CLS]'s instead."""
-    from idckit.models.pcl import public_sinusoid_table
-
     sd = {k: v.detach().float().clone() for k, v in kit_sd.items()}
     authors_vocab = dict(authors_vocab) if authors_vocab is not None else authors_vocab_of_kit(words)
     if kit_words(authors_vocab) != list(words):
@@ -521,8 +521,6 @@ TRACE_SCHEDULE_STEPS = (0, 1, 9998, 9999, 10000, 10001, 19999, 20000, 20001, 500
 def _authors_args(checkout: Path, stage: str, config: str):
     """The ``args`` of an authors' script as their ``para.parse_args`` builds it from their config file, and their
     ``utils`` module (both read ``sys.argv`` when imported: the script's command line is given to them)."""
-    import sys
-
     folder = checkout / stage
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [f"{stage}/finetune.py", "--dataset", stage, "--exp_name", "trace", "--mode", "train",

@@ -26,8 +26,20 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import torch
+
 from idckit import checkpoints, fileio
+from idckit.authors.convert import import_checkpoint
+from idckit.device import resolve
 from idckit.errors import ConfigError
+from idckit.eval.captions import evaluate_pairs, write_results
+from idckit.experiments import pcl, yardsticks
+from idckit.experiments.config import load_config, model_config
+from idckit.experiments.runs import caption_counts, open_run
+from idckit.models.decoding import greedy_decode
+from idckit.models.pcl import PCL, PCLConfig
+from idckit.tasks.pcl import predict
+from idckit.text.vocab import Vocab
 
 #: the variant column of every released row
 LABEL = "authors' released checkpoint, scored by idckit"
@@ -40,8 +52,6 @@ def imported_run(checkpoint: str | Path, kind: str, runs_dir: Path, *, vocab: st
     """The run directory of ``checkpoint``: itself when it is a run written by ``idckit import-checkpoint --from
     kind``, else the authors' file imported once into ``runs_dir/imported-<kind>-<sha>/`` (IDC-PCL needs their
     ``dict.json``: ``vocab``, default the file beside the checkpoint)."""
-    from idckit.authors.convert import import_checkpoint
-
     path = Path(checkpoint)
     if path.is_dir():
         info = path / "import.json"
@@ -78,8 +88,6 @@ def _released_settings(kind: str) -> dict[str, int]:
     """The heads and caption length of the authors' released files, which their weights do not record: the values
     of the authors' configurations the files were trained with (the kit's ``paper`` profile holds them). Only the
     released files are imported with them; ``idckit import-checkpoint`` asks for both."""
-    from idckit.experiments.config import load_config, model_config
-
     if kind == "idc-pcl":
         paper = load_config("pcl", "paper")
         return {"n_heads": paper["model"]["n_heads"], "max_len": paper["max_len"]}
@@ -92,8 +100,6 @@ def _released_settings(kind: str) -> dict[str, int]:
 def _scored(runs_dir: Path, kind: str, config: Mapping[str, Any], score: Callable[[Path], dict[str, Any]],
             about: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     """(run, metrics) of a cached scoring: ``score(run_dir)`` once, its metrics kept in the run's metrics.json."""
-    from idckit.experiments.runs import open_run
-
     run = open_run(runs_dir, kind, {"kind": kind, **config})
     with run.exclusive():
         if not run.is_complete():
@@ -106,8 +112,6 @@ def _scored(runs_dir: Path, kind: str, config: Mapping[str, Any], score: Callabl
 def _result(run, metrics: Mapping[str, Any], imported: Path) -> dict[str, Any]:
     """A result shaped as a run's (:data:`idckit.experiments.runs.RESULT_KEYS`), but with no seed: its rows are
     side rows (:mod:`idckit.reports.status` counts only rows with a seed)."""
-    from idckit.experiments.runs import caption_counts
-
     info = json.loads((imported / "import.json").read_text(encoding="utf-8"))
     return {"model": MODEL, "recipe": None, "variant": "released", "label": LABEL, "seed": None,
             "run": run.dir.name, "run_dir": str(run.dir), **metrics, "checkpoint": info.get("checkpoint"),
@@ -128,10 +132,6 @@ def pcl_result(s, checkpoint: str | Path, *, vocab: str | Path | None = None,
     config = {**s.identity, "checkpoint": sha, "decoding": "greedy"}
 
     def score(out: Path) -> dict[str, Any]:
-        from idckit.eval.captions import evaluate_pairs, write_results
-        from idckit.experiments import pcl
-        from idckit.tasks.pcl import predict
-
         model, data = _pcl_model(s, imported)
         preds = predict(model, data, "test", batch_size=s.config["finetune"]["eval_batch_size"], progress=progress)
         write_results(out / "test", preds["captions"])
@@ -146,13 +146,6 @@ def pcl_result(s, checkpoint: str | Path, *, vocab: str | Path | None = None,
 
 def _pcl_model(s, imported: Path):
     """(model on the setup's device in eval mode, the setup's test data with the checkpoint's vocabulary)."""
-    import torch
-
-    from idckit.device import resolve
-    from idckit.experiments import pcl
-    from idckit.models.pcl import PCL, PCLConfig
-    from idckit.text.vocab import Vocab
-
     cfg = json.loads((imported / "config.json").read_text(encoding="utf-8"))
     vocab = Vocab.load(imported / "vocab.json")
     damaged = f"import the checkpoint again (delete {imported} and rerun)"
@@ -180,8 +173,6 @@ def pcl_rows(s, checkpoint: str | Path | None, *, per_type: bool = False,
     say and its bootstrap interval (tables 2 and 4), or CIDEr-D per change type (``per_type``: table 3)."""
     if checkpoint is None:
         return []
-    from idckit.experiments import yardsticks
-
     result = pcl_result(s, checkpoint, progress=progress)
     return yardsticks.type_rows(s, [result]) if per_type else yardsticks.clevr_rows(s, [result])
 
@@ -189,6 +180,8 @@ def pcl_rows(s, checkpoint: str | Path | None, *, per_type: bool = False,
 # -- CLIP4IDC --------------------------------------------------------------------------------------------------
 def _pair_data(s, size: int, max_len: int, progress: bool):
     """The setup's pairs with images at the checkpoint's resolution (cached beside the kit's own image caches)."""
+    # local: tasks.clip4idc imports open_clip (~6.5 s at import, torchvision with it); the IDC-PCL tables import
+    # this module and never need it. The same holds for every CLIP4IDC import below.
     from idckit.tasks.clip4idc import load_pair_data
 
     return load_pair_data(s.data.dataset(), size, max_len=max_len, progress=progress,
@@ -206,14 +199,9 @@ def clip4idc_caption_result(s, checkpoint: str | Path, *, progress: bool = False
     config = {**s.identity, "checkpoint": sha, "decoding": "greedy", "meteor": meteor}
 
     def score(out: Path) -> dict[str, Any]:
-        import torch
-
-        from idckit.device import resolve
-        from idckit.eval.captions import evaluate_pairs, write_results
-        from idckit.experiments.clip4idc import _final_scorer
-        from idckit.models.decoding import greedy_decode
-        from idckit.authors.clip4idc import load_imported
-        from idckit.tasks.clip4idc import decode_ids
+        from idckit.authors.clip4idc import load_imported  # local: open_clip (~6.5 s), see _pair_data
+        from idckit.experiments.clip4idc import _final_scorer  # local: the CLIP4IDC side, see _pair_data
+        from idckit.tasks.clip4idc import decode_ids  # local: open_clip (~6.5 s), see _pair_data
 
         cfg = json.loads((imported / "config.json").read_text(encoding="utf-8"))
         dev = resolve(s.device)
@@ -240,8 +228,6 @@ def clip4idc_caption_rows(s, checkpoint: str | Path | None, *, per_type: bool = 
     """The released row of CLIP4IDC table 1 (test total x100) or, ``per_type``, table 2; [] without a checkpoint."""
     if checkpoint is None:
         return []
-    from idckit.experiments import yardsticks
-
     result = clip4idc_caption_result(s, checkpoint, progress=progress)
     return yardsticks.type_rows(s, [result]) if per_type else yardsticks.clevr_rows(s, [result])
 
@@ -251,15 +237,14 @@ def clip4idc_retrieval_result(s, checkpoint: str | Path, *, progress: bool = Fal
     (:func:`idckit.experiments.clip4idc.retrieval_ks`), the adaptation task's protocol and metrics."""
     imported = imported_run(checkpoint, "clip4idc-adapt", s.runs_dir)
     sha = json.loads((imported / "import.json").read_text(encoding="utf-8"))["sha256"]
-    from idckit.experiments import clip4idc
+    from idckit.experiments import clip4idc  # local: the CLIP4IDC side, see _pair_data
 
     ks = clip4idc.retrieval_ks(s)
     config = {**s.identity, "checkpoint": sha, "ks": list(ks), "max_len": s.config["caption"]["max_len"]}
 
     def score(out: Path) -> dict[str, Any]:
-        from idckit.device import resolve
-        from idckit.authors.clip4idc import load_imported
-        from idckit.tasks.clip4idc import AdaptTask
+        from idckit.authors.clip4idc import load_imported  # local: open_clip (~6.5 s), see _pair_data
+        from idckit.tasks.clip4idc import AdaptTask  # local: open_clip (~6.5 s), see _pair_data
 
         cfg = json.loads((imported / "config.json").read_text(encoding="utf-8"))
         model = load_imported(imported).to(resolve(s.device))
@@ -279,7 +264,7 @@ def add_retrieval_rows(table, checkpoint: str | Path | None, *, progress: bool =
     .RetrievalTable` (before its chance row, which stays last); returns the rows added ([] without a checkpoint)."""
     if checkpoint is None:
         return []
-    from idckit.experiments import clip4idc
+    from idckit.experiments import clip4idc  # local: the CLIP4IDC side, see _pair_data
 
     r = clip4idc_retrieval_result(table.setup, checkpoint, progress=progress)
     row = {"model": MODEL, "variant": f"{LABEL} ({r['n_intra']}/{r['n_inter']})", "split": "test", "run": r["run"],
