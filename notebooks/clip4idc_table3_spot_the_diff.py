@@ -59,8 +59,8 @@ setup = clip4idc.setup(profile, spot_root, runs_dir=runs_dir, clip_model=clip_mo
 results = clip4idc.runs(setup, ["clip-ft", "clip4idc"], seeds)
 paper_cider = {r["model"]: r["metrics"]["CIDEr-D"] for r in paper_table("clip4idc.table3")["rows"]}
 # the paper's CLIP-FT on Spot-the-Diff is a row of its Table 5
-paper_cider["CLIP-FT"] = next(r["metrics"]["CIDEr-D"] for r in paper_table("clip4idc.table5")["rows"]
-                              if r["dataset"] == "spot_the_diff" and r["variant"] == "CLIP-FT")
+paper_cider["CLIP-FT"] = paper_value("clip4idc.table5", "CIDEr-D", dataset="spot-the-diff",
+                                          variant="CLIP-FT")
 table = pair_table.build(setup, results, "clip4idc.table3", paper_cider)   # with the text-only baseline row
 
 # %% [markdown]

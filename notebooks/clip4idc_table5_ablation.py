@@ -54,7 +54,7 @@ from idckit.experiments import clip4idc
 from idckit.experiments import reporting, yardsticks
 from idckit.experiments.analytics import captions_by_run, collapse_check
 from idckit.reports.plots import show_pairs, side_by_side_bars
-from idckit.reports.report import paper_table, report_summary, write_report
+from idckit.reports.report import paper_rows, report_summary, write_report
 from idckit.reports.format import Notes, comparison, legend
 from idckit.reports.stats import ordering_notes
 
@@ -73,7 +73,7 @@ LABELS = {"CLIP-FT": "CLIP-FT", "no adaptation": "CLIP4IDC w/o adaptation", "ada
 # %%
 rows = yardsticks.clevr_rows(setup, results)
 base_rows = yardsticks.baseline_rows(base)
-paper = [r for r in paper_table("clip4idc.table5")["rows"] if r.get("dataset") == "clevr_change"]
+paper = paper_rows("clip4idc.table5", dataset="clevr-change")
 comparison(rows + base_rows, paper, caption=f"Table 5: the paper (real CLEVR-Change) and the kit ({dataset}), test")
 
 # %%
@@ -105,7 +105,7 @@ spot_results = clip4idc.runs(spot, ["clip-ft", "no-adapt", "clip4idc"], seeds)
 spot_rows = reporting.rows(spot_results)
 yardsticks.add_bootstrap(spot_rows, spot_results, spot.data.dataset().references("test"))
 spot_rows = [{**r, "dataset": "spot-the-diff"} for r in spot_rows]
-spot_paper = [r for r in paper_table("clip4idc.table5")["rows"] if r.get("dataset") == "spot_the_diff"]
+spot_paper = paper_rows("clip4idc.table5", dataset="spot-the-diff")
 spot_title = yardsticks.dataset_title(spot.data)
 comparison(spot_rows, spot_paper, caption=f"Table 5: the paper (real Spot-the-Diff) and the kit ({spot_title}), test")
 

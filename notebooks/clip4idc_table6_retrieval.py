@@ -112,7 +112,7 @@ path = write_report(
     clip4idc.provenance(clevr.setup, clevr.adapted + spot.adapted + ier.adapted, seeds, time.time() - t0,
                         selection="val (text->pair R@1)"),
     headline={"label": "CLIP4IDC text->pair R@1, test", "kit": round(clevr.adapted[0]["test"]["t2p_R@1"], 2),
-              "paper": paper_value("clip4idc.table6", "t2p_R@1", model="CLIP4IDC", dataset="clevr_change"),
+              "paper": paper_value("clip4idc.table6", "t2p_R@1", model="CLIP4IDC", dataset="clevr-change"),
               "metric": "t2p_R@1", "runs": {"variants": [head_variant]}},
     notes=[f"CLIP: {clevr.adapted[0]['clip']}.", *verdicts,
            f"Chance text->pair R@1 on these {clevr.n_pairs} test pairs: {clevr.rows[-1]['metrics']['t2p_R@1']:.2f} %.",

@@ -202,3 +202,31 @@ def test_a_toy_family_and_dataset_registered_in_one_place_reach_list_config_trai
     with pytest.raises(ConfigError, match="already registered"):
         with registry.register(registry.DATASETS["birds"]):
             pass
+
+
+def _other_spellings() -> dict[str, str]:
+    """Spellings a dataset's name has had (``editing_request``, ``ier``, ``clevr``): its name with underscores, its
+    root parameter's stem, its paper-number id (unless that id is a folder of its layout: ``birds_to_words/``)."""
+    out = {}
+    for d in registry.DATASETS.values():
+        paper = {d.paper_id} if d.paper_id and d.paper_id not in d.layout else set()
+        for other in {d.name.replace("-", "_"), d.param.removesuffix("_root"), *paper} - {d.name}:
+            out[other] = d.name
+    return out
+
+
+def test_every_dataset_has_one_spelling_outside_the_registry():
+    """No string in the package or the notebooks names a dataset another way than the registry's name (the
+    registry alone holds its root parameter and paper-number id)."""
+    package = Path(registry.__file__).parent
+    others = _other_spellings()
+    assert {"ier", "editing_request", "clevr_change", "spot"} <= set(others)
+    found = []
+    for path in [*package.rglob("*.py"), *(package.parent / "notebooks").glob("*.py")]:
+        if path.name == "registry.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in others:
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {node.value!r} "
+                             f"(registry: {others[node.value]!r})")
+    assert not found, "other spellings of a dataset:\n" + "\n".join(found)

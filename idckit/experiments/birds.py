@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from idckit import paths
+from idckit import paths, registry
 from idckit.experiments import base, recipes
 from idckit.experiments.base import Setup
 from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
@@ -32,7 +32,7 @@ from idckit.experiments.pcl import MODEL
 from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir
 
-FAMILY = "pcl-birds"           # the recipes this module trains (table 5's rows): pcl-birds/b2w, ...
+FAMILY = registry.family("birds").recipe_family  # its recipes: pcl-birds/b2w, ... (table 5)
 #: table 1's names of the ``b2w`` and ``both`` rows (IDC-PCL, IDC-PCL + extra data)
 TABLE1_LABELS = {v: recipes.get_recipe(v, FAMILY).row_label("pcl.table1") for v in ("b2w", "both")}
 #: the words a Confuse negative exchanges (Birds-to-Words' two referents)

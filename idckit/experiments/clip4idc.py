@@ -49,7 +49,7 @@ from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir
 from idckit.train import distributed
 
-FAMILY = "clip4idc"            # the recipes this module trains: clip4idc/clip-ft, clip4idc/no-adapt, ...
+FAMILY = registry.family("clip4idc").recipe_family  # its recipes: clip4idc/clip-ft, ...
 MODEL = "CLIP4IDC (idckit)"    # the model column of its report rows
 STANDIN_LABEL = "idckit stand-in CLIP (synthetic pre-training)"
 

@@ -11,13 +11,14 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from idckit import registry
 from idckit.experiments import base, pcl, recipes
 from idckit.experiments.base import Setup
 from idckit.experiments.config import check_seeds, load_config, train_config
 from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.paths import DEFAULT_PROFILE
 
-FAMILY = "duda"                # its one recipe: duda/duda
+FAMILY = registry.family("duda").recipe_family  # its one recipe: duda/duda
 MODEL = "DUDA (idckit)"        # the model column of its report rows
 
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from idckit import paths
+from idckit import paths, registry
 from idckit.errors import ConfigError, DatasetError
 from idckit.experiments import base, recipes
 from idckit.experiments.base import Setup
@@ -25,7 +25,7 @@ from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir, read_run_file
 from idckit.train import distributed
 
-FAMILY = "pcl"                 # the recipes this module trains: pcl/full, pcl/no_judge, ...
+FAMILY = registry.family("pcl").recipe_family  # the recipes this module trains: pcl/full, pcl/no_judge, ...
 MODEL = "IDC-PCL (idckit)"     # the model column of its report rows
 
 

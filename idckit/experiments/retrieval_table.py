@@ -51,9 +51,9 @@ class RetrievalTable:
         return dataset_title(self.setup.data)
 
     def comparison(self) -> Table:
-        from idckit.reports.report import paper_table
+        from idckit.reports.report import paper_rows
 
-        paper = [r for r in paper_table("clip4idc.table6")["rows"] if r.get("dataset") == registry.dataset(self.name).paper_id]
+        paper = paper_rows("clip4idc.table6", dataset=self.name)
         return comparison(self.rows, paper, PAPER_KEYS[self.name],
                           caption=f"Table 6 ({self.title}): test retrieval, R@K in %, ranks 1-based; last row chance")
 

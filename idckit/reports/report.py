@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from idckit import fileio
+from idckit import fileio, registry
 from idckit.errors import ConfigError
 from idckit.settings import PROFILES
 
@@ -52,10 +52,18 @@ def paper_table(table_id: str) -> dict:
     return tables[table_id]
 
 
+def paper_rows(table_id: str, **row: Any) -> list[dict]:
+    """The published rows of ``table_id`` whose fields equal ``row``; a ``dataset`` is the registry's name
+    (``"spot-the-diff"``), matched against the paper-number id it has there."""
+    if "dataset" in row:
+        row = {**row, "dataset": registry.dataset(row["dataset"]).paper_id}
+    return [r for r in paper_table(table_id)["rows"] if all(r.get(k) == v for k, v in row.items())]
+
+
 def paper_value(table_id: str, metric: str, **row: Any) -> float:
     """One published number: ``metric`` of the one row of ``table_id`` whose fields equal ``row`` (e.g.
     ``paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL")`` = 128.9), so a headline is read, never typed."""
-    found = [r for r in paper_table(table_id)["rows"] if all(r.get(k) == v for k, v in row.items())]
+    found = paper_rows(table_id, **row)
     if len(found) != 1 or metric not in found[0]["metrics"]:
         raise ConfigError(f"{table_id} has {len(found)} rows with {row} (need exactly one with {metric!r})")
     return found[0]["metrics"][metric]
