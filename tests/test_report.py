@@ -34,7 +34,7 @@ def test_paper_value_reads_one_published_number():
 
     assert paper_value("pcl.table2", "CIDEr-D", model="IDC-PCL") == 128.9
     assert paper_value("pcl.table5", "ROUGE_L", model="IDC-PCL", variant="B2W + CUB + NABirds") == 49.1
-    assert paper_value("clip4idc.table6", "t2p_R@1", dataset="clevr_change") == 26.8
+    assert paper_value("clip4idc.table6", "t2p_R@1", dataset="clevr-change") == 26.8     # the registry's name
     with pytest.raises(ConfigError, match="3 rows"):
         paper_value("clip4idc.table6", "t2p_R@1", model="CLIP4IDC")        # one row per dataset: ambiguous
     with pytest.raises(ConfigError, match="0 rows"):
