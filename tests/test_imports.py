@@ -119,3 +119,28 @@ def test_the_checks_see_a_cycle_and_an_upward_import():
     graph = _graph()
     assert "idckit.models.backbones" in graph["idckit.models.clip_loader"]     # function-level imports count
     assert "idckit.experiments.config" in graph["idckit.experiments.base"]
+
+
+def test_the_package_top_level_holds_at_most_ten_modules():
+    """The architecture is in the folders (reports/, authors/, cli/, reproduce/, ...), not in loose modules."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 10, f"{len(top)} modules at idckit/'s top level: {top}"
+
+
+def _folder(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_two_folders_import_each_other():
+    """Folder by folder (idckit.data, idckit.text, ...), the imports form no cycle either: a folder never needs one
+    that needs it back."""
+    graph: dict[str, set[str]] = {}
+    for m, deps in _graph().items():
+        graph.setdefault(_folder(m), set()).update(_folder(d) for d in deps if _folder(d) != _folder(m))
+    for deps in list(graph.values()):
+        for d in deps:
+            graph.setdefault(d, set())
+    cycles = _cycles(graph)
+    assert not cycles, "folders importing each other: " + "; ".join(" <-> ".join(c) for c in cycles)
+    assert _cycles({"idckit.data": {"idckit.text"}, "idckit.text": {"idckit.data"}}) == [["idckit.data",
+                                                                                           "idckit.text"]]
