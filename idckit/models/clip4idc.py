@@ -100,6 +100,7 @@ from dataclasses import dataclass, field
 import open_clip
 import torch
 import torch.nn.functional as F
+from open_clip.tokenizer import SimpleTokenizer
 from open_clip.transformer import LayerNorm, VisionTransformer, text_global_pool
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -292,7 +293,6 @@ class CLIP4IDCRetrieval(nn.Module):
 @functools.lru_cache(maxsize=1)
 def clip_bpe_tokenizer():
     """open_clip's CLIP BPE tokenizer (SOT 49406, EOT 49407, pad 0); its context length is set per call."""
-    from open_clip.tokenizer import SimpleTokenizer
     return SimpleTokenizer()
 
 

@@ -46,8 +46,10 @@ import open_clip
 import torch
 from open_clip.constants import IMAGENET_MEAN, IMAGENET_STD, OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
 
+from idckit import checkpoints
 from idckit.errors import ConfigError, WeightsUnavailableError
 from idckit.fileio import atomic_path, torch_save
+from idckit.models import backbones
 
 CONFIG_DIR = Path(__file__).parent / "clip_configs"
 STANDIN_CLIP = "idckit-standin-ViT-T-16"
@@ -85,9 +87,7 @@ class HybridStem(torch.nn.Module):
 
     def __init__(self, width: int):
         super().__init__()
-        from idckit.models.backbones import build
-
-        net, _, _ = build("efficientnet_lite0")
+        net, _, _ = backbones.build("efficientnet_lite0")
         net.to(memory_format=torch.channels_last)     # as every extracted grid
         self.trunk = torch.nn.Sequential(net.conv_stem, net.bn1, *net.blocks[:5]).eval()
         self.trunk.requires_grad_(False)
@@ -156,8 +156,6 @@ def load_clip(name: str, pretrained: str | os.PathLike | None, *, device: str = 
                 f"nor an existing file", path=pretrained, fix="check the path; otherwise " + _OFFLINE_FIX)
     local = pretrained is not None and os.path.isfile(pretrained)
     if local:   # open_clip reads it (weights_only, strict); the kit's gate first checks what it declares
-        from idckit import checkpoints
-
         checkpoints.check_declared(pretrained, what="CLIP weights file", fix=_OFFLINE_FIX,
                                    error=WeightsUnavailableError)
     try:
@@ -173,8 +171,6 @@ def load_clip(name: str, pretrained: str | os.PathLike | None, *, device: str = 
             f"could not load CLIP weights {pretrained!r} for {name}: {type(err).__name__}: {err}",
             path=pretrained if pretrained and os.path.isfile(pretrained) else None, fix=_OFFLINE_FIX) from err
     if local:
-        from idckit import checkpoints
-
         bad = checkpoints.non_finite(model.state_dict())
         if bad:
             raise WeightsUnavailableError(f"the CLIP weights file holds NaN or Inf: {checkpoints.listed(bad)}",
