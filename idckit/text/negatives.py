@@ -82,10 +82,13 @@ import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
+import torch
+from tqdm import tqdm
 
 from idckit import fileio
 from idckit.data.synth.vocab import NO_CHANGE_SENTENCES, SYNONYMS
@@ -166,8 +169,6 @@ class TfIdf:
 
 def _matrix(rows: Sequence[tuple[np.ndarray, np.ndarray]], n_cols: int):
     """Stack sparse rows as a torch matrix: dense when it fits in ~256 MB, else CSR."""
-    import torch
-
     n = len(rows)
     if n * n_cols <= 64_000_000:
         dense = np.zeros((n, n_cols), np.float32)
@@ -203,8 +204,6 @@ class Retrieve:
 
     def scores(self, queries: np.ndarray):
         """Cosine of each query row with every candidate: a (n_queries, n_candidates) torch tensor."""
-        import torch
-
         q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
         if self.matrix.layout == torch.sparse_csr:
             return (self.matrix @ q.T).T.contiguous()
@@ -214,9 +213,6 @@ class Retrieve:
              top: int | None, *, progress: bool = False, block: int = 256) -> list[np.ndarray]:
         """Candidate indices by decreasing cosine (ties: lower index first), forbidden ones removed, at most
         ``top`` per query (``None``: all)."""
-        import torch
-        from tqdm import tqdm
-
         out: list[np.ndarray] = []
         n_cand = len(self.candidates)
         starts = range(0, len(references_per_query), block)
@@ -519,9 +515,7 @@ def _tagger_identity(tagger: str | Tagger) -> tuple[str, str]:
     name = resolve_tagger_name(tagger)
     if name == "lexicon":
         return name, LexiconTagger.version
-    from importlib.metadata import version
-
-    return name, f"stanza-{version('stanza')}"
+    return name, f"stanza-{metadata.version('stanza')}"
 
 
 def build_negatives(
@@ -643,8 +637,6 @@ class _Builder:
     # -- shared state ---------------------------------------------------------------------------------------
     def _tag_all(self, texts: list[str]) -> None:
         """Tag every distinct caption once (stanza is much faster on batches)."""
-        from tqdm import tqdm
-
         self.tag_cache: dict[str, list[str]] = {}
         for s in tqdm(range(0, len(texts), 4096), desc="FDA POS tagging",
                       disable=not self.progress or len(texts) < 20000):
@@ -807,8 +799,6 @@ class _Builder:
         return chosen, chosen_src
 
     def build(self) -> NegativeSet:
-        from tqdm import tqdm
-
         negatives: dict[str, list[str]] = {}
         sources: dict[str, list[str]] = {}
         for pid in tqdm(self.targets, desc="FDA negatives", unit="pair",

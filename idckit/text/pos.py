@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
+from idckit.data.synth import vocab
 from idckit.errors import ConfigError, MissingDependencyError
 
 STANZA_FIX = (
@@ -161,15 +162,11 @@ class LexiconTagger:
             self.lexicon[w] = "NN"
         for w in CLEVR_ADJECTIVES + BIRD_ADJECTIVES + ED_ADJECTIVES:
             self.lexicon[w] = "JJ"
-        try:  # the CLEVR object vocabulary the synthetic generator uses, so the two never drift apart
-            from idckit.data.synth import vocab
-
-            for w in list(vocab.COLORS) + list(vocab.SIZES):
-                self.lexicon.setdefault(w, "JJ")
-            for w in vocab.SHAPES + vocab.MATERIALS:
-                self.lexicon.setdefault(w, "NN")
-        except ImportError:  # pragma: no cover - the package is always importable in the kit
-            pass
+        # the CLEVR object vocabulary the synthetic generator uses, so the two never drift apart
+        for w in list(vocab.COLORS) + list(vocab.SIZES):
+            self.lexicon.setdefault(w, "JJ")
+        for w in vocab.SHAPES + vocab.MATERIALS:
+            self.lexicon.setdefault(w, "NN")
         for w in VERB_FORMS:
             self.lexicon.setdefault(w, VERB_FORMS[w])
         self.lexicon.update(CLOSED)
@@ -298,10 +295,11 @@ def stanza_resources_dir() -> Path | None:
     match = re.search(r"__resources_version__\s*=\s*['\"]([^'\"]+)", version_file.read_text()) \
         if version_file.exists() else None
     if match is None:  # an unknown layout: ask stanza itself
-        from stanza.resources.common import DEFAULT_MODEL_DIR
+        from stanza.resources.common import DEFAULT_MODEL_DIR  # local: optional dependency (loads torch)
 
         return Path(DEFAULT_MODEL_DIR)
-    from platformdirs import user_cache_dir  # a stanza dependency, used by stanza for the same path
+    # local: installed with stanza (optional), which uses it for the same path
+    from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("stanza", "StanfordNLP", match.group(1))) / "resources"
 
@@ -329,7 +327,7 @@ class StanzaTagger:
             raise MissingDependencyError(
                 "stanza's English models (tokenize, pos, pretrain) are not on disk; the kit never downloads them",
                 path=root, fix=STANZA_FIX)
-        import stanza
+        import stanza  # local: optional dependency, kept off the training path (test_import_hygiene)
 
         self.version = f"stanza-{stanza.__version__}"
         try:
