@@ -109,8 +109,9 @@ diversity
 fig = show_pairs(setup.data.dataset().pairs("test"), captions=captions_by_run(setup.runs_dir, by_split))
 
 # %%
-best, which = yardsticks.best_split(rows, setup.depth)
-no_inter = next(r for r in rows if r["n_intra"] == setup.depth)
+depth = clip4idc.depth(setup)
+best, which = yardsticks.best_split(rows, depth)
+no_inter = next(r for r in rows if r["n_intra"] == depth)
 paper_best = max(paper_table("clip4idc.table7")["rows"], key=lambda r: r["metrics"]["CIDEr-D"])
 path = write_report(
     report_dir, "clip4idc_table7_layer_split", "clip4idc.table7", rows + base_rows,
@@ -121,8 +122,8 @@ path = write_report(
               "metric": "split_ratio", "runs": {"variants": [r["variant"] for r in rows]}},
     notes=[f"CLIP: {adapted[0]['clip']}.",
            f"Best split by test CIDEr-D: {which} (one seed: a bootstrap over test pairs).",
-           f"The kit's ViT has {setup.depth} layers, the paper's ViT-B/32 12: the kit's split k/{setup.depth}-k sits "
-           f"at the paper's 12k/{setup.depth} (splits: " + ", ".join(
+           f"The kit's ViT has {depth} layers, the paper's ViT-B/32 12: the kit's split k/{depth}-k sits "
+           f"at the paper's 12k/{depth} (splits: " + ", ".join(
                f"{sp['label']} = paper {sp['paper_split'] or 'none'}" for sp in splits) + ").",
            f"Without inter layers ({no_inter['variant']}) text->pair R@1 is {no_inter['metrics']['t2p_R@1']:.1f} "
            f"(paper {paper_value('clip4idc.table7', 't2p_R@1', variant='12/0'):.1f} at 12/0): the pair vector then "

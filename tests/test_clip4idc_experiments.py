@@ -44,8 +44,8 @@ def test_one_standin_and_cached_adaptation(env):
     from idckit.experiments import clip4idc, reporting
 
     s, base = env
-    assert s.clip_model == "idckit-standin-ViT-T-16" and s.config["clip"]["pretrained"] is None
-    assert s.depth == 6 and s.image_size == 112 and s.default_n_intra == 4
+    assert clip4idc.clip_model(s) == "idckit-standin-ViT-T-16" and s.config["clip"]["pretrained"] is None
+    assert clip4idc.depth(s) == 6 and clip4idc.image_size(s) == 112 and clip4idc.default_n_intra(s) == 4
     a = clip4idc.adapt(s)
     assert a["n_intra"] == 4 and a["n_inter"] == 2
     assert clip4idc.STANDIN_LABEL in a["clip"]
@@ -149,8 +149,8 @@ def test_cpu_profile_standin_is_as_deep_as_vit_b32_so_table7_has_the_papers_seve
 
     s, base = env
     cpu = clip4idc.setup("cpu", s.data.root, runs_dir=base / "runs_cpu", progress=False)
-    assert cpu.clip_model == "idckit-standin-ViT-12" == cpu.config["standin"]["model"]
-    assert cpu.depth == 12 and cpu.default_n_intra == 9 and cpu.image_size == 112
+    assert clip4idc.clip_model(cpu) == "idckit-standin-ViT-12" == cpu.config["standin"]["model"]
+    assert clip4idc.depth(cpu) == 12 and clip4idc.default_n_intra(cpu) == 9 and clip4idc.image_size(cpu) == 112
     splits = clip4idc.layer_splits(cpu)
     assert [sp["label"] for sp in splits] == [f"{k}/{12 - k}" for k in range(6, 13)]
     assert [sp["paper_split"] for sp in splits] == [sp["label"] for sp in splits]

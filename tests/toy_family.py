@@ -23,6 +23,7 @@ from idckit.data.clevr_change import Pair
 from idckit.data.images import load_image
 from idckit.errors import DatasetError
 from idckit.experiments import base, recipes
+from idckit.experiments.base import Setup
 from idckit.experiments.config import load_config, train_config
 from idckit.experiments.runs import open_run, variant_result
 from idckit.train.loop import fit
@@ -92,15 +93,6 @@ class ToyConfig:
     init: float
 
 
-@dataclass
-class Setup:
-    profile: str
-    config: dict[str, Any]
-    root: Path
-    runs_dir: Path
-    device: str = "cpu"
-
-
 def _features(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     pairs = ToyPairs(root).pairs(split)
     diff = [np.abs(np.asarray(load_image(p.after), float) - np.asarray(load_image(p.before), float)).mean() / 255
@@ -142,16 +134,16 @@ def setup(profile: str, data_root: str | Path | None = None, *, runs_dir: str | 
     runs = Path(runs_dir) if runs_dir else paths.runs_dir()
     root = Path(data_root) if data_root else generate(runs / "toy-data", n_pairs=cfg["pairs"])
     ToyPairs(root)
-    return Setup(profile, cfg, root, runs, device or "cpu")
+    return Setup(profile, cfg, root, runs, device=device or "cpu")
 
 
 def run_variant(s: Setup, variant: str = "base", seed: int = 0, *, progress: bool = True) -> dict[str, Any]:
     recipe = recipes.get_recipe(variant, FAMILY)
-    run = open_run(s.runs_dir, "toy", {"kind": "toy", "data": str(s.root), "model": s.config["model"],
+    run = open_run(s.runs_dir, "toy", {"kind": "toy", "data": str(s.data), "model": s.config["model"],
                                        "train": s.config["train"], "seed": seed})
     with run.exclusive():
         if not run.is_complete():
-            res = fit(ToyTask(s.root, ToyConfig(**s.config["model"])), train_config(s.config["train"], seed),
+            res = fit(ToyTask(s.data, ToyConfig(**s.config["model"])), train_config(s.config["train"], seed),
                       run.dir, progress=progress, device=s.device)
             run.complete({"val": res.best_metrics, "best_step": res.best_step, "test": {}, "toy_seconds": 0.0})
     return variant_result(MODEL, recipe, seed, run, train_seconds="toy_seconds")

@@ -64,25 +64,32 @@ def runtime(profile: str, device: str | None = None) -> tuple[str, dict[str, Any
 
 @dataclass
 class Setup:
-    """What the runs of a feature-based family (IDC-PCL, DUDA, IDC-PCL on birds) read: the resolved settings of its
-    profile, the data (:class:`~idckit.experiments.data.DataChoice` or ``BirdsChoice``), its grid features, where
-    runs are cached, and where they train (not part of any run key)."""
+    """What a family's runs read (the one setup of every family): the resolved settings of its profile, the data
+    (:class:`~idckit.experiments.data.DataChoice` or ``BirdsChoice``), where runs are cached and where they train
+    (neither part of any run key); the feature-based families (IDC-PCL, DUDA, birds) add their grid features, CLIP4IDC
+    the data its stand-in CLIP learns from."""
 
     profile: str
     config: dict[str, Any]
     data: Any
-    store: Any                  # idckit.data.features.FeatureStore
     runs_dir: Path
+    store: Any = None           # idckit.data.features.FeatureStore of a feature-based family
     device: str = "auto"
     loader: dict[str, Any] = field(default_factory=dict)   # DataLoader workers (idckit.train.loader)
+    progress: bool = True
+    #: CLIP4IDC: where the stand-in CLIP learns (prepared by setup, never mid-run): this data if it has scene
+    #: descriptions, else the profile's synthetic set of the same dataset; None with named weights
+    described: Any = None
 
     @property
     def identity(self) -> dict[str, Any]:
         """What a run key depends on besides the run's own settings: which data (its content, not its path), which
-        features (backbone, weights, grid size) and, where the family has one, the share of training pairs."""
-        ident = {"data": self.data.identity, "data_version": self.data.version,
-                 "features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights"),
-                 "feature_size": self.store.meta.get("image_size")}
+        features (backbone, weights, grid size) where the family has them, and the share of training pairs where
+        the family has one."""
+        ident = {"data": self.data.identity, "data_version": self.data.version}
+        if self.store is not None:
+            ident.update({"features": self.store.meta.get("backbone"), "weights": self.store.meta.get("weights"),
+                          "feature_size": self.store.meta.get("image_size")})
         if "train_fraction" in self.config:
             ident["train_fraction"] = self.config["train_fraction"]
         return ident

@@ -51,7 +51,7 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     data = birds(profile, data_root, progress=progress)
     store = base.features(cfg, data.root, data.cache_name, runs, device=device, progress=progress,
                           images=data.images())
-    return Setup(profile, cfg, data, store, runs, device, loader)
+    return Setup(profile, cfg, data, runs, store=store, device=device, loader=loader)
 
 
 # -- data in memory -------------------------------------------------------------------------------------------

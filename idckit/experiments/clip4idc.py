@@ -42,6 +42,8 @@ import torch
 from idckit import paths, registry
 from idckit.errors import ConfigError, WeightsUnavailableError
 from idckit.experiments import base, recipes, reporting
+from idckit.experiments.base import Setup
+from idckit.models import clip4idc as clip4idc_model
 from idckit.experiments.config import (check_profile, check_seeds, deep_merge, load_config, read_config_file,
                                        train_config)
 from idckit.experiments.data import DataChoice, pair_dataset
@@ -54,46 +56,23 @@ MODEL = "CLIP4IDC (idckit)"    # the model column of its report rows
 STANDIN_LABEL = "idckit stand-in CLIP (synthetic pre-training)"
 
 
-@dataclass
-class Setup:
-    profile: str
-    config: dict[str, Any]          # {"clip": {"model", "pretrained"}, "standin": ..., "adapt": ..., "caption": ...}
-    data: DataChoice
-    runs_dir: Path
-    progress: bool = True
-    device: str = "auto"            # where every run trains and decodes; not part of any run key
-    loader: dict[str, Any] = field(default_factory=dict)    # DataLoader workers (idckit.train.loader)
-    #: where the stand-in CLIP learns (prepared by setup, never mid-run): this data if it has scene descriptions,
-    #: else the profile's synthetic set of the same dataset; None with named weights
-    described: DataChoice | None = None
+def clip_model(s: Setup) -> str:
+    """The open_clip architecture of the setup's CLIP (``ViT-B-32``, the stand-in's name)."""
+    return s.config["clip"]["model"]
 
-    @property
-    def clip_model(self) -> str:
-        return self.config["clip"]["model"]
 
-    @property
-    def identity(self) -> dict[str, Any]:
-        """What every run key depends on besides its own settings: which data (its content, not its path)."""
-        return {"data": self.data.identity, "data_version": self.data.version}
+def image_size(s: Setup) -> int:
+    size = _vision_config(clip_model(s))["image_size"]
+    return size if isinstance(size, int) else size[0]
 
-    def _vision(self) -> dict:
-        return _vision_config(self.clip_model)
 
-    @property
-    def image_size(self) -> int:
-        size = self._vision()["image_size"]
-        return size if isinstance(size, int) else size[0]
+def depth(s: Setup) -> int:
+    """Residual blocks of the CLIP's ViT (N_intra + N_inter); table 7 splits them."""
+    return _vision_config(clip_model(s))["layers"]
 
-    @property
-    def depth(self) -> int:
-        """Residual blocks of the CLIP's ViT (N_intra + N_inter); table 7 splits them."""
-        return self._vision()["layers"]
 
-    @property
-    def default_n_intra(self) -> int:
-        from idckit.models.clip4idc import default_n_intra
-
-        return default_n_intra(self.depth)
+def default_n_intra(s: Setup) -> int:
+    return clip4idc_model.default_n_intra(depth(s))
 
 
 def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = None, *,
@@ -139,7 +118,7 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     _check_pretrained(clip["model"], clip["pretrained"])
     data = pair_dataset(dataset, profile, data_root, progress=progress)
     described = _description_data(data, profile, progress) if clip["pretrained"] is None else None
-    return Setup(profile, cfg, data, runs, progress, device, loader, described)
+    return Setup(profile, cfg, data, runs, device=device, loader=loader, progress=progress, described=described)
 
 
 def dataset_settings(name: str, dataset: str, profile: str) -> dict[str, Any]:
@@ -183,7 +162,7 @@ def _check_pretrained(model: str, pretrained: object) -> None:
 # -- shared in-memory data and caches -------------------------------------------------------------------------
 def _image_cache_dir(s: Setup, data: DataChoice) -> Path:
     # the data's content, not its path: a moved or renamed dataset keeps its cache
-    return s.runs_dir / "images" / f"{data.tag}-{s.image_size}px"
+    return s.runs_dir / "images" / f"{data.tag}-{image_size(s)}px"
 
 
 def loaded_data(s: Setup):
@@ -191,9 +170,9 @@ def loaded_data(s: Setup):
     cached on disk beside the runs, and BPE captions), shared by all runs of a process."""
     from idckit.tasks.clip4idc import load_pair_data
 
-    key = (str(s.data.root), s.image_size, s.config["caption"]["max_len"])
+    key = (str(s.data.root), image_size(s), s.config["caption"]["max_len"])
     return base.CACHE.get("clip4idc-data", key, lambda: load_pair_data(
-        s.data.dataset(), s.image_size, max_len=s.config["caption"]["max_len"], cache_dir=_image_cache_dir(s, s.data),
+        s.data.dataset(), image_size(s), max_len=s.config["caption"]["max_len"], cache_dir=_image_cache_dir(s, s.data),
         progress=s.progress))
 
 
@@ -205,7 +184,7 @@ def caption_data(s: Setup):
     data, n = loaded_data(s), s.config["caption"]["caption_max_len"]
     if n is None:
         return data
-    key = (str(s.data.root), s.image_size, data.max_len, n)
+    key = (str(s.data.root), image_size(s), data.max_len, n)
     return base.CACHE.get("clip4idc-caption-data", key, lambda: with_text_length(data, n))
 
 
@@ -269,7 +248,7 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
     from idckit.train.loop import fit
 
     progress = s.progress if progress is None else progress
-    name, pretrained = s.clip_model, s.config["clip"]["pretrained"]
+    name, pretrained = clip_model(s), s.config["clip"]["pretrained"]
     if pretrained is not None:
         is_file = os.path.isfile(str(pretrained))
         return {"name": name, "weights": str(pretrained), "run": None, "wall_seconds": 0.0,
@@ -291,7 +270,7 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
     with run.exclusive():
         if not run.is_complete():
             t0 = time.perf_counter()
-            data = load_description_data(root, s.image_size, cache_dir=_image_cache_dir(s, described) / "standin",
+            data = load_description_data(root, image_size(s), cache_dir=_image_cache_dir(s, described) / "standin",
                                          progress=progress, dataset=described.dataset())
             task = StandinPretrainTask(data, name, batch_size=c["batch_size"], weight_decay=c["weight_decay"],
                                        eval_batch_size=c["eval_batch_size"])
@@ -342,7 +321,7 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
 
     progress = s.progress if progress is None else progress
     check_seeds([seed])
-    n_intra = s.default_n_intra if n_intra is None else _check_n_intra(s, n_intra)
+    n_intra = default_n_intra(s) if n_intra is None else _check_n_intra(s, n_intra)
     clip = clip_weights(s, progress=progress)
     c = s.config["adapt"]
     run = open_run(s.runs_dir, "clip4idc-adapt", {"kind": "clip4idc-adapt", **s.identity, "clip": clip["key"],
@@ -356,7 +335,7 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
             dev = _device(s)
             torch.manual_seed(seed)
             before = task.evaluate(task.build_model().to(dev), "test")
-            plain_model = CLIP4IDCRetrieval(load_clip(clip["name"], clip["weights"])[0], n_intra=s.depth, joint=False)
+            plain_model = CLIP4IDCRetrieval(load_clip(clip["name"], clip["weights"])[0], n_intra=depth(s), joint=False)
             plain = _evaluate_plain(_adapt_task(s, clip, n_intra, freeze_intra=False), plain_model.to(dev))
             samples = len(task.samples)
             res = fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress,
@@ -368,14 +347,14 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
                               "test_plain_clip": plain, "train_seconds": res.wall_seconds,
                               "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
             distributed.barrier()
-    return {"model": MODEL, "run": run.dir.name, "n_intra": n_intra, "n_inter": s.depth - n_intra, "seed": seed,
+    return {"model": MODEL, "run": run.dir.name, "n_intra": n_intra, "n_inter": depth(s) - n_intra, "seed": seed,
             "clip": clip["description"], **run.metrics(), "_best": str(run.dir / "best.pt")}
 
 
 def _check_n_intra(s: Setup, n_intra: object) -> int:
-    if isinstance(n_intra, bool) or not isinstance(n_intra, int) or not 0 <= n_intra <= s.depth:
-        raise ConfigError(f"n_intra={n_intra!r} must be an integer in [0, {s.depth}] for {s.clip_model}'s "
-                          f"{s.depth}-layer ViT", fix=f"pass n_intra=None for the default ({s.default_n_intra}), or "
+    if isinstance(n_intra, bool) or not isinstance(n_intra, int) or not 0 <= n_intra <= depth(s):
+        raise ConfigError(f"n_intra={n_intra!r} must be an integer in [0, {depth(s)}] for {clip_model(s)}'s "
+                          f"{depth(s)}-layer ViT", fix=f"pass n_intra=None for the default ({default_n_intra(s)}), or "
                                                      "one of layer_splits(s)")
     return n_intra
 
@@ -422,7 +401,7 @@ def run_variant(s: Setup, variant: str = "clip4idc", seed: int = 0, *, n_intra: 
     progress = s.progress if progress is None else progress
     v = recipe.settings
     variant = recipe.variant
-    n_intra = s.default_n_intra if n_intra is None else _check_n_intra(s, n_intra)
+    n_intra = default_n_intra(s) if n_intra is None else _check_n_intra(s, n_intra)
     if v["captioner"] is None:     # clip4idc/adapt: the retrieval stage alone, at this seed
         ad = adapt(s, n_intra, seed, progress=progress)
         # the keys of every recipe's result: a retrieval run decodes no captions and has no judge
@@ -469,7 +448,7 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
     # a frozen encoder whose intra blocks still hold CLIP's own weights (no adaptation, or one that froze them)
     # reads the notebook's shared intra cache (the task checks the weights' fingerprint before using it)
     shared = captioner["freeze_visual"] and (ad is None or s.config["adapt"]["freeze_intra"])
-    split = s.depth if captioner["n_intra"] is None else captioner["n_intra"]     # CLIP-FT: the whole tower
+    split = depth(s) if captioner["n_intra"] is None else captioner["n_intra"]     # CLIP-FT: the whole tower
     intra = _intra_cache(s, clip, split) if shared else None
     with CaptionScorer(meteor=False) as quick:
         task = CaptionTask(data, clip["name"], clip["weights"], captioner, batch_size=c["batch_size"],
@@ -516,11 +495,11 @@ def layer_splits(s: Setup) -> list[dict[str, Any]]:
 
     Each comes with the paper's split at the same relative depth (N_intra / depth), when there is one."""
     out = []
-    for k in range(s.depth // 2, s.depth + 1):
-        paper = 12 * k / s.depth
-        out.append({"n_intra": k, "n_inter": s.depth - k, "label": f"{k}/{s.depth - k}",
+    for k in range(depth(s) // 2, depth(s) + 1):
+        paper = 12 * k / depth(s)
+        out.append({"n_intra": k, "n_inter": depth(s) - k, "label": f"{k}/{depth(s) - k}",
                     "paper_split": f"{int(paper)}/{12 - int(paper)}" if paper == int(paper) else None,
-                    "relative_depth": k / s.depth})
+                    "relative_depth": k / depth(s)})
     return out
 
 
@@ -572,7 +551,7 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
                      + clip.get("wall_seconds", 0.0))
     weights = clip["description"] if clip["run"] else f"{clip['weights']} (not the stand-in)"
     return Provenance(profile=s.profile, data=s.data.description, data_version=s.data.version,
-                      backbone=f"CLIP {clip['name']} on pixels ({s.image_size} px, {s.depth} layers)",
+                      backbone=f"CLIP {clip['name']} on pixels ({image_size(s)} px, {depth(s)} layers)",
                       weights=weights, seeds=list(seeds), wall_seconds=round(wall_seconds, 1),
                       selection_split=selection,
                       extra={"clip": STANDIN_LABEL if clip["run"] else f"OpenAI/open_clip weights: {clip['weights']}",

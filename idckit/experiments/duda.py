@@ -30,7 +30,8 @@ def setup(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *
     cfg = load_config("duda", profile, overrides)
     shared = pcl.setup(profile, data_root, runs_dir=runs_dir, backbone=backbone, hard=hard, progress=progress,
                        device=device)
-    return Setup(profile, cfg, shared.data, shared.store, shared.runs_dir, shared.device, shared.loader)
+    return Setup(profile, cfg, shared.data, shared.runs_dir, store=shared.store, device=shared.device,
+                 loader=shared.loader)
 
 
 def loaded_data(s: Setup):

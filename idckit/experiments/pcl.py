@@ -45,7 +45,7 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
     device, loader = base.runtime(profile, device)    # an unknown device fails before the data is generated
     data = clevr_change(profile, data_root, hard=hard, progress=progress)
     store = base.features(cfg, data.root, data.tag, runs, device=device, progress=progress)
-    return Setup(profile, cfg, data, store, runs, device, loader)
+    return Setup(profile, cfg, data, runs, store=store, device=device, loader=loader)
 
 
 def loaded_data(s: Setup):
