@@ -39,16 +39,23 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
+from idckit import checkpoints
 from idckit.data.clevr_change import DISTRACTOR, ClevrChange
 from idckit.data.images import ImageCache
 from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError
+from idckit.eval.captions import evaluate_pairs
+from idckit.eval.retrieval import retrieval_metrics
 from idckit.losses import clip_logits, mlm_loss, symmetric_infonce
 from idckit.models.clip4idc import (CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval, PairEncoder,
                                     clip_bpe_tokenizer, tokenize_captions)
+from idckit.models.clip_loader import load_clip
+from idckit.models.decoding import greedy_decode
 from idckit.tasks.references import pick_references
 from idckit.train import distributed
+from idckit.train.loop import DISTINCT_METRIC
 from idckit.train.task import weight_decay_groups
 
 MAX_LOGIT_SCALE = math.log(100.0)
@@ -288,8 +295,6 @@ class IntraCache:
     @torch.inference_mode()
     def compute(cls, encoder: PairEncoder, images: ImageCache, rows: torch.Tensor, *, batch_size: int = 128,
                 progress: bool = False) -> "IntraCache":
-        from tqdm.auto import tqdm
-
         rows = torch.unique(rows)
         was = encoder.training
         encoder.eval()
@@ -307,8 +312,6 @@ class IntraCache:
 def pair_tokens(encoder: PairEncoder, images: ImageCache, before: torch.Tensor, after: torch.Tensor, *,
                 intra: IntraCache | None = None, batch_size: int = 64, progress: bool = False) -> torch.Tensor:
     """[P, 2(n+1), D] pair-encoder tokens of the given pairs (from the intra cache when it matches)."""
-    from tqdm.auto import tqdm
-
     was = encoder.training
     encoder.eval()
     out = []
@@ -363,8 +366,6 @@ class AdaptTask:
         self.samples = torch.nonzero(keep).flatten()           # every change caption is a sample
 
     def build_model(self) -> CLIP4IDCRetrieval:
-        from idckit.models.clip_loader import load_clip
-
         clip, _, _ = load_clip(self.clip_model, self.pretrained)
         model = CLIP4IDCRetrieval(clip, n_intra=self.n_intra)
         if self.freeze_embeddings:      # the public code's freeze list: patch/position/token embeddings, ln_pre
@@ -457,8 +458,6 @@ class AdaptTask:
 
     def evaluate(self, model: CLIP4IDCRetrieval, split: str = "val") -> dict[str, float]:
         """R@K (``ks``: 1/5/10 by default), MdR, MnR in both directions (CLIP4IDC's protocol, idckit.eval.retrieval)."""
-        from idckit.eval.retrieval import retrieval_metrics
-
         sim, text_pair = self.similarity(model, split)
         return retrieval_metrics(sim, text_pair, ks=self.ks)
 
@@ -514,14 +513,10 @@ class CaptionTask:
         return self.cfg.freeze_visual
 
     def build_model(self) -> CLIP4IDCCaptioner:
-        from idckit.models.clip_loader import load_clip
-
         clip, _, _ = load_clip(self.clip_model, self.pretrained)
         out_ids = self.data.caption_ids() if self.trim_vocab else None
         model = CLIP4IDCCaptioner(clip, self.cfg, output_ids=out_ids)
         if self.init_from is not None:
-            from idckit import checkpoints
-
             fix = "pass the best.pt of an adaptation run (or of idckit import-checkpoint --from clip4idc-adapt)"
             state = checkpoints.load(self.init_from, what="init_from checkpoint", fix=fix)
             encoder = {k[len("pair_encoder."):]: v for k, v in state.items() if k.startswith("pair_encoder.")} \
@@ -616,10 +611,6 @@ class CaptionTask:
     def predict(self, model: CLIP4IDCCaptioner, split: str) -> dict[str, str]:
         """Greedy captions (KV cache, at most max_len - 1 tokens after SOT) for every pair of ``split``; under
         torchrun each rank decodes its rank-strided share and every rank gets the whole result."""
-        from tqdm.auto import tqdm
-
-        from idckit.models.decoding import greedy_decode
-
         was = model.training
         model.eval()
         s = self.data.splits[split]
@@ -637,9 +628,6 @@ class CaptionTask:
         return {p: out[p] for p in s.pair_ids}
 
     def evaluate(self, model: CLIP4IDCCaptioner, split: str = "val") -> dict[str, float]:
-        from idckit.eval.captions import evaluate_pairs
-        from idckit.train.loop import DISTINCT_METRIC
-
         preds = self.predict(model, split)
         if not distributed.is_main():     # scored once, on rank 0
             return {}

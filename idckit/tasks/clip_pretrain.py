@@ -39,7 +39,10 @@ from idckit.data.clevr_change import ClevrChange
 from idckit.data.images import ImageCache
 from idckit.device import model_device
 from idckit.errors import DatasetError
+from idckit.eval.retrieval import retrieval_metrics
 from idckit.losses import clip_logits, symmetric_infonce
+from idckit.models.clip4idc import clip_bpe_tokenizer, tokenize_captions
+from idckit.models.clip_loader import load_clip
 from idckit.train import distributed
 from idckit.train.task import weight_decay_groups
 
@@ -126,8 +129,6 @@ def load_description_data(root: str | Path, size: int, *, context_length: int = 
 
     ``dataset`` is the loader of ``root`` (default ``ClevrChange(root)``; a ``SpotTheDiff`` or ``EditingRequest``
     works the same way, its scenes being the pairs)."""
-    from idckit.models.clip4idc import clip_bpe_tokenizer
-
     root = Path(root)
     path = root / "scene_descriptions.json"
     if not path.is_file():
@@ -161,8 +162,6 @@ def load_description_data(root: str | Path, size: int, *, context_length: int = 
 
 
 def _tokenize(texts: list[str], context_length: int) -> torch.Tensor:
-    from idckit.models.clip4idc import tokenize_captions
-
     return tokenize_captions(texts, context_length)
 
 
@@ -177,8 +176,6 @@ class StandinPretrainTask:
         self.weight_decay, self.eval_batch_size = weight_decay, eval_batch_size
 
     def build_model(self):
-        from idckit.models.clip_loader import load_clip
-
         model, _, _ = load_clip(self.model_name, None)
         if model.visual.image_size[0] != self.data.images.size or model.context_length != self.data.context_length:
             raise ValueError(f"{self.model_name} expects {model.visual.image_size[0]} px and "
@@ -223,8 +220,6 @@ class StandinPretrainTask:
     @torch.inference_mode()
     def evaluate(self, model, split: str = "val") -> dict[str, float]:
         """Image <-> text R@1/5 on the val default images (one deterministic description each)."""
-        from idckit.eval.retrieval import retrieval_metrics
-
         if split != "val":
             raise ValueError("the stand-in is evaluated on val images only (test images are never touched)")
         model.eval()

@@ -20,10 +20,12 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 import torch
+from tqdm.auto import tqdm
 
 from idckit.data.clevr_change import DISTRACTOR
 from idckit.device import copy_to, model_device
 from idckit.errors import DatasetError
+from idckit.eval.captions import evaluate_pairs
 from idckit.losses import attention_mass, mlm_loss
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.duda import DUDA, DUDAConfig
@@ -130,8 +132,6 @@ class DUDATask:
         return self.loss(model, batch["before"], batch["after"], batch["ids"], batch.get("features"))
 
     def evaluate(self, model: DUDA, split: str = "val") -> dict[str, float]:
-        from idckit.eval.captions import evaluate_pairs
-
         preds = predict(model, self.data, split, batch_size=self.eval_batch_size)
         s = self.data.splits[split]
         scores = evaluate_pairs(s.references, preds["captions"], dict(zip(s.pair_ids, s.types)),
@@ -164,8 +164,6 @@ def caption_judge_accuracy(captions: Mapping[str, str], split: SplitData, no_cha
 def predict(model: DUDA, data: PCLData, split: str, *, batch_size: int, beam: int = 1,
             progress: bool = False) -> dict[str, Any]:
     """Greedy (or beam) captions for every pair of ``split``: ``{"captions": {pair_id: caption}}``."""
-    from tqdm.auto import tqdm
-
     was_training = model.training
     model.eval()
     s = data.splits[split]

@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import torch
+from tqdm.auto import tqdm
 
+from idckit import checkpoints
 from idckit.data.clevr_change import DISTRACTOR
 from idckit.text.pcl_inputs import PCLData
 from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError
+from idckit.eval.captions import evaluate_pairs
 from idckit.losses import fda_nce, fgvc_loss, judge_loss, mlm_loss, mvcl_nce
 from idckit.models.decoding import beam_search, greedy_decode
 from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
@@ -67,8 +70,6 @@ class _PCLTask:
     def build_model(self) -> PCL:
         model = PCL(model_config(self.data, self.model_settings), self.data.vocab)
         if self.init_from is not None:
-            from idckit import checkpoints
-
             state = checkpoints.load(self.init_from, what="init_from checkpoint",
                                      fix="pass the best.pt or last.pt of a finished pre-training run as init_from")
             # a pre-training model's other heads may differ (load_pretrained reports them); NaN or Inf, a number
@@ -357,8 +358,6 @@ class FinetuneTask(_PCLTask):
     def evaluate(self, model: PCL, split: str = "val") -> dict[str, float]:
         """Val metrics, scored once on rank 0 (the other ranks of a torchrun group decode their share and
         return {})."""
-        from idckit.eval.captions import evaluate_pairs
-
         preds = predict(model, self.data, split, batch_size=self.eval_batch_size)
         if not distributed.is_main():
             return {}
@@ -382,8 +381,6 @@ def predict(model: PCL, data: PCLData, split: str, *, batch_size: int, beam: int
 
     On the model's device. Under torchrun each rank decodes its rank-strided share of the pairs and every rank
     gets the whole result (gathered in pair order)."""
-    from tqdm.auto import tqdm
-
     was_training = model.training
     model.eval()
     s = data.splits[split]
