@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
+from PIL import Image, UnidentifiedImageError
+
 from idckit.errors import ConfigError, DatasetError
 
 TSV_NAME = "birds-to-words-v1.0.tsv"
@@ -193,8 +195,6 @@ class BirdsToWords:
         if path.stat().st_size == 0:
             return EMPTY
         if self.verify_images:
-            from PIL import Image, UnidentifiedImageError
-
             try:
                 with Image.open(path) as im:
                     im.verify()

@@ -32,9 +32,10 @@ mean/std. ``image_size`` changes the square side the images are resized to (and 
 """
 from __future__ import annotations
 
-import os
-
+import errno
+import hashlib
 import json
+import os
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,21 +43,24 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from idckit import __version__, fileio
 from idckit.data.clevr_change import ClevrChange, default_name, nonsemantic_name, semantic_name
 from idckit.data.images import load_image
+from idckit.device import prepare, resolve
 from idckit.errors import ConfigError, DatasetError, WeightsUnavailableError
 from idckit.models import backbones
 from idckit.models.backbones import MEAN, STD
+from idckit.train import distributed
 
 IMAGE_SIZE = 224
 
 
 def _check_half_range(features, backbone: str, label: str, image: Path) -> None:
     """The store is float16: a value beyond its range would be saved as inf and poison every run that reads it."""
-    import torch
-
     peak, limit = features.abs().max().item(), float(np.finfo(np.float16).max)
     if not torch.isfinite(features).all() or peak > limit:
         raise DatasetError(f"{backbone} features ({label}) reach {peak:.3g}, beyond float16's range "
@@ -71,9 +75,7 @@ def _clip(name: str, weights: str | None):
     ``weights`` is an open_clip pretrained tag ("openai", the paper's) or a local checkpoint such as the kit's
     stand-in; there is no default, since CLIP without weights would be a random network.
     """
-    import torch
-    import torch.nn.functional as F
-
+    # local: open_clip costs 2 s CPU at import; only clip:<model> grids need it, and PCL/DUDA training imports this
     from idckit.models.clip_loader import load_clip
 
     if weights is None:
@@ -104,8 +106,6 @@ def _clip(name: str, weights: str | None):
 def build_backbone(name: str, weights: str | None = None):
     """(module, forward fn image->[B, C, h, w], weights label): an ImageNet CNN of
     :mod:`idckit.models.backbones`, or ``clip:<open_clip model>``'s patch-token grid."""
-    import torch
-
     if name.startswith("clip:"):
         module, forward, label = _clip(name[len("clip:"):], weights)
     else:
@@ -128,8 +128,6 @@ def store_name(backbone: str, image_size: int = IMAGE_SIZE) -> str:
 
 
 def preprocess(paths: Sequence[Path], size: int = IMAGE_SIZE):
-    import torch
-
     batch = np.stack([np.asarray(load_image(p).resize((size, size), resample=3), dtype=np.float32)
                       for p in paths]) / 255.0  # resample=3: bicubic
     batch = (batch - np.array(MEAN, dtype=np.float32)) / np.array(STD, dtype=np.float32)
@@ -234,8 +232,6 @@ def _check_out(out: Path, backbone: str, flag: str = "--out") -> tuple["fileio.C
 def data_identity(root: Path, images: Sequence[str]) -> str:
     """Which data a store was computed from: the image list with each file's size and modification time (a
     regenerated or other dataset differs; the same files read again do not). Raises naming a missing image."""
-    import hashlib
-
     h = hashlib.sha256()
     missing = []
     for rel in images:
@@ -265,8 +261,6 @@ def extract_features(root: str | Path, backbone: str = "efficientnet_lite0", *, 
     A store records the data it was computed from (:func:`data_identity`); one of other data (or of an older idckit
     that did not record it) is never returned as this data's: ``other_data="rebuild"`` extracts again in its place,
     ``"refuse"`` raises (the CLI's explicit ``--out``). ``force``: write beside files the store did not write."""
-    from idckit.train import distributed
-
     if distributed.world() > 1:
         return distributed.main_first(lambda: extract_features(
             root, backbone, weights=weights, images=images, batch_size=batch_size, out_dir=out_dir,
@@ -340,8 +334,6 @@ def _reserve(npy: Path, *, fresh: bool) -> None:
     resumed one keeps its rows)."""
     if not hasattr(os, "posix_fallocate"):      # macOS, Windows: nothing to reserve with
         return
-    import errno
-
     try:
         with open(npy, "r+b") as f:
             os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
@@ -356,11 +348,6 @@ def _reserve(npy: Path, *, fresh: bool) -> None:
 def _extract(root: Path, backbone: str, weights, images: list[str], batch_size: int, out_dir: Path,
              max_batches, progress: bool, device, image_size: int, other_data: str, force: bool,
              default_out: bool) -> FeatureStore | None:
-    import torch
-    from tqdm.auto import tqdm
-
-    from idckit.device import prepare, resolve
-
     data = data_identity(root, images)
     claim, meta = _check_out(out_dir, backbone, "--out (default DATA_ROOT/features/BACKBONE)" if default_out
                              else "--out")

@@ -20,14 +20,19 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import warnings
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
+from PIL import Image, UnidentifiedImageError
+from tqdm.auto import tqdm
 
 from idckit import fileio
+from idckit.device import copy_to
 from idckit.errors import DatasetError
+from idckit.train import distributed
 
 #: OpenAI CLIP's normalisation (open_clip's OPENAI_DATASET_MEAN/STD), used by every CLIP incl. the stand-in.
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -52,8 +57,6 @@ def load_image(path: str | Path):
     * EXIF orientation is not applied: the pixels as stored, as the authors' loaders read them.
 
     A file that is not a whole image (truncated, not an image, too many pixels to decode safely) is refused."""
-    from PIL import Image, UnidentifiedImageError
-
     path = Path(path)
     try:
         with Image.open(path) as im:
@@ -78,8 +81,6 @@ def load_image(path: str | Path):
 
 
 def _to_rgb(im, path: Path):
-    from PIL import Image
-
     if im.mode in GREY16 or im.mode in ("I", "F"):
         return Image.fromarray(_levels(np.asarray(im), im.mode, path), "L").convert("RGB")
     try:
@@ -114,8 +115,6 @@ def _levels(a: np.ndarray, mode: str, path: Path) -> np.ndarray:
 
 def resize_uint8(path: str | Path, size: int) -> np.ndarray:
     """[3, size, size] uint8: RGB, bicubic squash resize (no crop, aspect ratio not kept)."""
-    from PIL import Image
-
     img = load_image(path).resize((size, size), Image.BICUBIC)
     return np.asarray(img, dtype=np.uint8).transpose(2, 0, 1).copy()
 
@@ -123,8 +122,6 @@ def resize_uint8(path: str | Path, size: int) -> np.ndarray:
 def _mapped(path: Path) -> torch.Tensor:
     """The cache file as a read-only memory-mapped tensor: a batch reads its rows, and the page cache holds the file
     once for every process of a machine (18 GB for CLEVR-Change at 224 px)."""
-    import warnings
-
     with warnings.catch_warnings():   # read-only: nothing writes the pixels
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(np.load(path, mmap_mode="r"))
@@ -160,8 +157,6 @@ class ImageCache:
 
         The uint8 pixels travel to the device (a quarter of the float32 bytes) and are converted there.
         ``pixels``: :meth:`read` of ``rows`` done ahead (by a DataLoader worker)."""
-        from idckit.device import copy_to
-
         x = copy_to(self.read(rows) if pixels is None else pixels, device).float().div_(255.0)
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
@@ -170,8 +165,6 @@ class ImageCache:
               progress: bool = False) -> "ImageCache":
         """Decode and resize ``rel_paths`` (relative to ``root``); reuse ``cache_dir`` if it holds the same set.
         Under torchrun rank 0 writes the cache and the other ranks read it."""
-        from idckit.train import distributed
-
         if cache_dir is not None and distributed.world() > 1:
             return distributed.main_first(lambda: cls._build(root, rel_paths, size, cache_dir=cache_dir,
                                                              progress=progress and distributed.is_main()))
@@ -179,8 +172,6 @@ class ImageCache:
 
     @classmethod
     def _build(cls, root, rel_paths, size, *, cache_dir, progress) -> "ImageCache":
-        from tqdm.auto import tqdm
-
         root = Path(root)
         paths = sorted(dict.fromkeys(rel_paths))
         digest = hashlib.sha256(("\n".join(paths) + f"\n{size}").encode()).hexdigest()[:16]
