@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+import textwrap
 import uuid
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -31,12 +32,15 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from PIL import Image
+from tqdm.auto import tqdm
 
-from idckit.data.birds_to_words import COLUMNS, TSV_NAME
+from idckit.data.birds_to_words import COLUMNS, TSV_NAME, BirdsToWords
 from idckit.data.synth import bird_text, writing
 from idckit.data.synth.bird_render import render_bird
 from idckit.data.synth.bird_species import Taxonomy, sample_individual, sample_taxonomy, visual_neighbour
 from idckit.errors import DatasetError
+from idckit.fileio import atomic_path
 
 GENERATOR_VERSION = "synthbirds-1"
 BRANCHES = ("visual", "sameSpecies", "sameGenus", "sameFamily", "sameOrder", "sameClass")
@@ -129,8 +133,6 @@ def class_dir(class_id: int, common: str) -> str:
 
 
 def _jpeg(img: np.ndarray) -> bytes:
-    from PIL import Image
-
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="JPEG", quality=JPEG_QUALITY)
     return buf.getvalue()
@@ -152,8 +154,6 @@ def generate(out: str | Path, *, n_pairs: int | None = None, cub_per_class: int 
 
     ``tree`` is (orders, families per order, genera per family, species per genus); the default gives 200 species.
     """
-    from tqdm.auto import tqdm
-
     a = writing.from_profile("synth_birds", profile, pairs=n_pairs, cub_per_class=cub_per_class,
                              nabirds_per_class=nabirds_per_class, size=size, seed=seed, workers=workers, tree=tree)
     n_pairs, cub_per_class, nabirds_per_class = a["pairs"], a["cub_per_class"], a["nabirds_per_class"]
@@ -360,8 +360,6 @@ def load_truth(root: str | Path) -> dict:
 def pair_animals(root: str | Path, split: str) -> dict[str, tuple[dict, dict]]:
     """pair id (as :class:`idckit.data.birds_to_words.BirdsToWords` names it) -> (animal1, animal2) attributes,
     for ``bird_text.verified_share``. Swapped pairs (``..._swap``) are included, mirrored."""
-    from idckit.data.birds_to_words import BirdsToWords
-
     truth = load_truth(root)
     species = truth["taxonomy"]["species"]
     photos = truth["birds_to_words"]
@@ -382,14 +380,9 @@ def pair_animals(root: str | Path, split: str) -> dict[str, tuple[dict, dict]]:
 
 def sample_figure(root: str | Path, path: str | Path, *, n: int = 4, split: str = "test") -> Path:
     """Save ``n`` pairs of different selections with two of their paragraphs each (a PNG of a few hundred KB)."""
-    import textwrap
-
+    # local: matplotlib costs 0.3 s at import; only this figure needs it, with Agg chosen before pyplot loads
     import matplotlib
     import matplotlib.pyplot as plt
-    from PIL import Image
-
-    from idckit.data.birds_to_words import BirdsToWords
-    from idckit.fileio import atomic_path
 
     matplotlib.use("Agg", force=False)
     ds = BirdsToWords(Path(root) / "birds_to_words")

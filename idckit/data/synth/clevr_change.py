@@ -23,6 +23,8 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
+from tqdm.auto import tqdm
 
 from idckit.data.clevr_change import CHANGE_TYPES, default_name
 from idckit.data.synth import captions, render, scene as scenes, writing
@@ -45,8 +47,6 @@ def _splits(n: int, seed: int) -> dict[str, list[int]]:
 
 
 def _png(img: np.ndarray) -> bytes:
-    from PIL import Image
-
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="PNG", optimize=False, compress_level=6)
     return buf.getvalue()
@@ -93,8 +93,6 @@ def generate(out: str | Path, *, n_pairs: int | None = None, seed: int | None = 
     most) objects in a before scene, CLEVR's (3, 10) by default; fewer objects make the change a larger share.
     ``force``: write beside entries the generator did not write (kept, never deleted).
     """
-    from tqdm.auto import tqdm
-
     a = writing.from_profile("synth_clevr_change", profile, pairs=n_pairs, seed=seed, size=size,
                              camera_jitter=camera_jitter, lamp_jitter=lamp_jitter, objects=objects, workers=workers)
     n_pairs, seed, size, workers = a["pairs"], a["seed"], a["size"], a["workers"]

@@ -28,6 +28,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont, ImageOps
+from tqdm.auto import tqdm
 
 from idckit.data.synth import writing
 
@@ -51,8 +53,6 @@ class _Canvas:
     """A PIL image plus one mask per removable object, drawn together."""
 
     def __init__(self, size, colour):
-        from PIL import Image, ImageDraw
-
         self.img = Image.new("RGB", size, colour)
         self.draw = ImageDraw.Draw(self.img, "RGBA")
         self.objects: list[dict] = []
@@ -60,8 +60,6 @@ class _Canvas:
 
     def thing(self, name: str, shapes, removable: bool = True) -> None:
         """Draw ``shapes`` [(method, xy, kwargs)] and record the object (with its mask if removable)."""
-        from PIL import Image, ImageDraw
-
         mask = Image.new("L", self.size, 0) if removable else None
         md = ImageDraw.Draw(mask) if removable else None
         xs = []
@@ -82,8 +80,6 @@ def _gradient(size, top, bottom) -> np.ndarray:
 
 
 def landscape(size, rng) -> _Canvas:
-    from PIL import Image
-
     w, h = size
     sky = [((110, 160, 230), (200, 225, 245)), ((240, 150, 90), (250, 210, 150)), ((150, 160, 170), (210, 212, 215))]
     top, bottom = sky[int(rng.integers(len(sky)))]
@@ -138,8 +134,6 @@ def landscape(size, rng) -> _Canvas:
 
 
 def room(size, rng) -> _Canvas:
-    from PIL import Image
-
     w, h = size
     wall = np.asarray(rng.choice([(230, 220, 200), (200, 215, 225), (235, 200, 190), (210, 220, 200)]), np.float32)
     c = _Canvas(size, (0, 0, 0))
@@ -200,8 +194,6 @@ def room(size, rng) -> _Canvas:
 
 def photo(rng) -> tuple[object, list[dict]]:
     """A before photo (PIL RGB) and its objects (name, centre x, mask or None), left to right."""
-    from PIL import Image, ImageFilter
-
     size = SIZES[int(rng.integers(len(SIZES)))]
     c = landscape(size, rng) if rng.random() < 0.5 else room(size, rng)
     img = c.img.filter(ImageFilter.GaussianBlur(0.6))
@@ -258,8 +250,6 @@ def inpaint(arr: np.ndarray, mask: np.ndarray, rng, iterations: int = 20) -> np.
 
 
 def _font(size: int):
-    from PIL import ImageFont
-
     return ImageFont.load_default(size=size)   # the font bundled with Pillow: same glyphs on every machine
 
 
@@ -268,8 +258,6 @@ def apply_edit(img, op: str, rng, target: dict | None = None) -> tuple[object, d
 
     ``target`` is the object (with its mask) that ``remove`` inpaints away.
     """
-    from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageOps
-
     w, h = img.size
     if op == "brightness":
         up = bool(rng.random() < 0.5)
@@ -526,8 +514,6 @@ def generate(out: str | Path, *, n_pairs: int | None = None, seed: int | None = 
     """Write SynthIER to ``out`` (atomically); reuse it if it already holds the same arguments. ``force``: write
     beside entries the generator did not write (kept, never deleted). An argument left None is
     ``configs/synth_editing_request.json``'s at ``profile`` (None: the default profile)."""
-    from tqdm.auto import tqdm
-
     a = writing.from_profile("synth_editing_request", profile, pairs=n_pairs, seed=seed, workers=workers)
     n_pairs, seed, workers = a["pairs"], a["seed"], a["workers"]
     out = writing.check_common(Path(out), n_pairs, 12, workers, seed)

@@ -29,6 +29,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from PIL import Image, ImageDraw
+from tqdm.auto import tqdm
 
 from idckit.data.synth import writing
 from idckit.errors import ConfigError
@@ -109,8 +111,6 @@ def scale_at(s: dict, y: float) -> float:
 
 @lru_cache(maxsize=N_SITES * 2)
 def _background(seed: int, k: int) -> bytes:
-    from PIL import Image, ImageDraw
-
     s = site(seed, k)
     H = SIZE * SCALE
     img = Image.new("RGB", (H, H), s["sky"])
@@ -265,8 +265,6 @@ def _draw_object(d, s: dict, o: dict) -> None:
 
 def render(seed: int, k: int, objects: list[dict], light: dict, rng) -> np.ndarray:
     """One 224x224 frame: site ``k``, ``objects`` back to front, then light (gain, tint) and sensor noise."""
-    from PIL import Image, ImageDraw
-
     H = SIZE * SCALE
     img = Image.frombytes("RGB", (H, H), _background(seed, k))
     d = ImageDraw.Draw(img, "RGBA")
@@ -449,9 +447,6 @@ def generate(out: str | Path, *, n_pairs: int | None = None, seed: int | None = 
     ``light_change`` scales how much the light differs between a pair's two frames (1.0: up to 12 % in gain
     where no object changed, 4 % where one did; 0: the same light, only the sensor noise differs); the objects,
     sentences and noise draws are the same at every value. Recorded in ``synth_info.json``."""
-    from PIL import Image
-    from tqdm.auto import tqdm
-
     a = writing.from_profile("synth_spot_the_diff", profile, pairs=n_pairs, seed=seed, workers=workers,
                              light_change=light_change)
     n_pairs, seed, workers, light_change = a["pairs"], a["seed"], a["workers"], a["light_change"]

@@ -13,12 +13,19 @@ import io
 import json
 import numbers
 import os
+import shutil
 from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+import numpy as np
+
+from idckit import fileio
 from idckit.errors import DatasetError
+from idckit.fileio import resolve_out
+from idckit.paths import DEFAULT_PROFILE
+from idckit.settings import load_config
 
 MARKER = "synth_info.json"
 
@@ -27,9 +34,6 @@ def from_profile(config: str, profile: str | None, **given):
     """A generator's arguments: each one given, or where it is None the value of ``configs/<config>.json`` at
     ``profile`` (None: the kit's default profile). The generators' defaults live in those files only; the
     arguments carry the files' names (``pairs``, ``seed``, ...)."""
-    from idckit.paths import DEFAULT_PROFILE
-    from idckit.settings import load_config
-
     resolved = load_config(config, profile or DEFAULT_PROFILE)
     return {k: resolved[k] if v is None else v for k, v in given.items()}
 
@@ -79,8 +83,6 @@ def claim(out: Path, kind: str, info: dict, overwrite: bool, force: bool = False
     ``overwrite``, and entries the generator did not write (the user's notes, a ``features/`` store) without
     ``force``; with ``force`` those are kept, never deleted. ``legacy``: what a key of ``info`` meant in markers
     written before the generator had it."""
-    from idckit import fileio
-
     what, _, entries = KINDS[kind]
     c = fileio.claim_dir(out, kind, recognise=_recognise, will_write=entries, what=what, check=False,
                          error=DatasetError, foreign_note=f" (no {MARKER})")
@@ -111,8 +113,6 @@ def reusable(out: Path, info: dict, overwrite: bool, legacy: dict | None = None)
 
 def check_pairs_fit(out: Path, n_pairs: int) -> None:
     """An impossible size is refused before the job list is built (``--pairs 10**12`` would exhaust memory)."""
-    import shutil
-
     if n_pairs > MAX_PAIRS:
         raise DatasetError(f"--pairs {n_pairs} is more than this generator can write (at most {MAX_PAIRS:,})",
                            path=out, fix="pass a smaller --pairs (the real CLEVR-Change has 79,606 pairs)")
@@ -192,8 +192,6 @@ def check_common(out: Path, n_pairs: int, minimum: int, workers: int, seed: int)
 
 def check_workers_seed_out(out: Path, workers: int, seed: int) -> Path:
     """The arguments every generator has, and ``--out`` resolved (links, loops, ``.``, read-only places)."""
-    from idckit.fileio import resolve_out
-
     if workers < 1:
         raise DatasetError(f"--workers must be >= 1, got {workers}", path=out, fix="pass --workers 1 or more")
     # numpy's seed sequences take only non-negative integers
@@ -204,8 +202,6 @@ def check_workers_seed_out(out: Path, workers: int, seed: int) -> Path:
 
 def split_ids(n: int, seed: int, fractions: dict[str, float]) -> dict[str, list[int]]:
     """A seeded partition of ``range(n)`` into train/val/test with the given val and test fractions."""
-    import numpy as np
-
     perm = np.random.default_rng([seed, 2**31 - 2]).permutation(n)
     n_val, n_test = max(1, round(n * fractions["val"])), max(1, round(n * fractions["test"]))
     return {"train": sorted(map(int, perm[n_val + n_test:])), "val": sorted(map(int, perm[:n_val])),
