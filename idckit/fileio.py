@@ -387,7 +387,7 @@ class _Staging:
 def torch_save(obj: Any, path: str | Path) -> None:
     """``torch.save`` through a Python file, so that a failed write (a full disk, a file-size limit) keeps its OSError
     (as the context of torch's RuntimeError); torch's own file writer would say only "unexpected pos"."""
-    import torch  # local: torch costs 4.5 s at import; reports and the CLI use fileio without it
+    import torch  # local: torch costs 2 s CPU at import; reports and the CLI use fileio without it
 
     with open(path, "wb") as f:
         torch.save(obj, f)
