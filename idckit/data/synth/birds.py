@@ -382,7 +382,7 @@ def sample_figure(root: str | Path, path: str | Path, *, n: int = 4, split: str 
     """Save ``n`` pairs of different selections with two of their paragraphs each (a PNG of a few hundred KB)."""
     # local: matplotlib costs 0.3 s at import; only this figure needs it, with Agg chosen before pyplot loads
     import matplotlib
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # local: as matplotlib above
 
     matplotlib.use("Agg", force=False)
     ds = BirdsToWords(Path(root) / "birds_to_words")
