@@ -115,10 +115,10 @@ class Family:
         """Its experiment module, imported now."""
         return resolve(self.module)
 
-    def load_run(self, run_dir: str | Path, checkpoint: str = "best", device: str = "cpu"):
+    def load_run(self, run_dir: str | Path, checkpoint: str = "best", device: str = "cpu", **options: Any):
         """The one way to load a trained run of this family: ``(model, step)``, the model in eval mode on
-        ``device`` (the experiment module's ``load_run``)."""
-        return self.experiment().load_run(run_dir, checkpoint=checkpoint, device=device)
+        ``device`` (the experiment module's ``load_run``, which names its ``options``)."""
+        return self.experiment().load_run(run_dir, checkpoint=checkpoint, device=device, **options)
 
 
 # Recipes name the pre-training objectives they switch on; the ratios come from the profile JSON

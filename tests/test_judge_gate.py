@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from idckit.errors import ConfigError
+from idckit import registry
+from idckit.errors import ConfigError, DatasetError
 from idckit.eval.judge_gate import gate, judge_curve
+from idckit.text.vocab import SPECIALS, Vocab
 
 TYPES = {"000000.png": "color", "000000.png_n": "distractor", "000001.png": "add", "000001.png_n": "distractor",
          "000002.png": "move", "000002.png_n": "distractor", "000003.png": "drop", "000003.png_n": "distractor"}
@@ -86,25 +88,29 @@ def test_probe_radius_takes_the_best_match_within_the_window(smoke_run):
     assert 0 <= same["test_accuracy"] <= 1 and 0 <= near["test_accuracy"] <= 1
 
 
-def test_load_finetuned_gives_the_selected_and_the_last_step(smoke_run):
+def test_load_run_gives_the_selected_and_the_last_step(smoke_run):
     from idckit.eval.captions import load_results
     from idckit.experiments import pcl
     from idckit.tasks.pcl import predict
 
     s, run_dir = smoke_run[:2]
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    best, step = pcl.load_finetuned(s, run_dir, "best")
+    best, step = pcl.load_run(run_dir, "best", device=s.device)
     assert step == metrics["best_step"]
-    last, last_step = pcl.load_finetuned(s, run_dir, "last")
+    last, last_step = pcl.load_run(run_dir, "last", device=s.device)
     assert last_step == json.loads((run_dir / "config.json").read_text())["finetune"]["train"]["max_steps"]
     assert not best.training and not last.training
     # the selected weights decode the captions the run wrote for test
     ours = predict(best, pcl.loaded_data(s), "test", batch_size=s.config["finetune"]["eval_batch_size"])["captions"]
     assert ours == load_results(run_dir / "test")
     with pytest.raises(ConfigError, match="unknown checkpoint"):
-        pcl.load_finetuned(s, run_dir, "middle")
+        pcl.load_run(run_dir, "middle", device=s.device)
     with pytest.raises(Exception, match="config.json"):
-        pcl.load_finetuned(s, run_dir.parent, "best")
+        pcl.load_run(run_dir.parent, "best", device=s.device)
+    assert registry.family("pcl").load_run(run_dir)[1] == step         # the registry's loader is this one
+    other = Vocab([*SPECIALS, "the", "cube", "changed"])
+    with pytest.raises(DatasetError, match="another vocabulary"):
+        pcl.load_run(run_dir, vocab=other)
 
 
 def test_judge_ceiling_script_at_smoke_size(smoke_run):

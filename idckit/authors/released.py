@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from idckit import checkpoints, fileio
+from idckit import fileio
 from idckit.authors.convert import import_checkpoint
 from idckit.device import resolve
 from idckit.errors import ConfigError
@@ -37,7 +37,6 @@ from idckit.experiments import pcl, yardsticks
 from idckit.experiments.config import load_config, model_config
 from idckit.experiments.runs import caption_counts, open_run
 from idckit.models.decoding import greedy_decode
-from idckit.models.pcl import PCL, PCLConfig
 from idckit.tasks.pcl import predict
 from idckit.text.vocab import Vocab
 
@@ -146,25 +145,15 @@ def pcl_result(s, checkpoint: str | Path, *, vocab: str | Path | None = None,
 
 def _pcl_model(s, imported: Path):
     """(model on the setup's device in eval mode, the setup's test data with the checkpoint's vocabulary)."""
-    cfg = json.loads((imported / "config.json").read_text(encoding="utf-8"))
-    vocab = Vocab.load(imported / "vocab.json")
-    damaged = f"import the checkpoint again (delete {imported} and rerun)"
-    state = checkpoints.load(imported / "best.pt", fix=damaged)
     data = pcl.loaded_data(s)
-    if not isinstance(state, dict) or not isinstance(state.get("project.weight"), torch.Tensor) \
-            or state["project.weight"].ndim != 2:
-        raise ConfigError("the imported run's best.pt is not an IDC-PCL state dict", path=imported / "best.pt",
-                          fix=damaged)
-    want = state["project.weight"].shape[1]
-    if want != data.feat_dim:
-        raise ConfigError(f"the checkpoint reads {want}-d region features ({cfg.get('features')}), this setup's "
-                          f"are {data.feat_dim}-d ({s.store.meta.get('backbone')})", path=imported,
+    model, _ = pcl.load_run(imported, device=s.device, n_regions=data.features.shape[1])
+    if model.cfg.feat_dim != data.feat_dim:
+        cfg = json.loads((imported / "config.json").read_text(encoding="utf-8"))
+        raise ConfigError(f"the checkpoint reads {model.cfg.feat_dim}-d region features ({cfg.get('features')}), "
+                          f"this setup's are {data.feat_dim}-d ({s.store.meta.get('backbone')})", path=imported,
                           fix="score it at PROFILE=paper (ResNet-101 features, backbone=resnet101)")
-    model = PCL(PCLConfig(vocab_size=len(vocab), feat_dim=data.feat_dim, n_regions=data.features.shape[1],
-                          max_text_len=cfg["max_len"], **cfg["model"]), vocab)
-    checkpoints.load_into(model, state, path=imported / "best.pt", fix=damaged)
     # the test pairs are the setup's; only the words and the caption length are the checkpoint's
-    return model.to(resolve(s.device)).eval(), dataclasses.replace(data, vocab=vocab, max_len=cfg["max_len"])
+    return model, dataclasses.replace(data, vocab=Vocab.load(imported / "vocab.json"), max_len=model.cfg.max_text_len)
 
 
 def pcl_rows(s, checkpoint: str | Path | None, *, per_type: bool = False,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from idckit import paths
+from idckit import paths, registry
 from idckit.errors import ConfigError, DatasetError
 from idckit.experiments.runs import Run
 
@@ -188,7 +188,6 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
     from idckit.data.images import load_image
     from idckit.data.features import IMAGE_SIZE, build_backbone, preprocess
     from idckit.models.decoding import beam_search, greedy_decode
-    from idckit.models.pcl import PCL, PCLConfig
     from idckit.text.vocab import Vocab
 
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
@@ -202,34 +201,23 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
     dev = resolve(device)
     run, why = _resolve(model, runs_dir, profile=profile, data_root=data_root)
     cfg = _run_config(run)
-    vocab = Vocab.load(run / "vocab.json")
     net, forward, label = build_backbone(cfg["features"], None)
     net.to(dev)
     if label != cfg.get("weights"):
         raise DatasetError(f"this run was trained on {cfg['features']} features with weights {cfg.get('weights')!r}, "
                            f"but only {label!r} can be loaded here", path=run,
                            fix="caption with a run trained on features this machine can compute")
+    damaged = "pass another run with --model, or train this one again (delete its directory)"
     with torch.inference_mode():
         size = cfg.get("feature_size", IMAGE_SIZE)                        # the grid the run was trained on
         grid = forward(preprocess([Path(before), Path(after)], size).to(dev))   # [2, C, h, w]
         grid = grid.flatten(2).transpose(1, 2).half().float()              # as stored: float16, row-major
         f1, f2 = grid[0:1], grid[1:2]
-        damaged = "pass another run with --model, or train this one again (delete its directory)"
-        from idckit import checkpoints
-
-        state = checkpoints.load(run / "best.pt", what="run's best.pt", fix=damaged)
-        # runs trained before the model section named n_classes and the switches (idckit.models.pcl.SWITCHES) lack
-        # them; the default profile's values (the kit's choices) are what those runs were built with
-        from idckit.experiments.config import load_config
-        from idckit.models.pcl import SWITCHES
-
-        base = load_config("pcl", paths.DEFAULT_PROFILE)["model"]
-        model = {**{k: base[k] for k in ("n_classes", *SWITCHES)}, **cfg["model"]}
-        pcl = PCL(PCLConfig(vocab_size=len(vocab), feat_dim=grid.shape[2], n_regions=grid.shape[1],
-                            max_text_len=cfg["max_len"], **model), vocab)
-        # every key and shape of the model its config.json and vocab.json build, and finite values
-        checkpoints.load_into(pcl, state, path=run / "best.pt", what="run's best.pt", fix=damaged)
-        pcl.to(dev).eval()
+        pcl, _ = registry.family("pcl").load_run(run, device=dev, n_regions=grid.shape[1])
+        if pcl.cfg.feat_dim != grid.shape[2]:
+            raise ConfigError(f"the run's model reads {pcl.cfg.feat_dim}-d features, {cfg['features']} gives "
+                              f"{grid.shape[2]}-d ones here", path=run / "best.pt", fix=damaged)
+        vocab = Vocab.load(run / "vocab.json")
         decode = (lambda v: beam_search(pcl, v, cfg["max_len"] - 1, beam)) if beam > 1 else \
             (lambda v: greedy_decode(pcl, v, cfg["max_len"] - 1))
         text = vocab.decode(decode((f1, f2))[0].tolist(), pcl.cfg.special_words)

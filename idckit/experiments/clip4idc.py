@@ -33,7 +33,6 @@ import copy
 import hashlib
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 

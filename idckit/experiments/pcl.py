@@ -15,7 +15,11 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from idckit import paths, registry
+import torch
+
+from idckit import checkpoints, paths, registry
+from idckit.data.features import IMAGE_SIZE
+from idckit.device import resolve
 from idckit.errors import ConfigError, DatasetError
 from idckit.experiments import base, recipes
 from idckit.experiments.base import Setup
@@ -23,6 +27,8 @@ from idckit.experiments.config import check_profile, check_seeds, load_config, t
 from idckit.experiments.data import clevr_change
 from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir, read_run_file
+from idckit.models.pcl import PCL, SWITCHES, PCLConfig
+from idckit.text.vocab import Vocab
 from idckit.train import distributed
 
 FAMILY = registry.family("pcl").recipe_family  # the recipes this module trains: pcl/full, pcl/no_judge, ...
@@ -169,49 +175,55 @@ def _about(s: Setup) -> dict[str, Any]:
     return {"profile": s.profile, "data": s.data.description, "data_identity": s.data.identity}
 
 
-def load_finetuned(s: Setup, run_dir: str | Path, checkpoint: str = "best"):
-    """(model, step): a fine-tuning run's weights in a model for ``s``'s data on ``s.device``, eval mode, and their
-    training step.
+def load_run(run_dir: str | Path, checkpoint: str = "best", device: str = "cpu", *, n_regions: int | None = None,
+             vocab: Vocab | None = None):
+    """(model, step): an IDC-PCL fine-tuning run (trained here, or an authors' checkpoint brought in by ``idckit
+    import-checkpoint``) in a model on ``device``, eval mode, with its training step. The one way to load a trained
+    IDC-PCL run (:meth:`idckit.registry.Family.load_run`): ``idckit caption``, the released rows and the lab's probes
+    all come here.
 
-    ``checkpoint``: ``best`` (the val-selected step, what the tables report) or ``last`` (the final step; the loop
-    keeps it for resuming). The run must have been trained on this data's vocabulary.
+    It reads the run's own files: ``config.json`` (model section, caption length), ``vocab.json`` and the checkpoint:
+    ``best`` (the val-selected step, what the tables report) or ``last`` (the final step; the loop keeps it for
+    resuming). The region features' size is the checkpoint's; ``n_regions`` is the grid's (default: the run's
+    ``feature_size`` on the stride-32 grid every backbone of the kit has, 7x7 at 224 px). ``vocab``: the words of
+    the data the caller will feed it, refused when they are not the run's.
     """
-    import torch
-
-    from idckit.models.pcl import PCL
-    from idckit.tasks.pcl import model_config
-    from idckit.text.vocab import Vocab
-
     run_dir = Path(run_dir)
     files = {"best": "best.pt", "last": "last.pt"}
     if checkpoint not in files:
         raise ConfigError(f"unknown checkpoint {checkpoint!r}; known: best, last")
-    path, cfg_path = run_dir / files[checkpoint], run_dir / "config.json"
-    if not path.is_file() or not cfg_path.is_file():
-        raise DatasetError(f"no {files[checkpoint]} and config.json here", path=run_dir,
-                           fix="give the directory of a pcl-finetune run under runs/")
-    data = loaded_data(s)
-    if (run_dir / "vocab.json").is_file() and Vocab.load(run_dir / "vocab.json").words != data.vocab.words:
+    path, cfg_path, vocab_path = run_dir / files[checkpoint], run_dir / "config.json", run_dir / "vocab.json"
+    if not path.is_file() or not cfg_path.is_file() or not vocab_path.is_file():
+        raise DatasetError(f"no {files[checkpoint]}, config.json and vocab.json here", path=run_dir,
+                           fix="give the directory of a pcl-finetune run under runs/ (or of an imported checkpoint)")
+    fix = "train the run again (delete its directory), or pass another run"
+    run_cfg = read_run_file(cfg_path, {"model": dict, "max_len": int}, fix=fix)
+    words = Vocab.load(vocab_path)
+    if vocab is not None and vocab.words != words.words:
         raise DatasetError("this run was trained on another vocabulary than this data's", path=run_dir,
                            fix="set up with the run's data root and train_fraction (see its config.json)")
-    run_cfg = read_run_file(cfg_path, {"model": dict}, fix="train the run again (delete its directory)")
-    model = PCL(model_config(data, run_cfg["model"]), data.vocab)
-    from idckit import checkpoints
-
-    fix = "train the run again (delete its directory), or load the other checkpoint"
-    state = checkpoints.load(path, what=f"run's {files[checkpoint]}", fix=fix, error=DatasetError)
+    state = checkpoints.load(path, what=f"run's {files[checkpoint]}", fix=fix)
     if checkpoint == "last":
         if not isinstance(state, dict) or not isinstance(state.get("loop"), dict) or "step" not in state["loop"]:
-            raise DatasetError("the run's last.pt is not a resumable checkpoint", path=path, fix=fix)
-        checkpoints.load_into(model, state.get("model"), path=path, what="run's last.pt", fix=fix, error=DatasetError)
-        step = state["loop"]["step"]
+            raise ConfigError("the run's last.pt is not a resumable checkpoint", path=path, fix=fix)
+        state, step = state.get("model"), state["loop"]["step"]
     else:
-        checkpoints.load_into(model, state, path=path, what="run's best.pt", fix=fix, error=DatasetError)
         metrics = run_dir / "metrics.json"
         step = json.loads(metrics.read_text()).get("best_step") if metrics.is_file() else None
-    from idckit.device import resolve
-
-    return model.to(resolve(s.device)).eval(), step
+    project = state.get("project.weight") if isinstance(state, dict) else None
+    if not isinstance(project, torch.Tensor) or project.ndim != 2:
+        raise ConfigError(f"the run's {files[checkpoint]} is not an IDC-PCL state dict", path=path, fix=fix)
+    # runs trained before the model section named n_classes and the switches (idckit.models.pcl.SWITCHES) lack them;
+    # the default profile's values (the kit's choices) are what those runs were built with
+    base_model = load_config("pcl", paths.DEFAULT_PROFILE)["model"]
+    model_cfg = {**{k: base_model[k] for k in ("n_classes", *SWITCHES)}, **run_cfg["model"]}
+    size = run_cfg.get("feature_size") or IMAGE_SIZE
+    model = PCL(PCLConfig(vocab_size=len(words), feat_dim=project.shape[1],
+                          n_regions=n_regions or (size // 32) ** 2, max_text_len=run_cfg["max_len"], **model_cfg),
+                words)
+    # every key and shape of the model its config.json and vocab.json build, and finite values
+    checkpoints.load_into(model, state, path=path, what=f"run's {files[checkpoint]}", fix=fix)
+    return model.to(resolve(device)).eval(), step
 
 
 def hard_runs(s: Setup, variants: Sequence[str] = ("full",), seeds: Sequence[int] = (0,), *,
@@ -253,5 +265,5 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
                                                     + sum({r.get("pretrain_seconds", 0.0) for r in results}), 1)})
 
 
-__all__ = ["FAMILY", "MODEL", "Setup", "setup", "loaded_data", "run_variant", "runs", "hard_runs", "load_finetuned",
+__all__ = ["FAMILY", "MODEL", "Setup", "setup", "loaded_data", "run_variant", "runs", "hard_runs", "load_run",
            "provenance", "provenance_fields"]

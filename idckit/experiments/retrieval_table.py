@@ -7,7 +7,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from idckit import registry
 from idckit.experiments import reporting
 from idckit.reports.format import Table, comparison
 

@@ -53,7 +53,8 @@ def main() -> None:
     t0 = time.time()
     s = pcl.setup("cpu", a.data_root, runs_dir=a.run.parent, progress=False)
     data = pcl.loaded_data(s)
-    model, _ = pcl.load_finetuned(s, a.run)
+    model, _ = pcl.load_run(a.run, device=s.device,
+                            vocab=pcl.loaded_data(s).vocab)
     idx, ids = _changes(data, a.pairs)
     f1, f2 = data.pair_features("test", idx)
     changed = changed_regions(f1, f2, k=a.k)

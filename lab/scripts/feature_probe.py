@@ -57,7 +57,8 @@ def model_layers(data_root: Path, run: Path, split: str, limit: int | None) -> t
 
     s = pcl.setup("cpu", data_root, runs_dir=run.parent, progress=False)
     data = pcl.loaded_data(s)
-    model, _ = pcl.load_finetuned(s, run)
+    model, _ = pcl.load_run(run, device=s.device,
+                            vocab=pcl.loaded_data(s).vocab)
     n = model.cfg.n_regions
     sp = data.splits[split]
     idx = torch.nonzero(sp.is_change).squeeze(1)[:limit]

@@ -56,7 +56,8 @@ def gated_rows(data_root: Path | None, run_dir: Path, checkpoint: str, runs_dir:
     cfg = json.loads((run_dir / "config.json").read_text())
     fraction = cfg.get("train_fraction", 1.0)
     s = pcl.setup(profile, data_root, runs_dir=runs_dir, overrides={"train_fraction": fraction}, progress=False)
-    model, step = pcl.load_finetuned(s, run_dir, checkpoint)
+    model, step = pcl.load_run(run_dir, checkpoint, device=s.device,
+                               vocab=pcl.loaded_data(s).vocab)
     data = pcl.loaded_data(s)
     preds = predict(model, data, "test", batch_size=200, progress=True)
     train = set(data.splits["train"].pair_ids)      # the pairs the run trained on (its train_fraction)
