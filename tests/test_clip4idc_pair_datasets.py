@@ -70,8 +70,10 @@ def test_editing_request_captions_and_rejects_unknown_datasets(base, ier_root):
     assert r["adapt"] is None and set(r["test"]) >= {"total"}
     refs = s.data.dataset().references("test")
     assert all(len(v) == 3 for v in refs.values())
-    with pytest.raises(ConfigError, match="unknown dataset"):
+    with pytest.raises(ConfigError, match="birds is not a pair dataset; known: clevr-change, spot-the-diff"):
         clip4idc.setup("smoke", root, runs_dir=base / "runs", progress=False, dataset="birds")
+    with pytest.raises(ConfigError, match="unknown dataset 'gan'"):
+        clip4idc.setup("smoke", root, runs_dir=base / "runs", progress=False, dataset="gan")
 
 
 def test_a_dataset_block_applies_on_top_of_the_profile_and_under_overrides(base, spot_root, ier_root):
