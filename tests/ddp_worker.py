@@ -159,11 +159,11 @@ def varied_model():
     """A PCL with large random weights: its captions and judgments differ from pair to pair (a few training steps
     on this data would caption every pair alike), so equal decodings mean something."""
     from idckit.models.pcl import PCL
-    from idckit.tasks.pcl import model_config
+    from idckit.tasks.pcl import build_config, data_sizes
 
     data = tiny_pcl_data()
     torch.manual_seed(3)
-    model = PCL(model_config(data, MODEL), data.vocab)
+    model = PCL(build_config(MODEL, **data_sizes(data)), data.vocab)
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.Linear):

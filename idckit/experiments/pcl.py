@@ -27,7 +27,8 @@ from idckit.experiments.config import check_profile, check_seeds, load_config, t
 from idckit.experiments.data import clevr_change
 from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir, read_run_file
-from idckit.models.pcl import PCL, SWITCHES, PCLConfig
+from idckit.models.pcl import PCL, SWITCHES
+from idckit.tasks.pcl import build_config
 from idckit.text.vocab import Vocab
 from idckit.train import distributed
 
@@ -218,9 +219,8 @@ def load_run(run_dir: str | Path, checkpoint: str = "best", device: str = "cpu",
     base_model = load_config("pcl", paths.DEFAULT_PROFILE)["model"]
     model_cfg = {**{k: base_model[k] for k in ("n_classes", *SWITCHES)}, **run_cfg["model"]}
     size = run_cfg.get("feature_size") or IMAGE_SIZE
-    model = PCL(PCLConfig(vocab_size=len(words), feat_dim=project.shape[1],
-                          n_regions=n_regions or (size // 32) ** 2, max_text_len=run_cfg["max_len"], **model_cfg),
-                words)
+    model = PCL(build_config(model_cfg, vocab_size=len(words), feat_dim=project.shape[1],
+                             n_regions=n_regions or (size // 32) ** 2, max_text_len=run_cfg["max_len"]), words)
     # every key and shape of the model its config.json and vocab.json build, and finite values
     checkpoints.load_into(model, state, path=path, what=f"run's {files[checkpoint]}", fix=fix)
     return model.to(resolve(device)).eval(), step

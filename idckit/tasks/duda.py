@@ -33,7 +33,7 @@ from idckit.text.pcl_inputs import PCLData, SplitData
 from idckit.text.vocab import tokenize
 
 
-def model_config(data: PCLData, model: Mapping[str, Any]) -> DUDAConfig:
+def build_config(data: PCLData, model: Mapping[str, Any]) -> DUDAConfig:
     return DUDAConfig(vocab_size=len(data.vocab), feat_dim=data.feat_dim, n_regions=data.features.shape[1],
                       **model)
 
@@ -78,7 +78,7 @@ class DUDATask:
         self.no_change = no_change_sentences(data)
 
     def build_model(self) -> DUDA:
-        return DUDA(model_config(self.data, self.model_settings), self.data.vocab)
+        return DUDA(build_config(self.data, self.model_settings), self.data.vocab)
 
     def param_groups(self, model):
         return [{"params": list(model.parameters())}]

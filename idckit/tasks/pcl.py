@@ -57,9 +57,19 @@ def _batched(n: int, size: int, generator: torch.Generator, drop_last: bool = Tr
         yield order[i:i + size]
 
 
-def model_config(data: PCLData, model: Mapping[str, Any]) -> PCLConfig:
-    return PCLConfig(vocab_size=len(data.vocab), feat_dim=data.feat_dim, n_regions=data.features.shape[1],
-                     max_text_len=data.max_len, **model)
+def build_config(model: Mapping[str, Any], *, vocab_size: int, feat_dim: int, n_regions: int,
+                 max_text_len: int) -> PCLConfig:
+    """The one place a :class:`PCLConfig` is put together from a run's model section and the sizes only data
+    knows (training here, :func:`idckit.experiments.pcl.load_run` from a run's files); a named config of a profile
+    is :func:`idckit.experiments.config.model_config`."""
+    return PCLConfig(vocab_size=vocab_size, feat_dim=feat_dim, n_regions=n_regions, max_text_len=max_text_len,
+                     **model)
+
+
+def data_sizes(data: PCLData) -> dict[str, int]:
+    """The sizes a model config takes from the data it trains on."""
+    return {"vocab_size": len(data.vocab), "feat_dim": data.feat_dim, "n_regions": data.features.shape[1],
+            "max_text_len": data.max_len}
 
 
 class _PCLTask:
@@ -68,7 +78,7 @@ class _PCLTask:
         self.init_from = Path(init_from) if init_from else None
 
     def build_model(self) -> PCL:
-        model = PCL(model_config(self.data, self.model_settings), self.data.vocab)
+        model = PCL(build_config(self.model_settings, **data_sizes(self.data)), self.data.vocab)
         if self.init_from is not None:
             state = checkpoints.load(self.init_from, what="init_from checkpoint",
                                      fix="pass the best.pt or last.pt of a finished pre-training run as init_from")

@@ -70,10 +70,10 @@ def main() -> None:
     out = {"data": a.data_root.name, "run": a.run.name, "pairs": len(idx), "k": a.k, "pcl": res}
     if a.duda_run is not None:
         from idckit.models.duda import DUDA
-        from idckit.tasks.duda import model_config
+        from idckit.tasks.duda import build_config
 
         cfg = json.loads((a.duda_run / "config.json").read_text())
-        dmodel = DUDA(model_config(data, cfg["model"]), data.vocab)
+        dmodel = DUDA(build_config(data, cfg["model"]), data.vocab)
         dmodel.load_state_dict(torch.load(a.duda_run / "best.pt", map_location="cpu", weights_only=True))
         dmodel.eval()
         with torch.inference_mode():

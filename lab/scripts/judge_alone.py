@@ -149,12 +149,12 @@ def main() -> None:
            "lr": a.lr, "warmup": a.warmup, "batch_size": a.batch_size, "commit": git_commit()}
     if a.setting == "data":
         from idckit.text.pcl_inputs import load_pcl_data
-        from idckit.tasks.pcl import model_config
+        from idckit.tasks.pcl import build_config, data_sizes
         s = pcl.setup("cpu", a.data_root, runs_dir=a.runs_dir, progress=False)
         # the judge needs no FDA negatives: the data without them (tagging 8,000 scenes' captions takes a while)
         data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"])
         s.config["model"].update(overrides)
-        model = PCL(model_config(data, s.config["model"]), data.vocab)
+        model = PCL(build_config(s.config["model"], **data_sizes(data)), data.vocab)
         train_split = data.splits["train"]
 
         def batch(g):
