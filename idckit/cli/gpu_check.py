@@ -50,6 +50,23 @@ from typing import Any, Callable
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from idckit import device as devices  # noqa: E402
+from idckit import fileio  # noqa: E402
+from idckit.experiments.config import load_config, model_config, train_config  # noqa: E402
+from idckit.losses import mlm_loss, symmetric_infonce  # noqa: E402
+from idckit.models.clip4idc import CLIP4IDCCaptioner, CLIP4IDCRetrieval  # noqa: E402
+from idckit.models.clip_loader import load_clip  # noqa: E402
+from idckit.models.decoding import greedy_decode, naive_greedy_decode  # noqa: E402
+from idckit.models.duda import DUDA  # noqa: E402
+from idckit.tasks.pcl import FinetuneTask, PretrainTask  # noqa: E402
+from idckit.text.pcl_inputs import PCLData, SplitData  # noqa: E402
+from idckit.text.vocab import SPECIALS, Vocab  # noqa: E402
+from idckit.train.loop import fit  # noqa: E402
 
 RTOL = 1e-4          # CPU vs GPU at fp32: the largest |difference| over the largest |output|
 BUDGET_S = 8 * 60    # the whole check on one GPU
@@ -69,16 +86,12 @@ def _kwargs(fn: Callable, section: dict, **given) -> dict:
 
 def _vocab(size: int):
     """The kit's specials, then words w0, w1, ... up to ``size`` entries: the vocabulary of random captions."""
-    from idckit.text.vocab import SPECIALS, Vocab
-
     return Vocab(list(SPECIALS) + [f"w{i}" for i in range(size - len(SPECIALS))])
 
 
 def pcl_data(n_pairs: int, max_len: int, feat_dim: int, n_regions: int, vocab_size: int = 80, seed: int = 0):
     """Random IDC-PCL data of the paper's shapes (CLEVR-Change: ~80 words, captions of ~11 words, 7x7 grids):
     what the steps and models need, without a dataset."""
-    from idckit.text.pcl_inputs import PCLData, SplitData
-
     g = torch.Generator().manual_seed(seed)
     vocab = _vocab(vocab_size)
     words = torch.randint(vocab.n_special, vocab_size, (n_pairs, max_len), generator=g)
@@ -102,9 +115,6 @@ def feat_dim(dry: bool) -> int:
 
 def pcl_tasks(dry: bool, n_pairs: int, batch: int | None = None, ratios: dict | None = None):
     """(pre-training task, fine-tuning task) at the profile's sizes on random data."""
-    from idckit.experiments.config import load_config
-    from idckit.tasks.pcl import FinetuneTask, PretrainTask
-
     cfg = load_config("pcl", _profile(dry))
     data = pcl_data(n_pairs, cfg["max_len"], feat_dim(dry), 49)
     pre, ft = cfg["pretrain"], cfg["finetune"]
@@ -116,9 +126,6 @@ def pcl_tasks(dry: bool, n_pairs: int, batch: int | None = None, ratios: dict | 
 
 
 def duda_model(dry: bool, vocab_size: int = 80):
-    from idckit.experiments.config import model_config
-    from idckit.models.duda import DUDA
-
     vocab = _vocab(vocab_size)
     return DUDA(model_config(f"duda-{_profile(dry)}", vocab_size=vocab_size, feat_dim=feat_dim(dry),
                              n_regions=49), vocab)
@@ -126,17 +133,11 @@ def duda_model(dry: bool, vocab_size: int = 80):
 
 def clip_model(dry: bool):
     """A randomly initialised CLIP of the profile's architecture (ViT-B/32 at paper; the stand-in when dry)."""
-    from idckit.experiments.config import load_config
-    from idckit.models.clip_loader import load_clip
-
     name = load_config("clip4idc_adapt", _profile(dry))["clip"]["model"]
     return load_clip(name, None)[0], name
 
 
 def clip4idc_models(dry: bool):
-    from idckit.experiments.config import model_config
-    from idckit.models.clip4idc import CLIP4IDCCaptioner, CLIP4IDCRetrieval
-
     clip, name = clip_model(dry)
     size = clip.visual.image_size
     size = size[0] if isinstance(size, (tuple, list)) else size
@@ -241,8 +242,6 @@ def check_equality(dev: torch.device, dry: bool, fw: dict) -> dict:
 
 
 def check_decoding(dev: torch.device, dry: bool, fw: dict) -> dict:
-    from idckit.models.decoding import greedy_decode, naive_greedy_decode
-
     out = {}
     with _fp32_exact():
         # CLIP4IDC decodes from its pair tokens, computed once (as its evaluation does for a frozen encoder): the
@@ -314,16 +313,12 @@ def resume_task():
 
 
 def resume_config():
-    from idckit.experiments.config import train_config
-
     return train_config({"max_steps": RESUME_STEPS, "lr": 1e-3, "schedule": "warmup_cosine", "warmup_steps": 2,
                          "checkpoint_every": KILL_AT, "eval_every": 0, "log_every": 1, "seed": 0})
 
 
 def train_run(dev: torch.device, run_dir: Path, kill_at: int | None = None) -> dict | None:
     """Train the resume run in ``run_dir`` (resuming what is there); the final weights, or None when killed."""
-    from idckit.train.loop import fit
-
     try:
         res = fit(Crashing(resume_task(), kill_at), resume_config(), run_dir, progress=False, device=dev)
     except _Killed:
@@ -335,8 +330,6 @@ def train_run(dev: torch.device, run_dir: Path, kill_at: int | None = None) -> d
 def deterministic():
     """Deterministic kernels, and the math attention (the fused kernels' backward may add in any order on a GPU):
     what bit-equality between two runs needs, so that the resume checks test the resume and nothing else."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     saved = torch.backends.cudnn.deterministic
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic = True
@@ -363,14 +356,10 @@ def check_resume(dev: torch.device, tmp: Path) -> tuple[dict, dict]:
 def worker(run_dir: Path, device: str, kill_at: int | None, threads: int | None = None) -> int:
     """One torchrun process: join a process group on NCCL (CUDA) or gloo, check an all-reduce, train the resume run
     on ``threads`` CPU threads (the in-process run's count)."""
-    import torch.distributed as dist
-
-    from idckit.device import resolve
-
     if threads is not None:
         torch.set_num_threads(threads)
 
-    dev = resolve(device)
+    dev = devices.resolve(device)
     if dev.type == "cuda":
         dev = torch.device("cuda", dev.index if dev.index is not None else int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(dev)
@@ -424,8 +413,6 @@ SDPA_OPS = (("flash", "flash_attention"), ("efficient", "efficient_attention"), 
 
 def sdpa_backends(fn: Callable[[], Any]) -> dict[str, int]:
     """Backend -> calls of the SDPA kernels while ``fn`` runs (from the op names torch's profiler records)."""
-    from torch.profiler import ProfilerActivity, profile
-
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
     counts: dict[str, int] = {}
@@ -465,8 +452,6 @@ def _timed(dev: torch.device, step: Callable[[], Any], warmup: int, reps: int) -
 
 
 def _flops(step: Callable[[], Any]) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
-
     with FlopCounterMode(display=False) as counter:
         step()
     return counter.get_total_flops()
@@ -474,8 +459,6 @@ def _flops(step: Callable[[], Any]) -> int:
 
 def _train_step(model, loss_fn, dev):
     """A whole training step: forward under bf16 autocast, backward, an AdamW update of the trainable weights."""
-    from idckit import device as devices
-
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
 
     def step():
@@ -489,10 +472,6 @@ def _train_step(model, loss_fn, dev):
 
 def throughput(dev: torch.device, dry: bool, peak: float) -> dict:
     """Per step kind: samples, seconds, FLOPs, TFLOP/s, fraction of ``peak``; plus the full schedules' hours."""
-    from idckit.experiments.config import load_config
-    from idckit.losses import mlm_loss, symmetric_infonce
-    from idckit.models.decoding import greedy_decode
-
     warm, reps = (1, 1) if dry else (3, 10)
     rows: dict[str, dict] = {}
 
@@ -531,8 +510,6 @@ def throughput(dev: torch.device, dry: bool, peak: float) -> dict:
     eval_b = cfg["finetune"]["eval_batch_size"]
     f = torch.randn(eval_b, 49, feat_dim(dry), device=dev)
     model.eval()
-    from idckit import device as devices
-
     def decode_pcl():
         with devices.autocast(dev, True):
             greedy_decode(model, (f, f.flip(0)), cfg["max_len"])
@@ -594,8 +571,6 @@ def throughput(dev: torch.device, dry: bool, peak: float) -> dict:
 
 # -- the whole check ----------------------------------------------------------------------------------------------
 def device_info(dev: torch.device) -> dict:
-    from idckit import device as devices
-
     major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2])
     info = {"device": str(dev), "torch": torch.__version__, "torch_supported": (major, minor) >= (2, 4),
             "cuda_build": torch.version.cuda, "python": platform.python_version(),
@@ -611,9 +586,6 @@ def device_info(dev: torch.device) -> dict:
 def sdpa_check(dev: torch.device, dry: bool) -> dict:
     """The kernels the kit's attentions run at the profile's sizes under bf16 autocast: a training step (dropout
     on) and a decoding pass (eval) of IDC-PCL, and a CLIP4IDC captioning forward."""
-    from idckit import device as devices
-    from idckit.models.decoding import greedy_decode
-
     pre, _, _ = pcl_tasks(dry, n_pairs=16, batch=8)
     torch.manual_seed(0)
     model = pre.build_model().to(dev)
@@ -658,21 +630,15 @@ def _recognise_out(folder: Path) -> dict | None:
 
 def run(device: str = "auto", out: str | Path = "gpu_check", *, progress: bool = True) -> dict:
     """Run every check on ``device`` (``cpu``: the dry mode) and write ``OUT/gpu_check.json``."""
-    from idckit import device as devices
-
     dev = devices.resolve(device)
     dry = dev.type != "cuda"
     devices.prepare(dev)
-    from idckit import fileio
-
     # the write policy before any work: a folder holding anything but an earlier gpu_check.json is refused
     out = fileio.claim_dir(out, "gpu-check", recognise=_recognise_out, will_write=["gpu_check.json"]).path
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     result: dict[str, Any] = {"dry": dry, "profile": _profile(dry), "rtol": RTOL, "budget_seconds": BUDGET_S}
     timings: dict[str, float] = {}
-    from idckit.fileio import write_json
-
     def section(name: str, fn: Callable[[], Any]):
         if progress:
             print(f"[gpu-check] {name} ...", file=sys.stderr, flush=True)
@@ -683,7 +649,7 @@ def run(device: str = "auto", out: str | Path = "gpu_check", *, progress: bool =
             result[name] = {"error": f"{type(err).__name__}: {err}"}
         timings[name] = round(time.perf_counter() - s, 1)
         # after every part, so a check stopped by a time limit leaves what it measured
-        write_json(out / "gpu_check.json", {**result, "seconds": timings, "finished": False}, indent=1)
+        fileio.write_json(out / "gpu_check.json", {**result, "seconds": timings, "finished": False}, indent=1)
 
     section("device", lambda: device_info(dev))
     section("sdpa", lambda: sdpa_check(dev, dry))
@@ -711,7 +677,7 @@ def run(device: str = "auto", out: str | Path = "gpu_check", *, progress: bool =
     result["seconds"] = {**timings, "total": round(time.perf_counter() - t0, 1)}
     result["finished"] = True
     result["ok"] = passed(result)
-    write_json(out / "gpu_check.json", result, indent=1)
+    fileio.write_json(out / "gpu_check.json", result, indent=1)
     return result
 
 
