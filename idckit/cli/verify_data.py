@@ -29,11 +29,20 @@ import os
 import random
 import warnings
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from idckit import registry
+from PIL import Image
+from tqdm.auto import tqdm
+
+from idckit import fileio, registry
+from idckit.data.birds_to_words import BirdsToWords
+from idckit.data.clevr_change import (CHANGE_TYPES, SPLITS, ClevrChange, default_name, nonsemantic_name,
+                                      semantic_name)
+from idckit.data.cub import Cub
+from idckit.data.nabirds import NABirds
 from idckit.errors import DatasetError, IdckitError
 
 COUNT_MODES = ("auto", "release", "declared", "none")
@@ -162,9 +171,6 @@ def _schema(res: Result, where: str, call: Callable):
 
 # -- per dataset: the fast part -----------------------------------------------------------------------------------
 def _clevr_change(res: Result, expected: dict | None) -> list[Path]:
-    from idckit.data.clevr_change import (CHANGE_TYPES, SPLITS, ClevrChange, default_name, nonsemantic_name,
-                                          semantic_name)
-
     ds = _schema(res, ".", lambda: ClevrChange(res.root))
     if ds is None:
         return []
@@ -250,10 +256,6 @@ def _pair_counts(ds, s: str) -> dict[str, int]:
 
 
 def _birds(res: Result, expected: dict | None) -> list[Path]:
-    from idckit.data.birds_to_words import BirdsToWords
-    from idckit.data.cub import Cub
-    from idckit.data.nabirds import NABirds
-
     paths: list[Path] = []
     b2w = _schema(res, "birds_to_words/", lambda: BirdsToWords(res.root / "birds_to_words"))
     if b2w is not None:
@@ -337,8 +339,6 @@ def _extras(res: Result, images: Path, listed: set[str]) -> None:
 # -- decoding ------------------------------------------------------------------------------------------------------
 def _decode_one(path: Path) -> tuple[tuple[int, int] | None, str | None]:
     """(size, None) for an image that decodes in full, (None, why) for one that does not."""
-    from PIL import Image
-
     try:
         with Image.open(path) as im:
             im.load()   # the whole image: a truncated file fails here, not at open()
@@ -348,10 +348,6 @@ def _decode_one(path: Path) -> tuple[tuple[int, int] | None, str | None]:
 
 
 def _decode(res: Result, paths: list[Path], sample: int | None, progress: bool, workers: int, seed: int = 0) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tqdm.auto import tqdm
-
     todo = sorted(paths)
     if sample is not None and sample < len(todo):
         todo = sorted(random.Random(seed).sample(todo, sample))
@@ -433,18 +429,14 @@ def _own_json(path: Path) -> bool:
 def main(root: str | Path, dataset: str, *, sample: int | None = None, counts: str = "auto",
          fast: bool = False, json_out: str | Path | None = None, limit: int = 20, workers: int | None = None) -> int:
     if json_out is not None:   # the write policy before any decoding: never an input, never a foreign file
-        from idckit import fileio
-
         json_out = fileio.claim_file(json_out, "--json", inputs=[root], recognise=_own_json,
                                      what="an earlier verify-data report")
     res = verify(root, dataset, decode=not fast, sample=sample, counts=counts, workers=workers)
     for line in res.lines(limit=limit):
         print(line)
     if json_out is not None:
-        from idckit.fileio import write_json
-
-        write_json(Path(json_out), {"dataset": res.dataset, "root": str(res.root), "counts": res.counts_mode,
-                                    "ok": res.ok, "images": res.images, "decoded": res.decoded, "facts": res.facts,
-                                    "notes": res.notes,
-                                    "findings": [f.__dict__ for f in res.findings]})
+        fileio.write_json(Path(json_out), {"dataset": res.dataset, "root": str(res.root),
+                                           "counts": res.counts_mode, "ok": res.ok, "images": res.images,
+                                           "decoded": res.decoded, "facts": res.facts, "notes": res.notes,
+                                           "findings": [f.__dict__ for f in res.findings]})
     return 0 if res.ok else 1
