@@ -14,9 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import torch
+
 from idckit import paths, registry
+from idckit.data.clevr_change import ClevrChange
+from idckit.data.features import IMAGE_SIZE, build_backbone, preprocess
+from idckit.data.images import load_image
+from idckit.device import resolve
 from idckit.errors import ConfigError, DatasetError
+from idckit.experiments.config import check_profile
+from idckit.experiments.data import content_identity, synth_root
 from idckit.experiments.runs import Run
+from idckit.fileio import read_run_file
+from idckit.models.decoding import beam_search, greedy_decode
+from idckit.text.vocab import Vocab
 
 
 @dataclass
@@ -66,8 +77,6 @@ def finished_runs(runs_dir: str | Path | None = None) -> list[tuple[float, Path]
 
 def _default_data(profile: str | None) -> str | None:
     """The content identity of ``profile``'s synthetic default, if it has been generated."""
-    from idckit.experiments.data import content_identity, synth_root
-
     if profile is None:
         return None
     root = synth_root(profile)
@@ -81,16 +90,11 @@ def choose_run(runs_dir: str | Path | None = None, *, profile: str | None = None
 
     ``profile`` / ``data_root`` restrict the choice; otherwise the default profile is preferred (then paper, then
     smoke) and, within a profile, its synthetic default data; a choice between two other datasets is refused."""
-    from idckit.experiments.config import check_profile
-    from idckit.experiments.data import content_identity
-
     root = Path(runs_dir or paths.runs_dir())
     if profile is not None:
         check_profile(profile)
     ident = None
     if data_root is not None:
-        from idckit.data.clevr_change import ClevrChange
-
         ClevrChange(Path(data_root).expanduser())  # a wrong root is named here, with the layout it needs
         ident = content_identity(Path(data_root).expanduser())
     _check_runs_dir(root)
@@ -170,8 +174,6 @@ def _resolve(model, runs_dir, *, profile=None, data_root=None) -> tuple[Path, st
 
 
 def _run_config(run: Path) -> dict:
-    from idckit.fileio import read_run_file
-
     return read_run_file(run / "config.json", {"features": str, "max_len": int, "model": dict},
                          fix="pass another run (a runs/pcl-finetune-<key> directory) with --model; this one's "
                              "config.json is damaged or not an IDC-PCL fine-tuning run's")
@@ -181,15 +183,6 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
                  runs_dir: str | Path | None = None, beam: int = 1, profile: str | None = None,
                  data_root: str | Path | None = None, device: str | None = None) -> Captioned:
     """Caption one pair on ``device`` (None: auto)."""
-    import torch
-
-    from idckit.device import resolve
-
-    from idckit.data.images import load_image
-    from idckit.data.features import IMAGE_SIZE, build_backbone, preprocess
-    from idckit.models.decoding import beam_search, greedy_decode
-    from idckit.text.vocab import Vocab
-
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
         raise ConfigError(f"--beam must be an integer >= 1, got {beam!r}", fix="pass --beam 1 (greedy) or a width")
     for name, p in (("BEFORE", before), ("AFTER", after)):
