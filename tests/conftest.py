@@ -104,15 +104,15 @@ def fake_reproduce(monkeypatch) -> FakeReproduce:
     """``reproduce`` (and the CLI's) with its two costly stages faked, for tests of what it writes where: each notebook
     writes a minimal report (``.ok = False``: fails instead), each prepare step is recorded, not built (the cpu
     profile's would render 8,000 scenes). The steps themselves are the real ones (one lane; spawned lanes run them)."""
-    from idckit import reproduce as rp
+    from idckit.reproduce import prepare, runner
 
-    fake, real_steps = FakeReproduce(), rp.prepare_steps
+    fake, real_steps = FakeReproduce(), prepare.prepare_steps
 
     def prepare_steps(names, **kw):
         return {label: (lambda label=label: fake.prepared.append(label)) for label in real_steps(names, **kw)}
 
-    monkeypatch.setattr(rp, "prepare_steps", prepare_steps)
-    monkeypatch.setattr(rp, "run_one", fake.run_one)
+    monkeypatch.setattr(prepare, "prepare_steps", prepare_steps)
+    monkeypatch.setattr(runner, "run_one", fake.run_one)
     return fake
 
 

@@ -48,6 +48,7 @@ def test_features_out_refuses_another_backbones_store_and_keeps_it(tiny_clevr, t
 
 def test_non_default_profiles_report_into_their_own_directory(tmp_path, monkeypatch, fake_reproduce):
     from idckit import reproduce as rp
+    from idckit.reproduce import runner
 
     monkeypatch.setenv("IDCKIT_REPORTS_DIR", str(tmp_path / "reports"))
     assert paths.reports_dir() == paths.reports_dir("cpu") == tmp_path / "reports"
@@ -56,7 +57,8 @@ def test_non_default_profiles_report_into_their_own_directory(tmp_path, monkeypa
     nbs.mkdir()
     (nbs / "00_walkthrough.ipynb").write_text("{}")   # a name the table manifest knows
     seen = []
-    monkeypatch.setattr(rp, "run_one", lambda nb, **kw: seen.append(kw["report_dir"]) or Outcome(nb.stem, True, 1.0))
+    monkeypatch.setattr(runner, "run_one", lambda nb, *, report_dir, **kw: seen.append(report_dir) or
+                        Outcome(nb.stem, True, 1.0))
     monkeypatch.setattr(rp, "write_index", lambda d: None)
     rp.reproduce(profile="smoke", runs_dir=tmp_path / "runs", notebooks_dir=nbs)
     assert seen == [tmp_path / "reports" / "smoke"]
@@ -328,9 +330,10 @@ def test_a_second_reproduce_of_a_running_notebook_is_refused_and_the_first_repor
 def test_each_reproduce_stages_in_its_own_folder_and_a_dead_ones_is_removed_unread(tmp_path, monkeypatch,
                                                                                    fake_reproduce):
     from idckit import reproduce as rp
+    from idckit.reproduce import runner
 
     seen = []
-    monkeypatch.setattr(rp, "run_one", lambda nb, *, report_dir, **kw: seen.append(
+    monkeypatch.setattr(runner, "run_one", lambda nb, *, report_dir, **kw: seen.append(
         sorted(p.name for p in report_dir.iterdir())) or Outcome(nb.stem, True, 1.0))
     nbs = _fake_notebooks(tmp_path, NB)
     reports = tmp_path / "reports"

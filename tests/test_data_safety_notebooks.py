@@ -136,7 +136,7 @@ def test_the_kits_folders_from_relative_environment_variables_are_absolute_under
 
 
 def test_every_path_a_notebook_is_given_is_absolute_under_the_callers_cwd(tmp_path, monkeypatch):
-    from idckit.reproduce import parameters
+    from idckit.reproduce.runner import parameters
 
     monkeypatch.chdir(tmp_path)
     params = parameters("table2_clevr_change", profile="smoke", roots={"clevr_root": "d"}, report_dir=Path("rep"),
@@ -149,20 +149,20 @@ def test_every_path_a_notebook_is_given_is_absolute_under_the_callers_cwd(tmp_pa
 @pytest.fixture
 def fake_reproduce(monkeypatch):
     """reproduce() with its prepare stage and notebooks replaced by recorders of what they were handed."""
-    from idckit import reproduce as rp
+    from idckit.reproduce import prepare, runner, scheduler
 
     seen: list[dict] = []
 
     def record(nbs, **kw):
         seen.append({"env": {k: os.environ.get(k) for k in (*PATH_ENV, "HF_HOME", "TORCH_HOME")},
-                     "params": [rp.parameters(nb.stem, profile=kw["profile"], roots=kw["roots"],
-                                              report_dir=kw["report_dir"], runs_dir=kw["runs_dir"],
-                                              released=kw["released"]) for nb in nbs],
+                     "params": [runner.parameters(nb.stem, profile=kw["profile"], roots=kw["roots"],
+                                                  report_dir=kw["report_dir"], runs_dir=kw["runs_dir"],
+                                                  released=kw["released"]) for nb in nbs],
                      "runs_dir": kw["runs_dir"], "report_dir": kw["report_dir"]})
-        return [rp.Outcome(nb.stem, True, 0.0) for nb in nbs]
+        return [runner.Outcome(nb.stem, True, 0.0) for nb in nbs]
 
-    monkeypatch.setattr(rp, "prepare", lambda *a, **k: [])
-    monkeypatch.setattr(rp, "_run_all", lambda nbs, **kw: record(nbs, **kw))
+    monkeypatch.setattr(prepare, "prepare", lambda *a, **k: [])
+    monkeypatch.setattr(scheduler, "run_all", lambda nbs, **kw: record(nbs, **kw))
     return seen
 
 
@@ -226,7 +226,7 @@ def test_a_report_that_appeared_while_its_notebook_ran_is_kept(tmp_path, monkeyp
     meanwhile is not replaced by the finished notebook's report."""
     import papermill
 
-    from idckit import reproduce as rp
+    from idckit.reproduce import runner
 
     reports = tmp_path / "reports"
     reports.mkdir()
@@ -242,7 +242,7 @@ def test_a_report_that_appeared_while_its_notebook_ran_is_kept(tmp_path, monkeyp
         (reports / "probe.json").write_text('{"mine": true}')      # the user's, written meanwhile
 
     monkeypatch.setattr(papermill, "execute_notebook", execute)
-    out = rp.run_one(nb, profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs")
+    out = runner.run_one(nb, profile="smoke", report_dir=reports, runs_dir=tmp_path / "runs")
     assert not out.ok and "probe.json" in out.error
     assert (reports / "probe.json").read_text() == '{"mine": true}' and not (reports / "probe.html").exists()
 

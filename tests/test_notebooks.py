@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
-from idckit.reproduce import discover, run_one
+from idckit.reproduce.runner import discover, run_one
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = discover(notebooks_dir=ROOT / "notebooks")

@@ -269,7 +269,7 @@ def test_each_table_takes_exactly_the_released_parameters_the_manifest_names():
 def test_reproduce_passes_a_released_checkpoint_only_to_the_tables_that_take_it(tmp_path):
     from idckit.cli import build_parser
     from idckit.registry import RELEASED
-    from idckit.reproduce import check_released, parameters
+    from idckit.reproduce.runner import check_released, parameters
 
     ckpt = tmp_path / "model.pt"
     ckpt.write_bytes(b"x")
@@ -302,7 +302,7 @@ def test_table2_at_smoke_shows_the_released_row_and_keeps_its_status(tmp_path, m
     the kit's runs, and its status is its own run's."""
     from idckit.experiments import pcl
     from idckit.reports.status import report_status
-    from idckit.reproduce import run_one
+    from idckit.reproduce.runner import run_one
 
     monkeypatch.setenv("IDCKIT_DATA_DIR", str(tmp_path / "data"))          # inherited by the papermill kernel
     monkeypatch.setenv("OMP_NUM_THREADS", "1")     # the kernel's torch threads, as in this process (_one_thread)

@@ -74,7 +74,7 @@ def test_index_keys_each_data_description_once(tmp_path):
 def test_html_hides_code_and_stderr_but_keeps_errors_and_sets_the_title(tmp_path):
     import nbformat
 
-    from idckit.reproduce import to_html
+    from idckit.reproduce.runner import to_html
 
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("print('x')")

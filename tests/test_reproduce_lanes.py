@@ -12,8 +12,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from idckit import reproduce as rp
-from idckit.reproduce import claim_report_dir, next_ready, priorities, reproduce, training_by_kind
+from idckit.errors import ConfigError
+from idckit.reports.report import claim_report_dir
+from idckit.reproduce import prepare, reproduce, scheduler
+from idckit.reproduce.scheduler import next_ready, training_by_kind
 
 # a fake notebook: its report holds what its kernel saw (torch threads, the OpenMP setting) and when it ran
 TIMED = '''
@@ -44,7 +46,7 @@ def _notebook(path: Path, sleep: float = 0.0) -> None:
 
 
 def _simulate(names, cost, jobs):
-    return rp.simulate(names, cost, jobs)
+    return scheduler.simulate(names, cost, jobs)
 
 
 def test_schedule_runs_long_chains_first_and_keeps_every_dependent_after_its_source():
@@ -54,7 +56,7 @@ def test_schedule_runs_long_chains_first_and_keeps_every_dependent_after_its_sou
     names = sorted(cost)
     sched = _simulate(names, cost, jobs=2)
     assert set(sched) == set(names)                        # every notebook once, on one lane
-    for n, after in rp.AFTER.items():
+    for n, after in scheduler.AFTER.items():
         for a in after:
             if n in sched and a in sched:
                 assert sched[n][1] >= sched[a][2], (n, a)  # a dependent starts once its source finished
@@ -70,7 +72,7 @@ def test_schedule_runs_long_chains_first_and_keeps_every_dependent_after_its_sou
 
 def test_simulate_by_hand_and_a_plan_from_a_lanes_record(tmp_path, capsys):
     # a (3) waits for p (2); b (4) and c (1) are free: lane 0 p 0-2 then a 2-5, lane 1 b 0-4 then c 4-5
-    sched = rp.simulate(["p", "a", "b", "c"], {"p": 2, "a": 3, "b": 4, "c": 1}, 2, {"a": ("p",)})
+    sched = scheduler.simulate(["p", "a", "b", "c"], {"p": 2, "a": 3, "b": 4, "c": 1}, 2, {"a": ("p",)})
     assert sched == {"p": (0, 0, 2), "b": (1, 0, 4), "a": (0, 2, 5), "c": (1, 4, 5)}
     # two notebooks from a lanes record; schedule worked by hand: the birds' long chain starts first, CLEVR's scenes
     # beside it; each store after its scenes, each run after its store, each notebook after its runs and stores
@@ -81,14 +83,14 @@ def test_simulate_by_hand_and_a_plan_from_a_lanes_record(tmp_path, capsys):
     (tmp_path / "status.json").write_text(json.dumps({"_reproduce": times, "table1_birds_to_words": {"seconds": 5.0},
                                                        "table3_change_types": {"seconds": 7.0}}))
     names = ["table1_birds_to_words", "table3_change_types"]
-    sched, missing = rp.plan(names, profile="cpu", report_dir=tmp_path, jobs=2)
+    sched, missing = scheduler.plan(names, profile="cpu", report_dir=tmp_path, jobs=2)
     assert missing == [] and sched == {
         "prepare scenes birds": (0, 0, 10), "prepare scenes clevr-change": (1, 0, 50),
         "prepare features birds": (0, 10, 30), "train birds/b2w seed 0": (0, 30, 130),
         "train birds/both seed 0": (1, 50, 150), "prepare features clevr-change": (0, 130, 160),
         "prepare scenes clevr-change hard": (1, 150, 155), "prepare features clevr-change hard": (1, 155, 160),
         "table1_birds_to_words": (0, 160, 165), "table3_change_types": (1, 160, 167)}
-    one, _ = rp.plan(names, profile="cpu", report_dir=tmp_path, jobs=1)     # one lane: all of it in a row
+    one, _ = scheduler.plan(names, profile="cpu", report_dir=tmp_path, jobs=1)     # one lane: all of it in a row
     assert max(e for _, _, e in one.values()) == sum(prep.values()) + 100 + 100 + 5 + 7
     from idckit import cli
 
@@ -106,24 +108,24 @@ def test_next_ready_waits_for_a_running_source():
 
 def test_hard_twin_notebooks_are_those_running_hard_runs():
     nbs = Path(__file__).resolve().parents[1] / "notebooks"
-    assert {p.stem for p in nbs.glob("*.py") if "hard_runs(" in p.read_text()} == set(rp.HARD_TWIN)
+    assert {p.stem for p in nbs.glob("*.py") if "hard_runs(" in p.read_text()} == set(prepare.HARD_TWIN)
 
 
 def test_prepare_steps_build_each_store_once_data_first(tmp_path):
-    steps = rp.prepare_steps(["table2_clevr_change", "table3_change_types", "clip4idc_table5_ablation",
+    steps = prepare.prepare_steps(["table2_clevr_change", "table3_change_types", "clip4idc_table5_ablation",
                               "table5_cross_task", "unknown_fake"], profile="cpu", roots=None, runs_dir=tmp_path)
     labels = list(steps)
     assert labels[:4] == ["scenes clevr-change", "scenes clevr-change hard", "scenes spot-the-diff", "scenes birds"]
     assert labels[4:] == ["features clevr-change", "features clevr-change hard", "clip4idc data clevr-change",
                           "features birds"]
-    assert rp.prepare_steps(["00_walkthrough"], profile="cpu", roots=None, runs_dir=tmp_path).keys() == \
+    assert prepare.prepare_steps(["00_walkthrough"], profile="cpu", roots=None, runs_dir=tmp_path).keys() == \
         {"scenes clevr-change"}
 
 
 def test_prepare_jobs_wait_for_their_scenes_and_hold_back_only_what_reads_them(tmp_path):
     names = ["table2_clevr_change", "table5_cross_task", "clip4idc_table3_spot_the_diff"]
-    units, _, _ = rp.training_jobs(names, {}, {})
-    steps, after = rp.prepare_jobs(names, profile="cpu", roots=None, runs_dir=tmp_path, units=units)
+    units, _, _ = scheduler.training_jobs(names, {}, {})
+    steps, after = scheduler.prepare_jobs(names, profile="cpu", roots=None, runs_dir=tmp_path, units=units)
     assert steps[0] == "prepare scenes clevr-change" and "prepare features birds" in steps
     assert after["prepare features clevr-change hard"] == ("prepare scenes clevr-change hard",)
     assert after["prepare features birds"] == ("prepare scenes birds",)
@@ -138,8 +140,8 @@ def test_the_last_recorded_stage_times_feed_the_next_estimate(tmp_path):
     times = {"prepare": [{"step": "scenes birds", "ok": True, "seconds": 8.0}, {"step": "junk"}, "junk"],
              "training_jobs": {"train birds/b2w seed 0": 700.0, "odd": "x"}}
     (tmp_path / "status.json").write_text(json.dumps({"_reproduce": times}))
-    assert rp._known_prepare(tmp_path) == [{"step": "scenes birds", "ok": True, "seconds": 8.0}]
-    assert rp._known_units(tmp_path) == {"train birds/b2w seed 0": 700.0}
+    assert scheduler._known_prepare(tmp_path) == [{"step": "scenes birds", "ok": True, "seconds": 8.0}]
+    assert scheduler._known_units(tmp_path) == {"train birds/b2w seed 0": 700.0}
 
 
 @pytest.mark.slow
@@ -193,9 +195,9 @@ def test_a_status_with_stage_times_is_the_kits(tmp_path):
 
 
 def test_jobs_must_be_a_count():
-    with pytest.raises(rp.ConfigError, match="--jobs"):
-        rp.check_jobs(0)
-    assert rp.default_jobs("cpu") == 2 and rp.default_jobs("smoke") == 1
+    with pytest.raises(ConfigError, match="--jobs"):
+        scheduler.check_jobs(0)
+    assert scheduler.default_jobs("cpu") == 2 and scheduler.default_jobs("smoke") == 1
 
 
 @pytest.mark.slow
@@ -204,11 +206,11 @@ def test_two_lanes_run_disjoint_notebooks_on_shared_cores_and_record_the_times(t
     nbs.mkdir()
     for name, sleep in (("first", 4.0), ("second", 0.0), ("third", 0.0)):
         _notebook(nbs / f"{name}.ipynb", sleep)
-    monkeypatch.setitem(rp.AFTER, "third", ("second",))
+    monkeypatch.setitem(scheduler.AFTER, "third", ("second",))
     out = reproduce(profile="cpu", report_dir=reports, runs_dir=tmp_path / "runs", notebooks_dir=nbs, jobs=2)
     assert [o.notebook for o in out] == ["first", "second", "third"] and all(o.ok for o in out)
     seen = {n: json.loads((reports / f"{n}.json").read_text())["seen"] for n in ("first", "second", "third")}
-    want = max(1, rp.cores() // 2)
+    want = max(1, scheduler.cores() // 2)
     assert all(s["threads"] == want and s["omp"] == str(want) for s in seen.values())
     assert seen["second"]["start"] < seen["first"]["end"]           # two notebooks at once
     assert seen["third"]["start"] >= seen["second"]["end"]          # the dependent after its source
@@ -221,6 +223,16 @@ def test_two_lanes_run_disjoint_notebooks_on_shared_cores_and_record_the_times(t
     page = (reports / "index.html").read_text()
     assert "<h2>Time</h2>" in page and "2 notebook(s) at once" in page and "first" in page
     assert not list(reports.glob(".idckit-staging-*"))
+
+
+def test_a_lane_worker_loads_torch_only_after_setting_its_threads():
+    """A spawned lane worker imports the package (its initializer's and its jobs' modules) before ``_lane_env`` sets
+    OMP_NUM_THREADS, and torch fixes its thread count when it is imported: the package itself must not import torch,
+    or a training job in a worker would run on the machine's threads instead of the lane's."""
+    code = ("import sys, idckit.reproduce.scheduler; "
+            "print(sorted({'torch', 'idckit.reproduce.prepare'} & sys.modules.keys()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['idckit.reproduce.prepare']"        # the prepare steps' module loaded, torch not
 
 
 @pytest.mark.slow
@@ -280,35 +292,35 @@ def test_two_processes_asking_for_one_store_extract_it_once(tmp_path):
 
 def test_training_jobs_split_a_notebook_of_many_runs_and_keep_shared_stages_in_order():
     from idckit.registry import STARTS_FROM, TRAINS
-    from idckit.reproduce import training_units
+    from idckit.reproduce.scheduler import training_units
 
     names = ["table1_birds_to_words", "table5_cross_task", "table2_clevr_change", "table4_ablation",
              "table3_change_types"]
     cost = {"table1_birds_to_words": 600.0, "table5_cross_task": 3000.0, "table2_clevr_change": 1000.0,
             "table4_ablation": 12.0, "table3_change_types": 7.0}
-    units, after, est = rp.training_jobs(names, cost)
+    units, after, est = scheduler.training_jobs(names, cost)
     # table 5: every birds variant at each of its three seeds, one job each; table 1's two are the same jobs
     assert len([u for u in units.values() if u[0] == "birds"]) == 4 * 3
     assert set(training_units("table1_birds_to_words")) <= set(units.values())
     assert len(units) == len(set(units.values()))                 # no run trained by two jobs
     for n in names:                                                # a notebook waits for every run it reads
-        assert {rp.unit_name(u) for u in training_units(n)} <= set(after[n])
+        assert {scheduler.unit_name(u) for u in training_units(n)} <= set(after[n])
     assert "table2_clevr_change" in after["table4_ablation"]      # and for the notebooks of AFTER, as before
     for (fam, variant), base in STARTS_FROM.items():               # a shared first stage is never trained twice
         for seed in (0, 1, 2):
-            job = rp.unit_name((fam, variant, seed))
+            job = scheduler.unit_name((fam, variant, seed))
             if job in units:
-                assert after[job] == (rp.unit_name((fam, base, seed)),)
+                assert after[job] == (scheduler.unit_name((fam, base, seed)),)
     assert set(TRAINS) >= {"table5_cross_task", "table4_ablation"} and "table3_change_types" not in TRAINS
     # estimates: the notebook's split over its units; table 4's cached 12 s does not make its runs look free
-    assert est[rp.unit_name(("birds", "b2w", 1))] == pytest.approx(max(600.0 / 2, 3000.0 / 12))
-    assert est[rp.unit_name(("pcl", "mlm", 0))] == pytest.approx(1000.0 / 2)
-    known = {rp.unit_name(("pcl", "mlm", 0)): 77.0}
-    assert rp.training_jobs(names, cost, known)[2][rp.unit_name(("pcl", "mlm", 0))] == 77.0
+    assert est[scheduler.unit_name(("birds", "b2w", 1))] == pytest.approx(max(600.0 / 2, 3000.0 / 12))
+    assert est[scheduler.unit_name(("pcl", "mlm", 0))] == pytest.approx(1000.0 / 2)
+    known = {scheduler.unit_name(("pcl", "mlm", 0)): 77.0}
+    assert scheduler.training_jobs(names, cost, known)[2][scheduler.unit_name(("pcl", "mlm", 0))] == 77.0
 
 
 def test_clip4idc_table1_waits_for_the_idc_pcl_run_it_shares_with_table2():
-    units, after, _ = rp.training_jobs(["clip4idc_table1_clevr_change", "table2_clevr_change"], {})
+    units, after, _ = scheduler.training_jobs(["clip4idc_table1_clevr_change", "table2_clevr_change"], {})
     assert [j for j in after["clip4idc_table1_clevr_change"] if j.startswith("train ")] == ["train pcl/full seed 0"]
     assert list(units).count("train pcl/full seed 0") == 1          # one job for both notebooks
 
@@ -321,7 +333,7 @@ def test_a_training_job_trains_the_run_its_notebook_then_reads_from_the_cache(tm
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        out = rp.train_unit(("birds", "b2w", 0), profile="smoke", roots=None, runs_dir=tmp_path)
+        out = scheduler.train_unit(("birds", "b2w", 0), profile="smoke", roots=None, runs_dir=tmp_path)
         assert out.ok and out.notebook == "train birds/b2w seed 0", out.error
         trained = {p.parent.name: p.stat().st_mtime for p in tmp_path.glob("pcl-birds-*/metrics.json")}
         assert trained                                             # the chain's runs, complete
@@ -331,7 +343,7 @@ def test_a_training_job_trains_the_run_its_notebook_then_reads_from_the_cache(tm
             == trained
     finally:
         torch.set_num_threads(before)
-    bad = rp.train_unit(("birds", "no-such-variant", 0), profile="smoke", roots=None, runs_dir=tmp_path)
+    bad = scheduler.train_unit(("birds", "no-such-variant", 0), profile="smoke", roots=None, runs_dir=tmp_path)
     assert not bad.ok and "no-such-variant" in bad.error
 
 

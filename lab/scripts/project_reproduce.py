@@ -1,6 +1,6 @@
 """Projected wall time of `make reproduce` at the cpu profile over a table of per-job costs given by hand (single-thread
-lane seconds): the kit's own schedule (:func:`idckit.reproduce.simulate`, the real job graph of prepare steps,
-training jobs and notebooks). `idckit reproduce --plan` does the same from the last recorded times; this script
+lane seconds): the kit's own schedule (:func:`idckit.reproduce.scheduler.simulate`, the real job graph of prepare
+steps, training jobs and notebooks). `idckit reproduce --plan` does the same from the last recorded times; this script
 asks "what if a job cost this much".
 
     python -m lab.scripts.project_reproduce COSTS.json [--jobs 2] [--speed 1.0]
@@ -15,14 +15,14 @@ import argparse
 import json
 from pathlib import Path
 
-from idckit import reproduce as rp
+from idckit.reproduce import runner, scheduler
 
 
 def graph():
     """The real job graph of every notebook (prepare steps, training jobs, notebooks) and what each waits for."""
-    names = [p.stem for p in rp.discover()]
-    order, _, after, _ = rp.lane_jobs(names, profile="cpu", roots=None, runs_dir=Path("runs"),
-                                      report_dir=Path("reports"))
+    names = [p.stem for p in runner.discover()]
+    order, _, after, _ = scheduler.lane_jobs(names, profile="cpu", roots=None, runs_dir=Path("runs"),
+                                             report_dir=Path("reports"))
     return order, after
 
 
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     raw = load_costs(a.costs)
     names, after = graph()
     cost = {n: raw.get(n, 0.0) / a.speed for n in names}
-    sched = rp.simulate(names, cost, a.jobs, after)
+    sched = scheduler.simulate(names, cost, a.jobs, after)
     for n, (lane, t0, t1) in sorted(sched.items(), key=lambda kv: kv[1][1]):
         print(f"lane {lane}  {t0 / 60:6.1f} - {t1 / 60:6.1f} min  {n}")
     missing = [n for n in names if n not in raw]

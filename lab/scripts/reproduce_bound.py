@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from idckit import reproduce as rp
+from idckit.reproduce import scheduler
 from lab.scripts.project_reproduce import graph, load_costs
 
 #: seconds of one birds chain's stages in the measured run (index of the 554b67c regeneration: 10 fine-tunings in
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         costs[job] = float(seconds)
     scaled = scale(costs, tuple(a.seeds), a.birds_steps)
     names, after = graph()
-    sched = rp.simulate(names, {n: scaled.get(n, 0.0) for n in names}, a.jobs, after)
+    sched = scheduler.simulate(names, {n: scaled.get(n, 0.0) for n in names}, a.jobs, after)
     wall = max(t1 for _, _, t1 in sched.values())
     print(json.dumps({
         "what": f"bound: the levers below taken as if each kept every learned number; table 5's birds seeds "
