@@ -116,7 +116,7 @@ def test_make_target_and_doctor_flag(monkeypatch, tmp_path):
 
     # run for real with `echo` as the interpreter: the values reach the command from the environment
     made = subprocess.run(["make", "-s", "gpu-check", "DEVICE=cpu", f"GPU_CHECK_OUT={tmp_path}", "GPU_CHECK_PY=echo"],
-                          cwd=gpu_check.Path(gpu_check.__file__).resolve().parents[1], capture_output=True,
+                          cwd=gpu_check.Path(gpu_check.__file__).resolve().parents[2], capture_output=True,
                           text=True, check=True).stdout
     assert f"-m idckit.cli.gpu_check --out {tmp_path} --device cpu" in made
     calls = []

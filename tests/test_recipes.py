@@ -74,10 +74,11 @@ def _names(node: ast.expr, family: str, where: str) -> list[str]:
 
 
 def _family(module: str) -> str | None:
-    """The ``FAMILY`` an experiment module declares (read from its source: no torch import for this test)."""
-    tree = ast.parse((ROOT / "idckit" / "experiments" / f"{module}.py").read_text(encoding="utf-8"))
-    return next((n.value.value for n in tree.body if isinstance(n, ast.Assign)
-                 and [ast.unparse(t) for t in n.targets] == ["FAMILY"]), None)
+    """The recipe family of an experiment module, from the registry (no torch import for this test)."""
+    from idckit import registry
+
+    return next((f.recipe_family for f in registry.FAMILIES.values() if f.module == f"idckit.experiments.{module}"),
+                None)
 
 
 def _trained(tree: ast.AST, where: str) -> set[str]:
