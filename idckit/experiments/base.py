@@ -54,6 +54,8 @@ CACHE = Cache()
 def runtime(profile: str, device: str | None = None) -> tuple[str, dict[str, Any]]:
     """(device, loader settings) of every run at ``profile`` (``configs/runtime.json``; ``device`` overrides it).
     Neither is part of a run key. An unknown device fails here, before any data is generated."""
+    # local: idckit.device imports torch (~1.3 s); `idckit reproduce`'s lane workers import this module before they
+    # set their thread count, which torch fixes when it is imported
     from idckit.device import resolve
 
     rt = load_config("runtime", profile)
@@ -103,7 +105,7 @@ def features(cfg: dict[str, Any], root: Path, cache_name: str, runs_dir: Path, *
              images: Sequence[str] | None = None):
     """The grid features of ``cfg``'s backbone at its ``feature_size`` for the images under ``root`` (extracted once
     into ``runs_dir/features/<data>/<backbone>``, then read back)."""
-    from idckit.data.features import extract_features, store_name
+    from idckit.data.features import extract_features, store_name  # local: torch (~1.3 s), see runtime
 
     size = cfg["feature_size"]
     out = runs_dir / "features" / cache_name / store_name(cfg["backbone"].replace(":", "_").replace("/", "_"), size)
@@ -139,8 +141,8 @@ def train(name: str, profile: str, data_root: str | Path | None = None, *, varia
     """``idckit train FAMILY``: every requested variant x seed of the family (default: all its recipes), each trained
     once into the run cache the notebooks read. Under torchrun rank 0 prepares the data and features first (the
     other ranks then read them), and every rank trains its share."""
-    from idckit.device import resolve
-    from idckit.train import distributed
+    from idckit.device import resolve  # local: torch (~1.3 s), see runtime
+    from idckit.train import distributed  # local: torch (~1.3 s), see runtime
 
     recipe_family = registry.family(name).recipe_family
     module = family_module(name)

@@ -21,9 +21,17 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Sequence
 
+import torch
+
 from idckit import paths, registry
+from idckit.data.nabirds import sample_pairs
+from idckit.data.synth.bird_text import difference_recall, verified_share
+from idckit.data.synth.birds import pair_animals
+from idckit.eval.baselines import NearestFeaturePair, most_frequent
+from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
 from idckit.experiments import base, recipes
 from idckit.experiments.base import Setup
 from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
@@ -31,6 +39,12 @@ from idckit.experiments.data import birds
 from idckit.experiments.pcl import MODEL
 from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir
+from idckit.reports.report import Provenance
+from idckit.tasks.pcl import FinetuneTask, PretrainTask, predict
+from idckit.text.negatives import build_negatives
+from idckit.text.pcl_inputs import FGVCData, PairRecord, pcl_data_from_records
+from idckit.text.vocab import Vocab
+from idckit.train import loop
 
 FAMILY = registry.family("birds").recipe_family  # its recipes: pcl-birds/b2w, ... (table 5)
 #: table 1's names of the ``b2w`` and ``both`` rows (IDC-PCL, IDC-PCL + extra data)
@@ -60,8 +74,6 @@ def _rel(s: Setup, path: Path) -> str:
 
 
 def _records(s: Setup):
-    from idckit.text.pcl_inputs import PairRecord
-
     b2w = s.data.b2w()
     train = b2w.training_examples("train", swap=bool(s.config["swap_augment"]), only_with_images=True)
     train_pairs = list({p.pair_id: p for p, _ in train}.values())
@@ -71,16 +83,12 @@ def _records(s: Setup):
 
 
 def _cub_records(s: Setup):
-    from idckit.text.pcl_inputs import PairRecord
-
     cub = s.data.cub()
     return [PairRecord(f"cub{im.image_id}", _rel(s, im.path), None, tuple(cub.captions(im)), "cub", True)
             for im in cub.images("train")]
 
 
 def _negatives(s: Setup, data, ratio, referents=()) -> None:
-    from idckit.text.negatives import build_negatives
-
     train = data.splits["train"]
     neg = build_negatives(train.references, ratio=ratio, seed=s.config["negatives"]["seed"],
                           referents=referents, cache_dir=s.runs_dir / "negatives", progress=False)
@@ -106,19 +114,12 @@ def stage_max_len(s: Setup, kind: str = "b2w") -> int:
 
 
 def _load(s: Setup, kind: str):
-    import torch
-
-    from idckit.text.pcl_inputs import FGVCData, pcl_data_from_records
-    from idckit.text.vocab import Vocab
-
     records, cub = _records(s), _cub_records(s)
     vocab = Vocab.build([c for r in records["train"] for c in r.references] + [c for r in cub for c in r.references])
     if kind == "gic":
         data = pcl_data_from_records({"train": cub}, s.store, max_len=stage_max_len(s, "gic"), vocab=vocab)
         _negatives(s, data, s.config["negatives"]["cub_ratio"])
     else:
-        from idckit.data.nabirds import sample_pairs
-
         nab = s.data.nabirds()
         images = nab.images("train")
         keys = {im.uuid: _rel(s, im.path) for im in images}
@@ -157,9 +158,6 @@ def _pretrain_run(s: Setup, v: dict, seed: int, gic: Run | None) -> Run:
 
 
 def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -> None:
-    from idckit.tasks.pcl import PretrainTask
-    from idckit.train.loop import fit
-
     with run.exclusive():
         if run.is_complete():
             return
@@ -171,8 +169,8 @@ def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -
         task = PretrainTask(data, model, batch_size=c["batch_size"], ratios=c["ratios"], mask_prob=c["mask_prob"],
                             eos_prob=c["eos_prob"], region_prob=c["region_prob"], tau_mvcl=c["tau_mvcl"],
                             tau_fda=c["tau_fda"], init_from=None if init is None else init.dir / "best.pt")
-        res = fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
-                  device=s.device, loader=s.loader)
+        res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
+                       device=s.device, loader=s.loader)
         run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
 
 
@@ -207,10 +205,6 @@ def run_variant(s: Setup, variant: str = "both", seed: int = 0, *, progress: boo
 
 
 def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: float, t0: float) -> None:
-    from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
-    from idckit.tasks.pcl import FinetuneTask, predict
-    from idckit.train.loop import fit
-
     data = loaded_data(s, "b2w")
     c = run.config["finetune"]
     with CaptionScorer(meteor=False) as quick:
@@ -221,8 +215,8 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
                             captions_per_pair=c["captions_per_pair"], targets=c["targets"],
                             init_from=pre.dir / "best.pt", scorer=quick, selection_metric=c["selection_metric"],
                             tokenize=c["tokenize"])
-        res = fit(task, train_config(c["train"], run.config["seed"]), run.dir,
-                  progress=progress, device=s.device, loader=s.loader)
+        res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir,
+                       progress=progress, device=s.device, loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
     write_results(run.dir / "test", preds["captions"])
@@ -254,9 +248,6 @@ def grammar_scores(s: Setup, paragraphs: dict[str, str], split: str = "test") ->
     """SynthBirds' truth check of paragraphs (None on real data, which has no attribute ground truth)."""
     if not s.data.synthetic:
         return {"verified_share": None, "difference_recall": None}
-    from idckit.data.synth.bird_text import difference_recall, verified_share
-    from idckit.data.synth.birds import pair_animals
-
     animals = pair_animals(s.data.root, split)
     return {"verified_share": verified_share(paragraphs, animals),
             "difference_recall": difference_recall(paragraphs, animals)}
@@ -271,9 +262,6 @@ runs = base.family_runs(run_variant, FAMILY)
 def baselines(s: Setup) -> list[dict[str, Any]]:
     """The most frequent training paragraph for every pair, and the paragraph of the training pair nearest in
     the (mean-pooled) features of both images; scored like the model (test, no PTB tokenizer)."""
-    from idckit.eval.baselines import NearestFeaturePair, most_frequent
-    from idckit.eval.captions import CaptionScorer, evaluate_pairs
-
     data = loaded_data(s, "b2w")
     train, test = data.splits["train"], data.splits["test"]
     types = dict(zip(test.pair_ids, test.types))
@@ -303,8 +291,6 @@ GRAMMAR = ("verified_share", "difference_recall")
 
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float):
-    from idckit.reports.report import Provenance
-
     return Provenance(profile=s.profile, seeds=list(seeds), wall_seconds=round(wall_seconds, 1),
                       selection_split=f"val: {selection(s)}", data=s.data.description, data_version=s.data.version,
                       backbone=s.store.meta.get("backbone"), weights=s.store.meta.get("weights"),
@@ -318,7 +304,5 @@ def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int]
 def shown_pairs(s: Setup, split: str = "test"):
     """The pairs of ``split`` as :func:`idckit.reports.plots.show_pairs` draws them (``before``/``after`` = animal1/animal2,
     ``change_type`` = the pivot-branch selection)."""
-    from types import SimpleNamespace
-
     return [SimpleNamespace(pair_id=p.pair_id, before=p.img1.path, after=p.img2.path, captions=list(p.references),
                             change_type=p.selection) for p in s.data.b2w().pairs(split, only_with_images=True)]

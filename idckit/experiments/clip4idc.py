@@ -29,6 +29,7 @@ by every adaptation and captioning run of a notebook (in :data:`idckit.experimen
 """
 from __future__ import annotations
 
+import atexit
 import copy
 import hashlib
 import os
@@ -36,19 +37,30 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import open_clip
 import torch
 
-from idckit import paths, registry
+from idckit import fileio, paths, registry
+from idckit.device import resolve
 from idckit.errors import ConfigError, WeightsUnavailableError
+from idckit.eval.baselines import most_frequent
+from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
+from idckit.eval.retrieval import retrieval_metrics
 from idckit.experiments import base, recipes, reporting
 from idckit.experiments.base import Setup
-from idckit.models import clip4idc as clip4idc_model
 from idckit.experiments.config import (check_profile, check_seeds, deep_merge, load_config, read_config_file,
                                        train_config)
 from idckit.experiments.data import DataChoice, pair_dataset
 from idckit.experiments.runs import Run, open_run, variant_result
 from idckit.fileio import check_output_dir
-from idckit.train import distributed
+from idckit.models import clip4idc as clip4idc_model
+from idckit.models.clip4idc import CLIP4IDCRetrieval
+# importing clip_loader also registers the kit's stand-in architectures with open_clip (_vision_config reads them)
+from idckit.models.clip_loader import load_clip, save_clip_checkpoint
+from idckit.reports.report import Provenance, to_paper_scale
+from idckit.tasks.clip4idc import AdaptTask, CaptionTask, IntraCache, load_pair_data, with_text_length
+from idckit.tasks.clip_pretrain import StandinPretrainTask, load_description_data, read_descriptions
+from idckit.train import distributed, loop
 
 FAMILY = registry.family("clip4idc").recipe_family  # its recipes: clip4idc/clip-ft, ...
 MODEL = "CLIP4IDC (idckit)"    # the model column of its report rows
@@ -129,10 +141,6 @@ def dataset_settings(name: str, dataset: str, profile: str) -> dict[str, Any]:
 
 
 def _vision_config(model: str) -> dict:
-    import open_clip
-
-    import idckit.models.clip_loader  # noqa: F401  (registers the kit's stand-in configs)
-
     cfg = open_clip.get_model_config(model)
     if cfg is None:
         raise ConfigError(f"unknown CLIP architecture {model!r}",
@@ -142,8 +150,6 @@ def _vision_config(model: str) -> dict:
 
 def _check_pretrained(model: str, pretrained: object) -> None:
     """Weights that are neither a file nor a tag open_clip knows fail here, not after caches and a run are written."""
-    import open_clip
-
     if pretrained is None:
         return
     if not isinstance(pretrained, (str, os.PathLike)):
@@ -167,8 +173,6 @@ def _image_cache_dir(s: Setup, data: DataChoice) -> Path:
 def loaded_data(s: Setup):
     """The in-memory data of a setup (:class:`idckit.tasks.clip4idc.PairData`: images as uint8, decoded once and
     cached on disk beside the runs, and BPE captions), shared by all runs of a process."""
-    from idckit.tasks.clip4idc import load_pair_data
-
     key = (str(s.data.root), image_size(s), s.config["caption"]["max_len"])
     return base.CACHE.get("clip4idc-data", key, lambda: load_pair_data(
         s.data.dataset(), image_size(s), max_len=s.config["caption"]["max_len"], cache_dir=_image_cache_dir(s, s.data),
@@ -178,8 +182,6 @@ def loaded_data(s: Setup):
 def caption_data(s: Setup):
     """:func:`loaded_data` with the captions at the caption stage's length (``caption_max_len``; null: ``max_len``,
     the adaptation's text length)."""
-    from idckit.tasks.clip4idc import with_text_length
-
     data, n = loaded_data(s), s.config["caption"]["caption_max_len"]
     if n is None:
         return data
@@ -190,10 +192,6 @@ def caption_data(s: Setup):
 def _intra_cache(s: Setup, clip: dict, n_intra: int) -> Any:
     """The intra-stage outputs of every image under this CLIP's own (frozen) weights split at ``n_intra`` (once per
     process; the tasks check the weights' fingerprint before using it)."""
-    from idckit.models.clip4idc import CLIP4IDCRetrieval
-    from idckit.models.clip_loader import load_clip
-    from idckit.tasks.clip4idc import IntraCache
-
     def compute():
         data = loaded_data(s)
         rows = torch.cat([torch.cat([sp.before, sp.after, sp.distractor_row[sp.distractor_row >= 0]])
@@ -207,8 +205,6 @@ def _intra_cache(s: Setup, clip: dict, n_intra: int) -> Any:
 
 
 def _device(s: Setup):
-    from idckit.device import resolve
-
     return resolve(s.device)
 
 
@@ -231,8 +227,6 @@ def _description_data(data: DataChoice, profile: str, progress: bool) -> DataCho
     """Where the stand-in learns: this data if it has scene descriptions, else the profile's synthetic default of
     the same dataset (a real release has no single-image descriptions)."""
     if (data.root / "scene_descriptions.json").is_file():
-        from idckit.tasks.clip_pretrain import read_descriptions
-
         read_descriptions(data.root / "scene_descriptions.json")  # a damaged file is named before a run starts
         return data
     return pair_dataset(data.name, profile, None, progress=progress)
@@ -242,10 +236,6 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
     """``{"name", "weights", "key", "run", "description", ...}``: what every later run loads with ``load_clip``.
 
     With named weights nothing is trained. Otherwise the stand-in is pre-trained (once; cached by its config)."""
-    from idckit.models.clip_loader import save_clip_checkpoint
-    from idckit.tasks.clip_pretrain import StandinPretrainTask, load_description_data
-    from idckit.train.loop import fit
-
     progress = s.progress if progress is None else progress
     name, pretrained = clip_model(s), s.config["clip"]["pretrained"]
     if pretrained is not None:
@@ -273,8 +263,8 @@ def clip_weights(s: Setup, *, progress: bool | None = None) -> dict[str, Any]:
                                          progress=progress, dataset=described.dataset())
             task = StandinPretrainTask(data, name, batch_size=c["batch_size"], weight_decay=c["weight_decay"],
                                        eval_batch_size=c["eval_batch_size"])
-            res = fit(task, _train_config(c["train"], 0, len(data.train_scenes), c["batch_size"]), run.dir,
-                      progress=progress, device=s.device, loader=s.loader)
+            res = loop.fit(task, _train_config(c["train"], 0, len(data.train_scenes), c["batch_size"]), run.dir,
+                           progress=progress, device=s.device, loader=s.loader)
             if distributed.is_main():
                 save_clip_checkpoint(res.model.cpu(), path, name)
                 run.complete({"val": res.best_metrics, "best_step": res.best_step, "steps": res.steps,
@@ -298,8 +288,6 @@ def retrieval_ks(s: Setup) -> tuple[int, ...]:
 def _adapt_task(s: Setup, clip: dict, n_intra: int, *, freeze_intra: bool | None = None):
     """The adaptation task (``freeze_intra`` None: the config's; False: plain CLIP's whole tower, which the intra
     cache of the split encoder does not serve)."""
-    from idckit.tasks.clip4idc import AdaptTask
-
     c = s.config["adapt"]
     frozen = c["freeze_intra"] if freeze_intra is None else freeze_intra
     return AdaptTask(loaded_data(s), clip["name"], clip["weights"], n_intra=n_intra, batch_size=c["batch_size"],
@@ -314,10 +302,6 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
     "test_unadapted", "test_plain_clip", "history", "wall_seconds", ...}``: test retrieval after adaptation, of the
     same split encoder before it (fresh e1/e2/p/ln_mid, same seed) and of plain CLIP (mean of the two images'
     embeddings, no joint layers)."""
-    from idckit.models.clip4idc import CLIP4IDCRetrieval
-    from idckit.models.clip_loader import load_clip
-    from idckit.train.loop import fit
-
     progress = s.progress if progress is None else progress
     check_seeds([seed])
     n_intra = default_n_intra(s) if n_intra is None else _check_n_intra(s, n_intra)
@@ -337,8 +321,8 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
             plain_model = CLIP4IDCRetrieval(load_clip(clip["name"], clip["weights"])[0], n_intra=depth(s), joint=False)
             plain = _evaluate_plain(_adapt_task(s, clip, n_intra, freeze_intra=False), plain_model.to(dev))
             samples = len(task.samples)
-            res = fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress,
-                      device=dev, loader=s.loader)
+            res = loop.fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress,
+                           device=dev, loader=s.loader)
             test = task.evaluate(res.model, "test")
             if distributed.is_main():
                 run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
@@ -361,8 +345,6 @@ def _check_n_intra(s: Setup, n_intra: object) -> int:
 def _evaluate_plain(task, model) -> dict[str, float]:
     """Retrieval of plain CLIP (``task`` without frozen intra blocks): each image through the whole tower, pair
     vector = mean of the two embeddings."""
-    from idckit.eval.retrieval import retrieval_metrics
-
     sim, text_pair = task.similarity(model, "test")
     return retrieval_metrics(sim, text_pair, ks=task.ks)
 
@@ -370,11 +352,8 @@ def _evaluate_plain(task, model) -> dict[str, float]:
 # -- 3. captioning --------------------------------------------------------------------------------------------
 def _final_scorer(meteor: bool):
     """One scorer (one METEOR JVM) for every final test scoring of the process (one with METEOR serves both)."""
-    from idckit.eval.captions import CaptionScorer
 
     def start():
-        import atexit
-
         scorer = CaptionScorer(meteor=meteor)
         atexit.register(scorer.close)
         return scorer
@@ -437,10 +416,6 @@ def caption_train(train: dict[str, Any], captioner: dict[str, Any]) -> dict[str,
 
 
 def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, progress: bool) -> None:
-    from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
-    from idckit.tasks.clip4idc import CaptionTask
-    from idckit.train.loop import fit
-
     t0 = time.perf_counter()
     c = run.config["caption"]
     data = caption_data(s)
@@ -457,8 +432,8 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
                            progress=progress, decay_rule=c["decay_rule"], loss_reduction=c["loss_reduction"],
                            weight_decay=c["train"]["weight_decay"], freeze=c["freeze"])
         scenes = len(task.scenes)
-        res = fit(task, _train_config(c["train"], run.config["seed"], scenes, c["batch_size"]), run.dir,
-                  progress=progress, device=s.device, loader=s.loader)
+        res = loop.fit(task, _train_config(c["train"], run.config["seed"], scenes, c["batch_size"]), run.dir,
+                       progress=progress, device=s.device, loader=s.loader)
         t1 = time.perf_counter()
         preds = task.predict(res.model, "test")
         decode_seconds = time.perf_counter() - t1
@@ -524,10 +499,6 @@ def text_baseline(s: Setup) -> dict[str, Any]:
     sentences pooled, ties broken alphabetically) written for every test pair, scored like the captioners (the same
     references, PTB tokenisation and METEOR setting). It sees no image, so a captioner below it has learned less
     from the images than the sentence distribution alone is worth. ``sentence`` holds the sentence."""
-    from idckit.eval.baselines import most_frequent
-    from idckit.eval.captions import evaluate_pairs
-    from idckit.reports.report import to_paper_scale
-
     ds = s.data.dataset()
     sentence = most_frequent(ds.references("train"))
     refs = ds.references("test")
@@ -540,8 +511,6 @@ def text_baseline(s: Setup) -> dict[str, Any]:
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float,
                selection: str = "val (CIDEr-D)"):
-    from idckit.reports.report import Provenance
-
     clip = clip_weights(s, progress=False)
     # wall_seconds is this notebook's; the training behind it happened once, in the cached runs
     adapt_runs = {r["adapt"]["run"]: r["adapt_seconds"] for r in results if r.get("adapt")}
@@ -572,8 +541,6 @@ def pretrain_clip(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | 
 
     Returns :func:`clip_weights`' dict; ``weights`` is the file to pass as ``pretrained=`` (or ``--weights`` of
     ``idckit features --backbone clip:idckit-standin-ViT-T-16``)."""
-    from idckit import fileio
-
     if out is not None:  # before minutes of training, not after; never onto the data or a file the kit did not write
         out = fileio.claim_file(out, "--out", inputs=[data_root] if data_root else [], recognise=_is_clip_checkpoint,
                                 what="a CLIP checkpoint idckit wrote")
@@ -588,8 +555,6 @@ def pretrain_clip(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | 
 
 def _is_clip_checkpoint(path: Path) -> bool:
     """What ``save_clip_checkpoint`` writes: {"state_dict": tensors, "model_name": str}."""
-    import torch
-
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # noqa: BLE001 - any unreadable file is not one

@@ -65,6 +65,8 @@ def train_config(block: Mapping[str, Any], seed: int | None = None, *, steps_per
     """The loop's :class:`~idckit.train.loop.TrainConfig` from a profile's ``train`` section (the one dialect of
     every run): ``configs/train.json``'s defaults <- ``block`` <- ``seed``. ``epochs``, ``warmup_fraction`` and
     ``eval_every_epochs`` (null or absent: not used) become steps for ``steps_per_epoch`` optimiser steps per epoch."""
+    # local: idckit.train.loop imports torch (~1.3 s); `idckit reproduce`'s lane workers import this module before
+    # they set their thread count, which torch fixes when it is imported
     from idckit.train.loop import TrainConfig
 
     t = dict(block)

@@ -12,7 +12,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from idckit import paths, registry
+from idckit.data.birds_to_words import BirdsToWords
 from idckit.data.clevr_change import ClevrChange
+from idckit.data.cub import Cub
+from idckit.data.synth.vocab import GENERATOR_VERSION as CLEVR_GENERATOR_VERSION
 from idckit.errors import ConfigError, DatasetError, IdckitError
 from idckit.experiments.config import check_profile, load_config
 
@@ -164,13 +167,14 @@ def clevr_change(profile: str, data_root: str | Path | None = None, *, hard: boo
     w, h = s["size"]
     cam, lamp = float(s["camera_jitter"]), float(s["lamp_jitter"])
     root = synth_root(profile, hard)
+    # local: the synthetic generators, the scene constants and NABirds' reader load numpy (~0.1 s), whose BLAS sizes
+    # its thread pool when imported; `idckit reproduce`'s lane workers import this module before they set theirs
     from idckit.data.synth.clevr_change import generate  # renders only if not already there
-    from idckit.data.synth.vocab import GENERATOR_VERSION
 
     generate(root, n_pairs=s["pairs"], seed=s["seed"], size=(w, h), camera_jitter=cam, lamp_jitter=lamp,
              objects=tuple(s["objects"]), workers=s["workers"], progress=progress)
     return DataChoice(root, True, f"synthetic: SynthCLEVR-Change ({s['pairs']} before-images, seed {s['seed']}, "
-                      f"{w}x{h}, {jitter_words(s)})", GENERATOR_VERSION, content_identity(root))
+                      f"{w}x{h}, {jitter_words(s)})", CLEVR_GENERATOR_VERSION, content_identity(root))
 
 
 def synth_root(profile: str, hard: bool = False) -> Path:
@@ -178,7 +182,7 @@ def synth_root(profile: str, hard: bool = False) -> Path:
     s = synth_settings(profile, hard)
     w, h = s["size"]
     cam, lamp = float(s["camera_jitter"]), float(s["lamp_jitter"])
-    from idckit.data.synth.scene import MAX_OBJECTS, MIN_OBJECTS
+    from idckit.data.synth.scene import MAX_OBJECTS, MIN_OBJECTS  # local: numpy, see clevr_change
 
     lo, hi = s["objects"]
     objects = "" if (lo, hi) == (MIN_OBJECTS, MAX_OBJECTS) else f"-obj{lo}-{hi}"   # CLEVR's 3-10: the old names
@@ -188,7 +192,7 @@ def synth_root(profile: str, hard: bool = False) -> Path:
 def jitter_words(info: dict) -> str:
     """How a synthetic set's difficulty reads in reports; sets written before the knobs existed used jitter 1.0
     and CLEVR's 3-10 objects (named only when they differ from it)."""
-    from idckit.data.synth.scene import MAX_OBJECTS, MIN_OBJECTS
+    from idckit.data.synth.scene import MAX_OBJECTS, MIN_OBJECTS  # local: numpy, see clevr_change
 
     cam, lamp = info.get("camera_jitter", 1.0), info.get("lamp_jitter", 1.0)
     lo, hi = info.get("objects", (MIN_OBJECTS, MAX_OBJECTS))
@@ -247,17 +251,13 @@ class BirdsChoice:
         return self.identity.replace(":", "-")
 
     def b2w(self):
-        from idckit.data.birds_to_words import BirdsToWords
-
         return BirdsToWords(self.root / "birds_to_words")
 
     def cub(self):
-        from idckit.data.cub import Cub
-
         return Cub(self.root)
 
     def nabirds(self):
-        from idckit.data.nabirds import NABirds
+        from idckit.data.nabirds import NABirds  # local: numpy, see clevr_change
 
         return NABirds(self.root)
 
@@ -294,7 +294,7 @@ def birds(profile: str, data_root: str | Path | None = None, *, progress: bool =
     tree = "x".join(str(t) for t in s["tree"])
     root = paths.data_dir() / (f"synth-birds-n{s['pairs']}-c{s['cub_per_class']}-b{s['nabirds_per_class']}"
                                f"-s{s['seed']}-{s['size']}px-t{tree}")
-    from idckit.data.synth.birds import GENERATOR_VERSION, generate
+    from idckit.data.synth.birds import GENERATOR_VERSION, generate  # local: numpy, see clevr_change
 
     generate(root, n_pairs=s["pairs"], cub_per_class=s["cub_per_class"], nabirds_per_class=s["nabirds_per_class"],
              size=s["size"], seed=s["seed"], workers=s["workers"], tree=tuple(s["tree"]), progress=progress)

@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from idckit import registry
+from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
 from idckit.experiments import base, pcl, recipes
 from idckit.experiments.base import Setup
 from idckit.experiments.config import check_seeds, load_config, train_config
-from idckit.experiments.runs import Run, open_run, variant_result
+from idckit.experiments.runs import Run, hard_twin_runs, open_run, variant_result
 from idckit.paths import DEFAULT_PROFILE
+from idckit.tasks.duda import DUDATask, caption_judge_accuracy, no_change_sentences, predict
+from idckit.text.pcl_inputs import load_pcl_data
+from idckit.train import loop
 
 FAMILY = registry.family("duda").recipe_family  # its one recipe: duda/duda
 MODEL = "DUDA (idckit)"        # the model column of its report rows
@@ -36,8 +40,6 @@ def setup(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *
 
 def loaded_data(s: Setup):
     """The in-memory data of a setup (IDC-PCL's :class:`idckit.text.pcl_inputs.PCLData`, without FDA negatives)."""
-    from idckit.text.pcl_inputs import load_pcl_data
-
     key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
     return base.CACHE.get("duda-data", key, lambda: load_pcl_data(s.data.dataset(), s.store,
                                                                   max_len=s.config["max_len"],
@@ -65,18 +67,14 @@ def run_variant(s: Setup, variant: str = "duda", seed: int = 0, *, progress: boo
 
 
 def _train(s: Setup, run: Run, progress: bool) -> None:
-    from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
-    from idckit.tasks.duda import DUDATask, caption_judge_accuracy, no_change_sentences, predict
-    from idckit.train.loop import fit
-
     t0 = time.perf_counter()
     data = loaded_data(s)
     c = run.config
     with CaptionScorer(meteor=False) as quick:
         task = DUDATask(data, c["model"], batch_size=c["batch_size"], attention_l1=c["attention_l1"],
                         swap_before=c["swap_before"], eval_batch_size=c["eval_batch_size"], scorer=quick)
-        res = fit(task, train_config(c["train"], c["seed"]), run.dir, progress=progress, device=s.device,
-                  loader=s.loader)
+        res = loop.fit(task, train_config(c["train"], c["seed"]), run.dir, progress=progress, device=s.device,
+                       loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
     write_results(run.dir / "test", preds["captions"])
@@ -98,8 +96,6 @@ runs = base.family_runs(run_variant, FAMILY)
 def hard_runs(s: Setup, variants: Sequence[str] = ("duda",), seeds: Sequence[int] = (0,), *, progress: bool = True
               ) -> tuple[Setup | None, list[dict[str, Any]]]:
     """DUDA on the hard twin of a synthetic setup, labelled as such, as :func:`idckit.experiments.pcl.hard_runs`."""
-    from idckit.experiments.runs import hard_twin_runs
-
     return hard_twin_runs(s, setup, runs, variants, seeds, progress=progress)
 
 

@@ -21,16 +21,20 @@ from idckit import checkpoints, paths, registry
 from idckit.data.features import IMAGE_SIZE
 from idckit.device import resolve
 from idckit.errors import ConfigError, DatasetError
+from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
 from idckit.experiments import base, recipes
 from idckit.experiments.base import Setup
 from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
 from idckit.experiments.data import clevr_change
-from idckit.experiments.runs import Run, open_run, variant_result
+from idckit.experiments.runs import Run, final_train_loss, hard_twin_runs, open_run, variant_result
 from idckit.fileio import check_output_dir, read_run_file
 from idckit.models.pcl import PCL, SWITCHES
-from idckit.tasks.pcl import build_config
+from idckit.reports.report import Provenance
+from idckit.tasks.pcl import FinetuneTask, PretrainTask, build_config, predict
+from idckit.text.negatives import build_negatives
+from idckit.text.pcl_inputs import load_pcl_data
 from idckit.text.vocab import Vocab
-from idckit.train import distributed
+from idckit.train import distributed, loop
 
 FAMILY = registry.family("pcl").recipe_family  # the recipes this module trains: pcl/full, pcl/no_judge, ...
 MODEL = "IDC-PCL (idckit)"     # the model column of its report rows
@@ -63,9 +67,6 @@ def loaded_data(s: Setup):
 
 
 def _load(s: Setup):
-    from idckit.text.pcl_inputs import load_pcl_data
-    from idckit.text.negatives import build_negatives
-
     data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"], train_fraction=s.train_fraction)
     neg = build_negatives(data.splits["train"].references, ratio=s.config["negatives"]["ratio"],
                           seed=s.config["negatives"]["seed"], cache_dir=s.runs_dir / "negatives", progress=False)
@@ -93,9 +94,6 @@ def _pretrain_run(s: Setup, recipe: Mapping[str, Any], seed: int) -> Run | None:
 
 
 def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
-    from idckit.tasks.pcl import PretrainTask
-    from idckit.train.loop import fit
-
     with run.exclusive():
         if run.is_complete():
             return
@@ -103,8 +101,8 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
         task = PretrainTask(loaded_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
                             mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
                             tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
-        res = fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
-                  device=s.device, loader=s.loader)
+        res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
+                       device=s.device, loader=s.loader)
         if distributed.is_main():
             run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds}, **_about(s))
         distributed.barrier()
@@ -134,10 +132,6 @@ def run_variant(s: Setup, variant: str = "full", seed: int = 0, *, progress: boo
 
 
 def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
-    from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
-    from idckit.tasks.pcl import FinetuneTask, predict
-    from idckit.train.loop import fit
-
     if pre is not None:
         _train_pretrain(s, pre, progress)
     t0 = time.perf_counter()            # after the pre-training, whose own wall time is added once below
@@ -151,8 +145,8 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                             captions_per_pair=c["captions_per_pair"], targets=c["targets"],
                             selection_metric=c["selection_metric"], tokenize=c["tokenize"],
                             init_from=None if pre is None else pre.dir / "best.pt", scorer=quick)
-        res = fit(task, train_config(c["train"], run.config["seed"]), run.dir,
-                  progress=progress, device=s.device, loader=s.loader)
+        res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir,
+                       progress=progress, device=s.device, loader=s.loader)
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
     if not distributed.is_main():      # rank 0 scores and writes; the others wait for the finished run
         distributed.barrier()
@@ -230,8 +224,6 @@ def hard_runs(s: Setup, variants: Sequence[str] = ("full",), seeds: Sequence[int
               progress: bool = True) -> tuple[Setup | None, list[dict[str, Any]]]:
     """The same runs on the hard twin of a synthetic setup (CLEVR-Change's own jitter; same profile, backbone and
     run cache), labelled as such, for the hard rows of tables 2 and 3. (None, []) on real data."""
-    from idckit.experiments.runs import hard_twin_runs
-
     return hard_twin_runs(s, setup, runs, variants, seeds, progress=progress)
 
 
@@ -245,10 +237,6 @@ def provenance_fields(s: Setup) -> dict[str, Any]:
 
 
 def provenance(s: Setup, results: Sequence[dict[str, Any]], seeds: Sequence[int], wall_seconds: float):
-    from idckit.reports.report import Provenance
-
-    from idckit.experiments.runs import final_train_loss
-
     tagger = next((r.get("negatives", {}) or {}).get("tagger") for r in results) if results else None
     losses = {r["run"]: final_train_loss(s.runs_dir / r["run"]) for r in results}
     known = [v for v in losses.values() if v is not None]

@@ -31,7 +31,15 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from idckit import paths
 from idckit.errors import ConfigError
+from idckit.experiments import data
 from idckit.fileio import check_output_dir, write_json
+from idckit.reports.report import git_commit
+from idckit.train import distributed
+
+try:
+    import fcntl
+except ImportError:          # pragma: no cover - Windows: runs are not locked (Run.exclusive)
+    fcntl = None
 
 #: bump when a change to the training code alters what a run learns (every cached run then retrains)
 #: 2: grouped IDC-PCL fine-tuning batches (device/DDP plumbing, other datasets, the DataLoader path and the settings
@@ -150,12 +158,6 @@ class Run:
         An advisory ``flock`` on ``<run>/.lock``, released when the holder exits, however it exits (so a killed
         holder leaves nothing stale). Not taken under torchrun, whose processes train the run together, nor where
         the OS has no ``fcntl`` (Windows)."""
-        from idckit.train import distributed
-
-        try:
-            import fcntl
-        except ImportError:          # pragma: no cover - Windows
-            fcntl = None
         if fcntl is None or distributed.world() > 1:
             yield self
             return
@@ -170,8 +172,6 @@ class Run:
     def complete(self, metrics: Mapping[str, Any], **about: Any) -> None:
         """Write the record (commit, code version, time, and ``about``: profile, data, ...), then the metrics
         (last: they mark the run finished)."""
-        from idckit.reports.report import git_commit
-
         write_json(self.record_path, {"commit": git_commit(), "training_code": TRAINING_CODE_VERSION,
                                       "finished": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                                       **about}, indent=1)
@@ -253,9 +253,7 @@ def hard_twin_runs(s, setup, runs, variants: Sequence[str], seeds: Sequence[int]
     same profile, backbone, device and run cache, built by the calling model's ``setup``), each row labelled
     "[hard data]" and carrying the twin's data description: the hard rows of tables 2 and 3. (None, []) on real
     data or when the profile's default already is the faithful jitter."""
-    from idckit.experiments.data import synth_settings
-
-    if not s.data.synthetic or synth_settings(s.profile, hard=True) == synth_settings(s.profile):
+    if not s.data.synthetic or data.synth_settings(s.profile, hard=True) == data.synth_settings(s.profile):
         return None, []
     h = setup(s.profile, runs_dir=s.runs_dir, backbone=s.store.meta["backbone"], hard=True, progress=progress,
               device=s.device)
