@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from idckit.experiments.runs import test_captions
 from idckit.reports.format import Table
+from idckit.reports.status import is_collapsed
 
 
 def captions_by_run(runs_dir: str | Path, results: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
@@ -57,8 +58,6 @@ def stopped_early(result: Mapping[str, Any]) -> str | None:
 def diversity_notes(diversity: Sequence[Mapping[str, Any]]) -> list[str]:
     """Report sentences for runs whose test output collapsed (:func:`idckit.reports.status.is_collapsed`: too few
     distinct captions, or one caption for most pairs)."""
-    from idckit.reports.status import is_collapsed
-
     notes = []
     for d in diversity:
         if is_collapsed(d["distinct"], d["pairs"], d["top_share"]):

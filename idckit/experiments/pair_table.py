@@ -8,8 +8,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from idckit.experiments import reporting
+from idckit.experiments import clip4idc, reporting
+from idckit.experiments.yardsticks import add_bootstrap, dataset_title, headline, standing_notes
 from idckit.reports.format import Notes, Table, comparison
+from idckit.reports.plots import side_by_side_bars
+from idckit.reports.report import paper_table, write_report
+from idckit.reports.stats import ordering_notes
 
 
 @dataclass
@@ -25,19 +29,13 @@ class PairTable:
 
     @property
     def dataset(self) -> str:
-        from idckit.experiments.yardsticks import dataset_title
-
         return dataset_title(self.setup.data)
 
     def comparison(self) -> Table:
-        from idckit.reports.report import paper_table
-
         return comparison(self.rows, paper_table(self.table)["rows"],
                           caption=f"{self.table}: the paper (real data) and the kit ({self.dataset}), test")
 
     def bars(self):
-        from idckit.reports.plots import side_by_side_bars
-
         kit = reporting.per_variant(self.rows)
         order = [*self.paper_cider, *[v for v in kit if v not in self.paper_cider]]
         return side_by_side_bars(kit, self.paper_cider, order, title=f"{self.table}: test CIDEr-D, {self.dataset}",
@@ -49,10 +47,6 @@ class PairTable:
 
     def write(self, report_dir, notebook: str, label: str, paper: float, *, extra_notes: Sequence[str] = (),
               collapse_notes: Sequence[str] = ()):
-        from idckit.experiments import clip4idc
-        from idckit.experiments.yardsticks import headline
-        from idckit.reports.report import write_report
-
         return write_report(
             report_dir, notebook, self.table, self.rows,
             clip4idc.provenance(self.setup, self.results, sorted({r["seed"] for r in self.results}),
@@ -65,10 +59,6 @@ class PairTable:
 def build(setup, results: Sequence[Mapping[str, Any]], table: str, paper_cider: Mapping[str, float]) -> PairTable:
     """Rows (the runs, each with a bootstrap interval over its test pairs, and the text-only baseline) and the
     ordering notes: every two rows the paper has, CLIP4IDC against CLIP-FT, and both against the baseline."""
-    from idckit.experiments import clip4idc
-    from idckit.experiments.yardsticks import add_bootstrap, standing_notes
-    from idckit.reports.stats import ordering_notes
-
     pt = PairTable(setup, list(results), table, dict(paper_cider), clip4idc.text_baseline(setup))
     rows = reporting.rows(results)
     add_bootstrap(rows, results, setup.data.dataset().references("test"))

@@ -15,7 +15,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
-from idckit.reports.report import to_paper_scale
+from idckit.reports.report import retrieval_chance, to_paper_scale
 
 #: the columns of the per-type tables (IDC-PCL's table 3, CLIP4IDC's table 2)
 TYPES: tuple[str, ...] = (*CHANGE_TYPES, DISTRACTOR)
@@ -162,8 +162,6 @@ RETRIEVAL_KEYS = ("t2p_R@1", "t2p_R@5", "t2p_R@10", "t2p_MdR", "t2p_MnR", "p2t_R
 
 
 def _chance(n_pairs: int, keys: Sequence[str]) -> dict[str, float]:
-    from idckit.reports.report import retrieval_chance
-
     ks = sorted({int(k.split("@")[1]) for k in keys if "_R@" in k})
     return {k: v for k, v in retrieval_chance(n_pairs, ks).items() if k in keys}
 
@@ -199,8 +197,6 @@ def layer_split_rows(splits: Sequence[Mapping[str, Any]], adapted: Sequence[Mapp
     """Table 7's rows: per split (:func:`idckit.experiments.clip4idc.layer_splits`), test retrieval of its
     adaptation run beside test captioning (x100) of its frozen-encoder captioner, with what a trained row records
     (:func:`trained_fields`, retrieval chance)."""
-    from idckit.reports.report import retrieval_chance
-
     chance = {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS} if n_pairs else None
     out = []
     for sp, a, c in zip(splits, adapted, captioned):

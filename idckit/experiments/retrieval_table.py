@@ -7,8 +7,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from idckit.experiments import reporting
+from idckit.experiments import clip4idc, reporting
+from idckit.experiments.yardsticks import dataset_title
 from idckit.reports.format import Table, comparison
+from idckit.reports.plots import retrieval_bars
+from idckit.reports.report import paper_rows
 
 #: the paper's columns of each dataset's rows
 PAPER_KEYS = {"clevr-change": reporting.RETRIEVAL_KEYS,
@@ -45,20 +48,14 @@ class RetrievalTable:
 
     @property
     def title(self) -> str:
-        from idckit.experiments.yardsticks import dataset_title
-
         return dataset_title(self.setup.data)
 
     def comparison(self) -> Table:
-        from idckit.reports.report import paper_rows
-
         paper = paper_rows("clip4idc.table6", dataset=self.name)
         return comparison(self.rows, paper, PAPER_KEYS[self.name],
                           caption=f"Table 6 ({self.title}): test retrieval, R@K in %, ranks 1-based; last row chance")
 
     def bars(self, seed):
-        from idckit.reports.plots import retrieval_bars
-
         keys = [k for k in PAPER_KEYS[self.name] if k.endswith(("R@1", "R@5", "R@10", "R@20", "R@50"))][:4]
         return retrieval_bars([r for r in self.rows if r.get("seed") in (seed, None)], keys=keys,
                               title=f"Table 6, {self.title}: test R@K (%) before and after adaptation, and chance")
@@ -75,8 +72,6 @@ class RetrievalTable:
 def build(profile: str, root, name: str, seeds: Sequence[int], **setup_args) -> RetrievalTable:
     """Adapt (or read the cached adaptation of) the encoder on dataset ``name`` and make its rows (each with the
     chance of a random ranking; rows of a dataset other than CLEVR-Change carry ``dataset``)."""
-    from idckit.experiments import clip4idc
-
     s = clip4idc.setup(profile, root, dataset=name, **setup_args)
     adapted = clip4idc.runs(s, ["adapt"], seeds)
     n_pairs = clip4idc.test_pairs_retrieved(s)

@@ -7,12 +7,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from idckit.eval.baselines import JudgeOracle, MostFrequentCaption, NearestDifference
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
 from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR, ClevrChange, split_counts
+from idckit.data.images import load_image
+from idckit.eval import describes
+from idckit.eval.baselines import JudgeOracle, MostFrequentCaption, NearestDifference
+from idckit.eval.captions import evaluate_pairs
 from idckit.experiments.data import DataChoice, clevr_change
 from idckit.paths import DEFAULT_PROFILE
-from idckit.reports.report import Provenance, to_paper_scale
 from idckit.reports.format import Notes, Table
+from idckit.reports.report import Provenance, to_paper_scale
+from idckit.reports.status import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_LEARNED_FACTOR
 
 SUBSETS = ("total", "semantic", DISTRACTOR, *CHANGE_TYPES)
 #: baselines that read the test pair's true label: scored beside the others, never the headline
@@ -63,10 +71,6 @@ class WalkthroughResult:
 
 
 def _identical(pair) -> bool:
-    import numpy as np
-
-    from idckit.data.images import load_image
-
     return bool(np.array_equal(np.asarray(load_image(pair.before)), np.asarray(load_image(pair.after))))
 
 
@@ -74,9 +78,6 @@ def run(profile: str = DEFAULT_PROFILE, data_root: str | Path | None = None, *, 
         meteor: bool = True, device: str | None = None) -> WalkthroughResult:
     """The no-learning baselines on ``split``. ``device`` is accepted like every notebook entry point's, and unused:
     the baselines run no model."""
-    from idckit.eval import describes
-    from idckit.eval.captions import evaluate_pairs
-
     t0 = time.time()
     data = clevr_change(profile, data_root)
     ds = data.dataset()
@@ -135,8 +136,6 @@ def cider_story(res: WalkthroughResult) -> Notes:
 
 def status_legend() -> Table:
     """What each status word on a report's card means, with the kit's thresholds."""
-    from idckit.reports.status import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_LEARNED_FACTOR
-
     return Table([
         {"status": "learned", "meaning": "the headline run writes varied captions, judges above chance and (for "
                                          "retrieval) ranks far above chance"},
@@ -152,9 +151,6 @@ def status_legend() -> Table:
 
 def pipeline_figure():
     """The two pipelines the kit reproduces, drawn as boxes and arrows."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-
     rows = {
         "IDC-PCL (Yao et al. 2022)": [
             ("before / after\nimages", "#ddd"),

@@ -13,17 +13,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from idckit.experiments.reporting import BASELINE_MODEL, TYPES
+from idckit.eval import describes
+from idckit.eval.baselines import JudgeOracle, MostFrequentCaption, NearestDifference
+from idckit.eval.captions import evaluate_pairs
+from idckit.experiments.reporting import BASELINE_MODEL, TYPES, per_type_rows
 from idckit.experiments.reporting import rows as report_rows
+from idckit.experiments.runs import open_run, test_captions
+from idckit.reports.format import Table, run_label
 from idckit.reports.report import to_paper_scale
+from idckit.reports.stats import bootstrap_halfwidth, per_pair_scores, standing, tie_best
+from idckit.reports.status import is_hard
 
 #: bump when a baseline's definition changes (its cached predictions are then recomputed)
 BASELINES_VERSION = "2"
 
 
 def _describes(data, split: str, captions: Mapping[str, str]) -> dict[str, float] | None:
-    from idckit.eval import describes
-
     ds = data.dataset()
     pairs = [p for p in ds.pairs(split) if p.pair_id in captions]
     records = describes.change_records(pairs, data.root)
@@ -36,10 +41,6 @@ def clevr_baselines(data, runs_dir: str | Path, split: str = "test", *, meteor: 
     """The three no-learning baselines on ``split`` of CLEVR-Change ``data`` (a
     :class:`~idckit.experiments.data.DataChoice`): ``[{"label", "test": {subset: metrics}, "predictions",
     "distinct_test_captions", "test_pairs", "describes"}]`` (``test`` on pycocoevalcap's scale, as a run's)."""
-    from idckit.eval.baselines import JudgeOracle, MostFrequentCaption, NearestDifference
-    from idckit.eval.captions import evaluate_pairs
-    from idckit.experiments.runs import open_run
-
     run = open_run(runs_dir, "baselines", {"data": data.identity, "split": split, "meteor": meteor,
                                            "baselines": BASELINES_VERSION})
     if run.is_complete():
@@ -124,8 +125,6 @@ def clevr_rows(setup, results: Sequence[Mapping[str, Any]], subset: str = "total
 def describe_table(rows: Sequence[Mapping[str, Any]], *, caption: str):
     """Per captioning row: CIDEr-D on all, changed and distractor pairs, judge accuracy, distinct captions, and
     how often the captions name the change type and the changed object, beside their chance rates."""
-    from idckit.reports.format import Table, run_label
-
     recs = []
     for r in rows:
         if "cider_d" not in r and "describes" not in r:
@@ -142,8 +141,6 @@ def describe_table(rows: Sequence[Mapping[str, Any]], *, caption: str):
 
 def type_rows(setup, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """:func:`idckit.experiments.reporting.per_type_rows` of runs on ``setup``'s data, with ``describes``."""
-    from idckit.experiments.reporting import per_type_rows
-
     rows = per_type_rows(results)
     add_describes(rows, results, setup.data)
     return rows
@@ -188,8 +185,6 @@ def type_standing_notes(rows: Sequence[Mapping[str, Any]], variant: str, types: 
 def type_describe_table(rows: Sequence[Mapping[str, Any]], *, caption: str):
     """Per captioning row and change type: how often its captions name that change type (%), and the chance of
     guessing the most common type."""
-    from idckit.reports.format import Table, run_label
-
     recs = []
     types: list[str] = []
     for r in rows:
@@ -206,8 +201,6 @@ def hardest_type_notes(rows: Sequence[Mapping[str, Any]], paper: Mapping[str, fl
                        types: Sequence[str]) -> list[str]:
     """The kit's hardest change type for ``variant`` (lowest CIDEr-D) beside the paper's, named only when no
     other type is within the row's noise (its seed sd per type; with one seed no spread is measured)."""
-    from idckit.reports.stats import tie_best
-
     mine = [r for r in rows if r["variant"] == variant]
     row = next((r for r in mine if r.get("seed") == "mean"), mine[0])
     sd = row.get("sd") or {}
@@ -224,8 +217,6 @@ def hardest_type_notes(rows: Sequence[Mapping[str, Any]], paper: Mapping[str, fl
 def best_split(rows: Sequence[Mapping[str, Any]], depth: int, metric: str = "CIDEr-D") -> tuple[float | None, str]:
     """Table 7's best split by ``metric`` as N_intra / depth, or None with the tied splits named when another split
     is within the best one's noise (its ``ci``: a bootstrap over test pairs, one seed)."""
-    from idckit.reports.stats import tie_best
-
     values = {r["variant"]: r["metrics"][metric] for r in rows}
     noise = {r["variant"]: (r.get("ci") or {}).get(metric, 0.0) for r in rows}
     best, tied = tie_best(values, noise)
@@ -237,9 +228,6 @@ def best_split(rows: Sequence[Mapping[str, Any]], depth: int, metric: str = "CID
 def standing_notes(rows: Sequence[Mapping[str, Any]], variant: str, metric: str = "CIDEr-D") -> list[str]:
     """Where ``variant`` (its mean row where several seeds ran) stands against every other model's row and every
     baseline row of ``rows`` on ``metric`` (hard-data rows are left to their own table), read against its noise."""
-    from idckit.reports.stats import standing
-    from idckit.reports.status import is_hard
-
     def pick(rs):
         return next((r for r in rs if r.get("seed") == "mean"), rs[0]) if rs else None
 
@@ -257,8 +245,6 @@ def add_describes(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any
                   split: str = "test") -> list[dict[str, Any]]:
     """Each trained row of ``rows`` whose run (``row["run"]``) wrote test captions gets ``describes``; a mean row
     gets the mean of its seeds'."""
-    from idckit.experiments.runs import test_captions
-
     by_run = {r["run"]: r for r in results}
     for row in rows:
         res = by_run.get(row.get("run"))
@@ -284,9 +270,6 @@ def add_bootstrap(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any
                   tokenize: bool = True) -> list[dict[str, Any]]:
     """A one-seed trained row (no seed spread) gets ``ci`` = ``{metric: 95 % bootstrap half-width over its test
     pairs}`` (x100), from per-pair scores of its run's test captions (``metrics``: CIDEr-D and/or ROUGE_L)."""
-    from idckit.experiments.runs import test_captions
-    from idckit.reports.stats import bootstrap_halfwidth, per_pair_scores
-
     by_run = {r["run"]: r for r in results}
     seeds: dict[tuple, int] = {}
     for row in rows:
