@@ -301,9 +301,6 @@ def root_params() -> tuple[str, ...]:
     return tuple(d.param for d in DATASETS.values())
 
 
-#: the root parameters of the kit's own datasets
-ROOT_PARAMS: tuple[str, ...] = root_params()
-
 
 @dataclass(frozen=True)
 class Released:

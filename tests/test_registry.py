@@ -31,7 +31,7 @@ def test_every_notebook_is_in_the_manifest_and_takes_exactly_its_roots_and_seeds
     for name, nb in registry.NOTEBOOKS.items():
         params = _parameters(name)
         assert "data_root" not in params, name                     # one root per dataset, never a shared one
-        taken = {p for p in params if p in registry.ROOT_PARAMS}
+        taken = {p for p in params if p in registry.root_params()}
         assert taken == set(nb.roots), (name, taken, nb.roots)
         assert all(params[p] is None for p in nb.roots), name    # None: the synthetic set
         assert tuple(params["seeds"]) == nb.seeds, name

@@ -28,7 +28,7 @@ from typing import Sequence
 from idckit import fileio, paths
 from idckit.errors import ConfigError
 from idckit.experiments.config import check_profile
-from idckit.registry import RELEASED, ROOT_PARAMS
+from idckit.registry import RELEASED, root_params
 from idckit.reports import index as report_index
 from idckit.reports.report import TIMES_KEY, claim_report_dir, read_status
 from idckit.reproduce import prepare, runner, scheduler
@@ -96,7 +96,7 @@ def reproduce(names: Sequence[str] = (), *, profile: str = paths.DEFAULT_PROFILE
 def _check_extra(extra_parameters: dict | None) -> None:
     """Places go through their own arguments, which are claimed and made absolute; an extra parameter naming one
     would bypass both (a report_dir there would even replace the notebook's stage)."""
-    places = sorted(set(extra_parameters or {}) & {"report_dir", "runs_dir", *ROOT_PARAMS, *RELEASED})
+    places = sorted(set(extra_parameters or {}) & {"report_dir", "runs_dir", *root_params(), *RELEASED})
     if places:
         raise ConfigError(f"extra_parameters may not set {', '.join(places)}",
                           fix="pass report_dir=, runs_dir=, roots={...} or released={...} to reproduce instead")
