@@ -144,3 +144,43 @@ def test_no_two_folders_import_each_other():
     assert not cycles, "folders importing each other: " + "; ".join(" <-> ".join(c) for c in cycles)
     assert _cycles({"idckit.data": {"idckit.text"}, "idckit.text": {"idckit.data"}}) == [["idckit.data",
                                                                                            "idckit.text"]]
+
+
+#: in-function imports the package may hold at most: issue 48 counted 309 and asked for half; 79 after it
+LOCAL_IMPORTS_AT_MOST = 85
+
+
+def _local_imports() -> list[tuple[Path, int, bool]]:
+    """(file, line, has a comment) of every import inside a function. A comment on the statement's lines counts, or
+    one on the line just above the run of import statements it belongs to (one reason for a group)."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        tree = ast.parse("\n".join(lines))
+
+        def visit(node, in_function):
+            body_imports = []
+            for child in ast.iter_child_nodes(node):
+                inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                    body_imports.append(child)
+                visit(child, inner)
+            first_of_run = None
+            for i, imp in enumerate(body_imports):
+                if i == 0 or body_imports[i - 1].end_lineno != imp.lineno - 1:
+                    first_of_run = imp.lineno
+                own = any("#" in lines[n - 1] for n in range(imp.lineno, imp.end_lineno + 1))
+                above = lines[first_of_run - 2].strip().startswith("#") if first_of_run >= 2 else False
+                out.append((path, imp.lineno, own or above))
+
+        visit(tree, False)
+    return out
+
+
+def test_imports_inside_functions_are_few_and_each_says_why():
+    """Imports sit at module level unless a measured start-up cost or an optional dependency says otherwise, and
+    then a comment says which."""
+    found = _local_imports()
+    silent = [f"{p.relative_to(PACKAGE.parent)}:{line}" for p, line, why in found if not why]
+    assert not silent, "imports inside functions without a comment saying why:\n" + "\n".join(silent)
+    assert len(found) <= LOCAL_IMPORTS_AT_MOST, f"{len(found)} imports inside functions (at most {LOCAL_IMPORTS_AT_MOST})"
