@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from idckit.registry import CONFIGS
+from idckit.registry import FAMILIES
 from idckit.settings import resolved_with_sources
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "parity_settings.md"
@@ -45,7 +45,7 @@ def parse(text: str) -> tuple[list[dict[str, str]], list[tuple[str, str]]]:
 
 
 def resolved(family: str) -> dict[str, object]:
-    return {k: v for k, v, _ in resolved_with_sources(list(CONFIGS[family]), "paper")}
+    return {k: v for k, v, _ in resolved_with_sources(list(FAMILIES[family].configs), "paper")}
 
 
 def _json(cell: str):
@@ -61,7 +61,7 @@ def problems(text: str, resolve=resolved) -> list[str]:
     out = []
     if len({r["run"] for r in rows}) != RUNS:
         out.append(f"{len({r['run'] for r in rows})} run tables, not {RUNS}")
-    configs = {f: resolve(f) for f in CONFIGS if f != "duda"}
+    configs = {f: resolve(f) for f in FAMILIES if f != "duda"}
     referenced = set()
     for r in rows:
         name = f"docs/parity_settings.md:{r['line']} ({r['run']}: {r['setting']})"
