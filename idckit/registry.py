@@ -118,7 +118,11 @@ class Family:
     def load_run(self, run_dir: str | Path, checkpoint: str = "best", device: str = "cpu", **options: Any):
         """The one way to load a trained run of this family: ``(model, step)``, the model in eval mode on
         ``device`` (the experiment module's ``load_run``, which names its ``options``)."""
-        return self.experiment().load_run(run_dir, checkpoint=checkpoint, device=device, **options)
+        module = self.experiment()
+        if not hasattr(module, "load_run"):
+            raise ConfigError(f"the {self.name} family has no run loader yet ({self.module} defines no load_run)",
+                              fix="its runs are read by its own notebooks; IDC-PCL's (family pcl) load by directory")
+        return module.load_run(run_dir, checkpoint=checkpoint, device=device, **options)
 
 
 # Recipes name the pre-training objectives they switch on; the ratios come from the profile JSON

@@ -230,3 +230,15 @@ def test_every_dataset_has_one_spelling_outside_the_registry():
                 found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {node.value!r} "
                              f"(registry: {others[node.value]!r})")
     assert not found, "other spellings of a dataset:\n" + "\n".join(found)
+
+
+def test_a_trained_run_is_loaded_one_way():
+    """The registry's Family.load_run is the one loader: no other run-loading function is left in the package, and
+    a family whose module has none says so (the kit's error, not an AttributeError)."""
+    package = Path(registry.__file__).parent
+    loaders = sorted(f"{p.relative_to(package.parent)}:{n.name}" for p in package.rglob("*.py")
+                     for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                     if isinstance(n, ast.FunctionDef) and re.fullmatch(r"load_(run|finetuned|trained)\w*", n.name))
+    assert loaders == ["idckit/experiments/pcl.py:load_run", "idckit/registry.py:load_run"], loaders
+    with pytest.raises(ConfigError, match="the duda family has no run loader yet"):
+        registry.family("duda").load_run("runs/duda-x")
