@@ -242,3 +242,21 @@ def test_a_trained_run_is_loaded_one_way():
     assert loaders == ["idckit/experiments/pcl.py:load_run", "idckit/registry.py:load_run"], loaders
     with pytest.raises(ConfigError, match="the duda family has no run loader yet"):
         registry.family("duda").load_run("runs/duda-x")
+
+
+def test_every_name_the_registry_gives_as_a_string_resolves():
+    """The registry names code as "module:attribute" strings (so it imports nothing heavy): each one resolves, and
+    each config file a family names exists."""
+    from idckit.settings import config_path
+
+    for d in registry.DATASETS.values():
+        assert callable(registry.resolve(d.loader)) if d.loader else not d.pairs
+        assert callable(registry.resolve(d.generator).generate), d.generator
+        assert config_path(d.config).is_file(), d.config
+    for f in registry.FAMILIES.values():
+        module = registry.resolve(f.module)
+        assert callable(module.setup) and callable(module.run_variant) and callable(module.runs)
+        assert isinstance(registry.resolve(f.config_class), type), f.config_class
+        assert all(config_path(c).is_file() for c in (*f.configs, f.weights[0], f.model[0])), f.name
+    with pytest.raises(AttributeError):
+        registry.resolve("idckit.registry:no_such_name")
