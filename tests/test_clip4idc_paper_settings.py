@@ -83,8 +83,8 @@ def test_paper_captions_keep_their_words_and_decode_their_steps(pairs, clip_file
 
 def test_the_caption_stage_reads_its_own_length(pairs, monkeypatch):
     monkeypatch.setattr(experiment, "loaded_data", lambda s: pairs)
-    s = types.SimpleNamespace(config={"caption": {"caption_max_len": None},
-                                      "clip": {"model": "idckit-standin-ViT-T-16"}}, data=types.SimpleNamespace(root="r"))
+    config = {"caption": {"caption_max_len": None}, "clip": {"model": "idckit-standin-ViT-T-16"}}
+    s = types.SimpleNamespace(config=config, data=types.SimpleNamespace(root="r"))
     assert experiment.caption_data(s) is pairs
     s.config["caption"]["caption_max_len"] = 33
     assert experiment.caption_data(s).max_len == 33

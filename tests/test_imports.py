@@ -183,4 +183,5 @@ def test_imports_inside_functions_are_few_and_each_says_why():
     found = _local_imports()
     silent = [f"{p.relative_to(PACKAGE.parent)}:{line}" for p, line, why in found if not why]
     assert not silent, "imports inside functions without a comment saying why:\n" + "\n".join(silent)
-    assert len(found) <= LOCAL_IMPORTS_AT_MOST, f"{len(found)} imports inside functions (at most {LOCAL_IMPORTS_AT_MOST})"
+    assert len(found) <= LOCAL_IMPORTS_AT_MOST, \
+        f"{len(found)} imports inside functions (at most {LOCAL_IMPORTS_AT_MOST})"

@@ -171,8 +171,8 @@ def test_birds_dead_photo_and_missing_caption(copy):
 
 
 def test_release_counts(sets, monkeypatch):
-    """``--counts release`` compares with the registry's release counts: the synthetic set fails against the real counts, and
-    passes against facts equal to its own counts (so the comparison, not the numbers, is what is tested here)."""
+    """``--counts release`` compares with the registry's release counts: the synthetic set fails against the real
+    counts, and passes against facts equal to its own counts (so the comparison, not the numbers, is tested here)."""
     root = sets["editing-request"]
     res = verify_data.verify(root, "editing-request", counts="release", decode=False)
     assert {f.kind for f in res.findings} == {"count"} and "3,061 expected (published)" in res.findings[0].detail

@@ -85,7 +85,8 @@ MODEL = "toy judge"             # the model column of its report rows
 FAMILY_RECORD = registry.Family(
     "toy", "toy_family", FAMILY, "toy-pairs", ("toy", "train"), ("toy", ()), ("toy", "model", None),
     "toy_family:ToyConfig",
-    recipes=(registry.Recipe("toy/base", "toy", "a changed-pair detector on the mean pixel difference", ("toy.table1",)),))
+    recipes=(registry.Recipe("toy/base", "toy", "a changed-pair detector on the mean pixel difference",
+                             ("toy.table1",)),))
 
 
 @dataclass
@@ -153,7 +154,7 @@ runs = base.family_runs(run_variant, FAMILY)
 
 
 def load_run(run_dir: str | Path, checkpoint: str = "best", device: str = "cpu"):
-    """(model, step) of a finished toy run: the one loader every family has (:meth:`idckit.registry.Family.load_run`)."""
+    """(model, step) of a finished toy run: what :meth:`idckit.registry.Family.load_run` calls."""
     path, fix = Path(run_dir) / "best.pt", "train the toy run again"
     model = checkpoints.load_into(torch.nn.Linear(1, 1), checkpoints.load(path, fix=fix), path=path, fix=fix)
     return model.to(device).eval(), json.loads((Path(run_dir) / "metrics.json").read_text())["best_step"]

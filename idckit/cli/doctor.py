@@ -107,7 +107,8 @@ def _runs_on(profile: str) -> str:
 
 def verify_roots(roots: dict[str, str | Path | None]) -> list[tuple[bool, str]]:
     """The fast part of ``idckit verify-data`` (files, splits, caption schema, counts; no image decoded) for every
-    dataset root given: dataset name (``clevr-change``, ``spot-the-diff``, ``editing-request``, ``birds``) -> root or None."""
+    dataset root given: dataset name (``clevr-change``, ``spot-the-diff``, ``editing-request``, ``birds``) -> root
+    or None."""
     return [line for name, root in roots.items() if root for line in fast_lines(Path(root).expanduser(), name)]
 
 

@@ -16,9 +16,10 @@ first-error-and-stop:
 
 Expected counts (``counts``): ``"release"`` compares with the published facts of the full release (the dataset's
 ``release`` in :data:`idckit.registry.DATASETS`); ``"declared"`` with the counts a kit-generated synthetic set
-declares in its own ``synth_info.json``; ``"none"`` checks structure and schema only (for a deliberately partial copy). The default,
-``"auto"``, is ``declared`` when ``synth_info.json`` is there and ``release`` otherwise. Facts the reference
-marks unverified (CUB's train/test split, NABirds' image count) are compared and printed as notes, never failures.
+declares in its own ``synth_info.json``; ``"none"`` checks structure and schema only (for a deliberately partial
+copy). The default, ``"auto"``, is ``declared`` when ``synth_info.json`` is there and ``release`` otherwise. Facts
+the reference marks unverified (CUB's train/test split, NABirds' image count) are compared and printed as notes,
+never failures.
 
 The fast part (:func:`verify` with ``decode=False``: no image is opened) is what ``idckit doctor`` runs.
 """
