@@ -253,7 +253,7 @@ class Notebook:
     table: str                      # the paper and table it reproduces
     families: tuple[str, ...]       # the experiment families it trains (none: the walkthrough's baselines)
     datasets: tuple[str, ...]       # the datasets it reads, the first its main one
-    seeds: tuple[int, ...]          # its seeds parameter's default (tests/test_manifest.py keeps the two equal)
+    seeds: tuple[int, ...]          # its seeds parameter's default (tests/test_registry.py keeps the two equal)
 
     @property
     def roots(self) -> tuple[str, ...]:
