@@ -439,7 +439,8 @@ def test_a_store_with_the_users_files_is_refused_and_force_keeps_them(tiny_clevr
 
 
 def test_features_interrupted_by_sigint_leave_nothing_trusted_and_resume_to_the_same_store(tiny_clevr, tmp_path,
-                                                                                           monkeypatch):
+                                                                                           monkeypatch,
+                                                                                           default_sigint):
     import signal
 
     import numpy as np
@@ -570,12 +571,31 @@ def _wait_for(predicate, timeout=120.0):
         time.sleep(0.1)
 
 
+def _default_sigint() -> None:
+    """In the child before it starts: Ctrl-C's default, whatever the suite inherited (a shell starts a background
+    job, `nohup make test &`, with SIGINT ignored, and Python then installs no KeyboardInterrupt handler)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def default_sigint():
+    """Ctrl-C raises KeyboardInterrupt in this process for the test, as in a terminal (see _default_sigint)."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def _idckit(*argv):
     import subprocess
     import sys
 
     return subprocess.Popen([sys.executable, "-m", "idckit.cli", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=_default_sigint)
 
 
 def test_generate_interrupted_by_sigint_leaves_no_dataset_and_no_staging(tmp_path):
@@ -642,7 +662,8 @@ def test_reproduce_interrupted_by_sigint_leaves_the_previous_report_and_no_stagi
     code = ("from idckit.reproduce import reproduce; from pathlib import Path; "
             f"reproduce(['{SLEEPER}'], profile='smoke', report_dir=Path('{reports}'), "
             f"runs_dir=Path('{tmp_path}/runs'), notebooks_dir=Path('{nbs}'))")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=_default_sigint)
     _wait_for(lambda: (nbs / "started").exists())
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=120)
