@@ -305,7 +305,6 @@ def root_params() -> tuple[str, ...]:
     return tuple(d.param for d in DATASETS.values())
 
 
-
 @dataclass(frozen=True)
 class Released:
     """An authors' released checkpoint a table scores beside its own training (:mod:`idckit.authors.released`)."""
