@@ -128,11 +128,13 @@ def pcl_result(s, checkpoint: str | Path, *, vocab: str | Path | None = None,
     captions of every test pair, the distractor judge's accuracy, RCC's breakdown (:func:`evaluate_pairs`)."""
     imported = imported_run(checkpoint, "idc-pcl", s.runs_dir, vocab=vocab)
     sha = json.loads((imported / "import.json").read_text(encoding="utf-8"))["sha256"]
-    config = {**s.identity, "checkpoint": sha, "decoding": "greedy"}
+    min_words = s.config["finetune"]["decode_min_words"]       # the profile's decoding, 0 (theirs) at paper
+    config = {**s.identity, "checkpoint": sha, "decoding": "greedy", "decode_min_words": min_words}
 
     def score(out: Path) -> dict[str, Any]:
         model, data = _pcl_model(s, imported)
-        preds = predict(model, data, "test", batch_size=s.config["finetune"]["eval_batch_size"], progress=progress)
+        preds = predict(model, data, "test", batch_size=s.config["finetune"]["eval_batch_size"], progress=progress,
+                        min_words=min_words)
         write_results(out / "test", preds["captions"])
         split = data.splits["test"]
         test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)))
@@ -185,7 +187,8 @@ def clip4idc_caption_result(s, checkpoint: str | Path, *, progress: bool = False
     imported = imported_run(checkpoint, "clip4idc-caption", s.runs_dir)
     sha = json.loads((imported / "import.json").read_text(encoding="utf-8"))["sha256"]
     meteor = s.config["caption"]["meteor"]
-    config = {**s.identity, "checkpoint": sha, "decoding": "greedy", "meteor": meteor}
+    min_words = s.config["caption"]["decode_min_words"]        # the profile's decoding, 0 (theirs) at paper
+    config = {**s.identity, "checkpoint": sha, "decoding": "greedy", "meteor": meteor, "decode_min_words": min_words}
 
     def score(out: Path) -> dict[str, Any]:
         from idckit.authors.clip4idc import load_imported  # local: open_clip (~6.5 s), see _pair_data
@@ -201,7 +204,7 @@ def clip4idc_caption_result(s, checkpoint: str | Path, *, progress: bool = False
         with torch.inference_mode():
             for idx in torch.arange(len(split)).split(s.config["caption"]["eval_batch_size"]):
                 visual = (data.images.batch(split.before[idx], dev), data.images.batch(split.after[idx], dev))
-                tokens = greedy_decode(model, visual, cfg["max_len"] - 1)
+                tokens = greedy_decode(model, visual, cfg["max_len"] - 1, min_words)
                 preds.update(zip((split.pair_ids[j] for j in idx.tolist()), decode_ids(tokens.tolist())))
         write_results(out / "test", preds)
         test = evaluate_pairs(split.references, preds, dict(zip(split.pair_ids, split.types)),

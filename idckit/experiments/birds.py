@@ -211,6 +211,7 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
         task = FinetuneTask(data, run.config["model"], batch_size=c["batch_size"], mask_prob=c["mask_prob"],
                             eos_prob=c["eos_prob"], distractor_weight=c["distractor_weight"],
                             loss_reduction=c["loss_reduction"], eval_batch_size=c["eval_batch_size"],
+                            decode_min_words=c["decode_min_words"],
                             group_by_pair=c["group_by_pair"],
                             captions_per_pair=c["captions_per_pair"], targets=c["targets"],
                             init_from=pre.dir / "best.pt", scorer=quick, selection_metric=c["selection_metric"],
@@ -218,7 +219,8 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
         res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir,
                        progress=progress, device=s.device, loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
-    preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
+    preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress,
+                    min_words=c["decode_min_words"])
     write_results(run.dir / "test", preds["captions"])
     split = data.splits["test"]
     test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)),

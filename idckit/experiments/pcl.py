@@ -141,13 +141,15 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
         task = FinetuneTask(data, run.config["model"], batch_size=c["batch_size"], mask_prob=c["mask_prob"],
                             eos_prob=c["eos_prob"], distractor_weight=c["distractor_weight"],
                             loss_reduction=c["loss_reduction"], eval_batch_size=c["eval_batch_size"],
+                            decode_min_words=c["decode_min_words"],
                             group_by_pair=c["group_by_pair"],
                             captions_per_pair=c["captions_per_pair"], targets=c["targets"],
                             selection_metric=c["selection_metric"], tokenize=c["tokenize"],
                             init_from=None if pre is None else pre.dir / "best.pt", scorer=quick)
         res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir,
                        progress=progress, device=s.device, loader=s.loader)
-    preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress)
+    preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress,
+                    min_words=c["decode_min_words"])
     if not distributed.is_main():      # rank 0 scores and writes; the others wait for the finished run
         distributed.barrier()
         return

@@ -52,7 +52,7 @@ from idckit.losses import clip_logits, mlm_loss, symmetric_infonce
 from idckit.models.clip4idc import (CaptionerConfig, CLIP4IDCCaptioner, CLIP4IDCRetrieval, PairEncoder,
                                     clip_bpe_tokenizer, tokenize_captions)
 from idckit.models.clip_loader import load_clip
-from idckit.models.decoding import greedy_decode
+from idckit.models.decoding import MIN_WORDS, greedy_decode
 from idckit.tasks.references import pick_references
 from idckit.train import distributed
 from idckit.train.loop import DISTINCT_METRIC
@@ -476,8 +476,13 @@ class CaptionTask:
                  captions_per_pair: int, init_from: str | Path | None = None,
                  intra_cache: IntraCache | None = None, scorer=None, progress: bool = False,
                  decay_rule: str = "kit", weight_decay: float | None = None, loss_reduction: str = "token_mean",
-                 freeze: Sequence[str] = ()):
+                 freeze: Sequence[str] = (), decode_min_words: int = MIN_WORDS):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
+        if isinstance(decode_min_words, bool) or not isinstance(decode_min_words, int) or decode_min_words < 0:
+            raise ConfigError(f"decode_min_words must be an integer >= 0, got {decode_min_words!r}",
+                              fix="0 is the authors' greedy decoding (paper profile), 1 the kit's "
+                                  "(configs/clip4idc_caption.json)")
+        self.decode_min_words = decode_min_words
         self.freeze = list(freeze)
         if not isinstance(captions_per_pair, int) or isinstance(captions_per_pair, bool) or captions_per_pair < 1:
             raise ConfigError(f"captions_per_pair must be an integer >= 1, got {captions_per_pair!r}",
@@ -618,7 +623,8 @@ class CaptionTask:
         mine = distributed.split_evenly(torch.arange(len(s)))
         for idx in tqdm(mine.split(self.eval_batch_size), desc=f"decode {split}",
                         disable=not self.progress, leave=False):
-            tokens = greedy_decode(model, self._visual(model, split, idx), self.data.max_len - 1)
+            tokens = greedy_decode(model, self._visual(model, split, idx), self.data.max_len - 1,
+                                   self.decode_min_words)
             for j, text in zip(idx.tolist(), decode_ids(tokens.tolist())):
                 out[s.pair_ids[j]] = text
         model.train(was)

@@ -31,7 +31,7 @@ from idckit.device import copy_to, model_device
 from idckit.errors import ConfigError
 from idckit.eval.captions import evaluate_pairs
 from idckit.losses import fda_nce, fgvc_loss, judge_loss, mlm_loss, mvcl_nce
-from idckit.models.decoding import beam_search, greedy_decode
+from idckit.models.decoding import MIN_WORDS, beam_search, greedy_decode
 from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
 from idckit.tasks.references import pick_references
 from idckit.train import distributed
@@ -276,8 +276,12 @@ class FinetuneTask(_PCLTask):
     def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, mask_prob: float,
                  eos_prob: float, distractor_weight: float, eval_batch_size: int, group_by_pair: bool,
                  captions_per_pair: int, targets: str, selection_metric: str, tokenize: bool, loss_reduction: str,
-                 init_from=None, scorer=None):
+                 init_from=None, scorer=None, decode_min_words: int = MIN_WORDS):
         super().__init__(data, model, batch_size=batch_size, init_from=init_from)
+        if isinstance(decode_min_words, bool) or not isinstance(decode_min_words, int) or decode_min_words < 0:
+            raise ConfigError(f"finetune.decode_min_words must be an integer >= 0, got {decode_min_words!r}",
+                              fix="0 is the authors' greedy decoding (paper profile), 1 the kit's")
+        self.decode_min_words = decode_min_words
         if loss_reduction not in LOSS_REDUCTIONS:
             raise ConfigError(f"finetune.loss_reduction must be one of {', '.join(LOSS_REDUCTIONS)}, got "
                               f"{loss_reduction!r}", fix='"sum" is the authors\' (paper profile), "mean" the kit\'s')
@@ -368,7 +372,7 @@ class FinetuneTask(_PCLTask):
     def evaluate(self, model: PCL, split: str = "val") -> dict[str, float]:
         """Val metrics, scored once on rank 0 (the other ranks of a torchrun group decode their share and
         return {})."""
-        preds = predict(model, self.data, split, batch_size=self.eval_batch_size)
+        preds = predict(model, self.data, split, batch_size=self.eval_batch_size, min_words=self.decode_min_words)
         if not distributed.is_main():
             return {}
         s = self.data.splits[split]
@@ -386,8 +390,9 @@ class FinetuneTask(_PCLTask):
 
 @torch.inference_mode()
 def predict(model: PCL, data: PCLData, split: str, *, batch_size: int, beam: int = 1,
-            progress: bool = False) -> dict[str, Any]:
-    """Greedy (or beam) captions for every pair of ``split``, and the distractor judgment's accuracy.
+            progress: bool = False, min_words: int = MIN_WORDS) -> dict[str, Any]:
+    """Greedy (or beam) captions for every pair of ``split``, and the distractor judgment's accuracy. Each
+    caption's first ``min_words`` tokens are words (:data:`idckit.models.decoding.MIN_WORDS`).
 
     On the model's device. Under torchrun each rank decodes its rank-strided share of the pairs and every rank
     gets the whole result (gathered in pair order)."""
@@ -401,9 +406,9 @@ def predict(model: PCL, data: PCLData, split: str, *, batch_size: int, beam: int
     for idx in tqdm(mine.split(batch_size), desc=f"decode {split}", disable=not progress):
         f1, f2 = data.pair_features(split, idx, dev)
         if beam > 1:
-            tokens = beam_search(model, (f1, f2), data.max_len - 1, beam)
+            tokens = beam_search(model, (f1, f2), data.max_len - 1, beam, min_len=min_words)
         else:
-            tokens = greedy_decode(model, (f1, f2), data.max_len - 1)
+            tokens = greedy_decode(model, (f1, f2), data.max_len - 1, min_words)
         for j, row in zip(idx.tolist(), tokens.tolist()):
             captions[s.pair_ids[j]] = data.vocab.decode(row, model.cfg.special_words)
         if model.cfg.distractor_head:

@@ -1,0 +1,114 @@
+"""The audit's last training differences as named settings whose `paper` value is the authors' (issue 49): each
+setting's profile values, and a hand-computed check that fails if the kit ignored it.
+
+- decoding's fewest words (``decode_min_words``): the authors' greedy decoders bar nothing at the first step.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ddp_worker as worker
+from idckit.data.clevr_change import ClevrChange
+from idckit.errors import ConfigError
+from idckit.experiments.config import load_config
+from idckit.models.clip_loader import load_clip, save_clip_checkpoint
+from idckit.tasks.clip4idc import CaptionTask, load_pair_data
+from idckit.tasks.pcl import FinetuneTask, predict
+
+FINETUNE = {"batch_size": 6, "mask_prob": 0.15, "eos_prob": 0.15, "distractor_weight": 1.0, "eval_batch_size": 4,
+            "targets": "masked", "group_by_pair": False, "captions_per_pair": 1, "selection_metric": "CIDEr-D",
+            "tokenize": True, "loss_reduction": "mean"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def _ends_at_once(model):
+    """``model`` whose likeliest token after the start token is always the end token (by a wide margin)."""
+    step = model.decode_step
+
+    def decode_step(state, tokens):
+        logits = step(state, tokens).clone()
+        logits[:, model.eos_id] = logits.max(-1).values + 100.0
+        return logits
+
+    model.decode_step = decode_step
+    return model
+
+
+# -- decoding's fewest words ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family, section", [("pcl", "finetune"), ("pcl_birds", "finetune"),
+                                             ("clip4idc_caption", None)])
+def test_paper_decodes_with_no_minimum_length_and_cpu_smoke_with_one_word(family, section):
+    def value(profile):
+        cfg = load_config(family, profile)
+        return (cfg[section] if section else cfg)["decode_min_words"]
+
+    assert value("paper") == 0
+    assert value("cpu") == value("smoke") == 1
+
+
+def test_pcl_fine_tuning_decodes_with_its_setting():
+    data = worker.tiny_pcl_data()
+    torch.manual_seed(0)
+    captions = {}
+    for words in (0, 1):
+        task = FinetuneTask(data, worker.MODEL, decode_min_words=words, **FINETUNE)
+        model = _ends_at_once(task.build_model())
+        captions[words] = predict(model, data, "val", batch_size=4, min_words=task.decode_min_words)["captions"]
+    # the authors' greedy ends every caption at once; the kit's guard writes one word first
+    assert set(captions[0].values()) == {""}
+    assert all(len(c.split()) == 1 for c in captions[1].values())
+
+
+class _Decoded(Exception):
+    pass
+
+
+def test_pcl_validation_decodes_with_the_setting(monkeypatch):
+    import idckit.tasks.pcl as tasks_pcl
+
+    def spy(model, data, split, *, batch_size, min_words):
+        raise _Decoded(min_words)
+
+    monkeypatch.setattr(tasks_pcl, "predict", spy)
+    task = FinetuneTask(worker.tiny_pcl_data(), worker.MODEL, decode_min_words=0, **FINETUNE)
+    with pytest.raises(_Decoded) as decoded:
+        task.evaluate(task.build_model(), "val")
+    assert decoded.value.args == (0,)
+
+
+def test_a_negative_or_fractional_minimum_is_refused():
+    for bad in (-1, 0.5, True):
+        with pytest.raises(ConfigError, match="decode_min_words must be an integer >= 0"):
+            FinetuneTask(worker.tiny_pcl_data(), worker.MODEL, decode_min_words=bad, **FINETUNE)
+
+
+@pytest.fixture
+def pairs(tiny_clevr, tmp_path):
+    return load_pair_data(ClevrChange(tiny_clevr), 112, max_len=32, cache_dir=tmp_path / "pairs")
+
+
+@pytest.fixture
+def clip_file(tmp_path):
+    torch.manual_seed(0)
+    clip, _, _ = load_clip("idckit-standin-ViT-T-16", None)
+    return str(save_clip_checkpoint(clip, tmp_path / "clip.pt", "idckit-standin-ViT-T-16"))
+
+
+def test_clip4idc_captioning_decodes_with_its_setting(pairs, clip_file):
+    small = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
+             "freeze_visual": True, "variant": "clip4idc", "n_intra": None, "cross_attention": "layerwise",
+             "tie_clip_embeddings": True, "freeze_clip_embeddings": False, "segment_embedding": None,
+             "difference_tokens": False}
+    captions = {}
+    for words in (0, 1):
+        task = CaptionTask(pairs, "idckit-standin-ViT-T-16", clip_file, small, batch_size=2, captions_per_pair=1,
+                           visual_lr_scale=0.0, trim_vocab=False, eval_batch_size=8, decode_min_words=words)
+        torch.manual_seed(0)
+        captions[words] = task.predict(_ends_at_once(task.build_model()), "val")
+    assert set(captions[0].values()) == {""}
+    assert all(c != "" for c in captions[1].values())
