@@ -2,9 +2,14 @@
 setting's profile values, and a hand-computed check that fails if the kit ignored it.
 
 - decoding's fewest words (``decode_min_words``): the authors' greedy decoders bar nothing at the first step.
+- words kept after truncation (``words_kept``): the authors keep max_len - 3 words and pad to max_len.
 """
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 import torch
 
@@ -14,7 +19,11 @@ from idckit.errors import ConfigError
 from idckit.experiments.config import load_config
 from idckit.models.clip_loader import load_clip, save_clip_checkpoint
 from idckit.tasks.clip4idc import CaptionTask, load_pair_data
+from idckit.data.features import FeatureStore
+from idckit.experiments.base import Setup
 from idckit.tasks.pcl import FinetuneTask, predict
+from idckit.text.pcl_inputs import PairRecord, pcl_data_from_records
+from idckit.text.vocab import Vocab
 
 FINETUNE = {"batch_size": 6, "mask_prob": 0.15, "eos_prob": 0.15, "distractor_weight": 1.0, "eval_batch_size": 4,
             "targets": "masked", "group_by_pair": False, "captions_per_pair": 1, "selection_metric": "CIDEr-D",
@@ -112,3 +121,49 @@ def test_clip4idc_captioning_decodes_with_its_setting(pairs, clip_file):
         captions[words] = task.predict(_ends_at_once(task.build_model()), "val")
     assert set(captions[0].values()) == {""}
     assert all(c != "" for c in captions[1].values())
+
+
+# -- words kept after truncation -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["pcl", "pcl_birds"])
+def test_paper_keeps_max_len_minus_3_words_and_cpu_smoke_max_len_minus_2(family):
+    assert load_config(family, "paper")["words_kept"] == "max_len - 3"
+    for profile in ("cpu", "smoke"):
+        assert load_config(family, profile)["words_kept"] == "max_len - 2", profile
+
+
+LONG = " ".join(f"w{i}" for i in range(12))         # 12 words, more than a max_len of 10 keeps either way
+
+
+def _long_data(words_kept: str):
+    vocab = Vocab.build([LONG])
+    store = FeatureStore(directory=Path("."), meta={}, index={"a.png": 0, "b.png": 1},
+                         array=np.zeros((2, 4, 8), dtype=np.float16))
+    records = {"train": [PairRecord("p0", "a.png", "b.png", (LONG, "w3 w1"), "color")]}
+    data = pcl_data_from_records(records, store, max_len=10, vocab=vocab, words_kept=words_kept)
+    data.negatives = {"p0": [LONG]}
+    return data, vocab
+
+
+def test_the_authors_truncation_keeps_max_len_minus_3_words_then_pads():
+    data, v = _long_data("max_len - 3")
+    w = [v.ids[f"w{i}"] for i in range(12)]
+    # their padding(): sent[:max_len - 3] -> [BOS] + 7 words + [EOS], then [PAD] to max_len 10
+    theirs = [v.bos_id, *w[:7], v.eos_id, v.pad_id]
+    short = [v.bos_id, w[3], w[1], v.eos_id] + [v.pad_id] * 6
+    assert data.splits["train"].sample_ids.tolist() == [theirs, short]
+    assert data.negative_ids().tolist() == [[theirs]]        # FDA's negatives are truncated the same way
+    kit, _ = _long_data("max_len - 2")
+    assert kit.splits["train"].sample_ids[0].tolist() == [v.bos_id, *w[:8], v.eos_id]
+    assert kit.negative_ids()[0, 0].tolist() == [v.bos_id, *w[:8], v.eos_id]
+
+
+def test_an_unknown_truncation_is_refused():
+    with pytest.raises(ConfigError, match="words_kept must be one of"):
+        _long_data("max_len - 4")
+
+
+def test_the_truncation_is_part_of_every_idc_pcl_run_key():
+    data = SimpleNamespace(identity="x", version=1)
+    keys = [Setup("paper", {"words_kept": kept}, data, Path(".")).identity for kept in ("max_len - 2", "max_len - 3")]
+    assert keys[0]["words_kept"] == "max_len - 2" and keys[1]["words_kept"] == "max_len - 3"
+    assert "words_kept" not in Setup("cpu", {}, data, Path(".")).identity      # families without the setting

@@ -94,6 +94,8 @@ class Setup:
                           "feature_size": self.store.meta.get("image_size")})
         if "train_fraction" in self.config:
             ident["train_fraction"] = self.config["train_fraction"]
+        if "words_kept" in self.config:          # IDC-PCL's caption truncation: which token ids a run trains on
+            ident["words_kept"] = self.config["words_kept"]
         return ident
 
     @property

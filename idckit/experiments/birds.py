@@ -101,8 +101,8 @@ def loaded_data(s: Setup, kind: str = "b2w"):
     """The in-memory data of a setup (:class:`idckit.text.pcl_inputs.PCLData`, loaded once per process). ``b2w``:
     Birds-to-Words (train/val/test, FDA negatives, NABirds FGVC pairs attached); ``gic``: CUB single-image caption
     pairs (train only, Retrieve + Replace negatives). One shared vocabulary."""
-    key = (kind, str(s.data.root), str(s.store.directory), stage_max_len(s, kind), s.config["swap_augment"],
-           s.config["fgvc_pairs"])
+    key = (kind, str(s.data.root), str(s.store.directory), stage_max_len(s, kind), s.config["words_kept"],
+           s.config["swap_augment"], s.config["fgvc_pairs"])
     return base.CACHE.get("birds-data", key, lambda: _load(s, kind), keep=2)    # b2w and gic of one setup
 
 
@@ -117,14 +117,15 @@ def _load(s: Setup, kind: str):
     records, cub = _records(s), _cub_records(s)
     vocab = Vocab.build([c for r in records["train"] for c in r.references] + [c for r in cub for c in r.references])
     if kind == "gic":
-        data = pcl_data_from_records({"train": cub}, s.store, max_len=stage_max_len(s, "gic"), vocab=vocab)
+        data = pcl_data_from_records({"train": cub}, s.store, max_len=stage_max_len(s, "gic"), vocab=vocab,
+                                     words_kept=s.config["words_kept"])
         _negatives(s, data, s.config["negatives"]["cub_ratio"])
     else:
         nab = s.data.nabirds()
         images = nab.images("train")
         keys = {im.uuid: _rel(s, im.path) for im in images}
         data = pcl_data_from_records(records, s.store, max_len=stage_max_len(s), vocab=vocab,
-                                     extra_images=sorted(keys.values()))
+                                     extra_images=sorted(keys.values()), words_kept=s.config["words_kept"])
         _negatives(s, data, s.config["negatives"]["b2w_ratio"], referents=ANIMALS)
         index = nab.label_index
         pairs = sample_pairs(images, s.config["fgvc_pairs"], seed=s.config["negatives"]["seed"])

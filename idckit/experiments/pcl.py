@@ -62,12 +62,13 @@ def setup(profile: str = paths.DEFAULT_PROFILE, data_root: str | Path | None = N
 def loaded_data(s: Setup):
     """The in-memory data of a setup (:class:`idckit.text.pcl_inputs.PCLData`: features, vocabulary, splits; shared by
     every run of a notebook, loaded once per process) with FDA negatives attached."""
-    key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.train_fraction)
+    key = (str(s.data.root), str(s.store.directory), s.config["max_len"], s.config["words_kept"], s.train_fraction)
     return base.CACHE.get("pcl-data", key, lambda: _load(s))
 
 
 def _load(s: Setup):
-    data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"], train_fraction=s.train_fraction)
+    data = load_pcl_data(s.data.dataset(), s.store, max_len=s.config["max_len"], train_fraction=s.train_fraction,
+                         words_kept=s.config["words_kept"])
     neg = build_negatives(data.splits["train"].references, ratio=s.config["negatives"]["ratio"],
                           seed=s.config["negatives"]["seed"], cache_dir=s.runs_dir / "negatives", progress=False)
     data.negatives = neg.negatives

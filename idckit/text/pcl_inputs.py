@@ -61,6 +61,7 @@ class PCLData:
     rows: dict[str, int] = field(default_factory=dict)              # feature-store key -> row of features
     blank_row: int | None = None     # the all-zero row standing for a missing second image (GIC pairs)
     fgvc: "FGVCData | None" = None   # FGVC-stage image pairs (pre-training with the ``fgvc`` task)
+    words_kept: str = "max_len - 2"  # the truncation the samples were encoded with (text.vocab.WORDS_KEPT)
 
     @property
     def feat_dim(self) -> int:
@@ -99,8 +100,8 @@ class PCLData:
             raise ConfigError(f"every pair needs the same number of FDA negatives, got {sorted(counts)}")
         n_neg = counts.pop()
         negs = [self.negatives[p] for p in train.pair_ids]
-        return self.vocab.encode_batch([n for ns in negs for n in ns], self.max_len).view(len(train), n_neg,
-                                                                                           self.max_len)
+        return self.vocab.encode_batch([n for ns in negs for n in ns], self.max_len, self.words_kept).view(
+            len(train), n_neg, self.max_len)
 
 
 def subsample_by_before(pairs: Sequence, fraction: float, seed: int = 0) -> list:
@@ -152,7 +153,8 @@ class FGVCData:
 
 
 def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vocab: Vocab | None = None,
-                  splits: Sequence[str] = ("train", "val", "test"), train_fraction: float = 1.0) -> PCLData:
+                  splits: Sequence[str] = ("train", "val", "test"), train_fraction: float = 1.0,
+                  words_kept: str = "max_len - 2") -> PCLData:
     """Everything a PCL run on CLEVR-Change reads, in memory. The vocabulary is built on train captions unless
     given.
 
@@ -165,14 +167,16 @@ def load_pcl_data(dataset: ClevrChange, store: FeatureStore, *, max_len: int, vo
     rel = lambda path: path.relative_to(dataset.root).as_posix()
     records = {s: [PairRecord(p.pair_id, rel(p.before), rel(p.after), tuple(p.captions), p.change_type,
                               bool(p.is_change)) for p in pairs] for s, pairs in per_split.items()}
-    return pcl_data_from_records(records, store, max_len=max_len, vocab=vocab)
+    return pcl_data_from_records(records, store, max_len=max_len, vocab=vocab, words_kept=words_kept)
 
 
 def pcl_data_from_records(records: Mapping[str, Sequence[PairRecord]], store: FeatureStore, *, max_len: int,
-                          vocab: Vocab | None = None, extra_images: Sequence[str] = ()) -> PCLData:
+                          vocab: Vocab | None = None, extra_images: Sequence[str] = (),
+                          words_kept: str = "max_len - 2") -> PCLData:
     """:class:`PCLData` from pair records per split (any dataset). The vocabulary is built on the train split's
     references unless given; ``extra_images`` are loaded too (rows for :class:`FGVCData`, see ``data.row``).
-    A missing second image is the last feature row, all zeros."""
+    A missing second image is the last feature row, all zeros. Captions keep ``words_kept`` words
+    (:data:`idckit.text.vocab.WORDS_KEPT`)."""
     if vocab is None:
         if "train" not in records:
             raise ConfigError("building a vocabulary needs the train split")
@@ -201,18 +205,19 @@ def pcl_data_from_records(records: Mapping[str, Sequence[PairRecord]], store: Fe
             pair_ids=[p.pair_id for p in pairs], types=[p.type for p in pairs], before=before, after=after,
             is_change=torch.tensor([p.is_change for p in pairs], dtype=torch.bool),
             references={p.pair_id: list(p.references) for p in pairs},
-            sample_pair=sample_pair, sample_ids=vocab.encode_batch(texts, max_len))
+            sample_pair=sample_pair, sample_ids=vocab.encode_batch(texts, max_len, words_kept))
     for key in extra_images:
         row(key)
     if not needs_blank:
         with warnings.catch_warnings():   # the memmap is read-only; nothing here writes features
             warnings.simplefilter("ignore", UserWarning)
             features = torch.from_numpy(store.array)
-        return PCLData(vocab=vocab, features=features, splits=out, max_len=max_len, rows=rows, blank_row=None)
+        return PCLData(vocab=vocab, features=features, splits=out, max_len=max_len, rows=rows, blank_row=None,
+                       words_kept=words_kept)
     order = sorted(rows, key=rows.get)
     real = [k for k in order if k != blank]
     feats = store.get_many(real).astype("float16", copy=False)
     features = torch.zeros(len(order), *feats.shape[1:], dtype=torch.float16)
     features[[rows[k] for k in real]] = torch.from_numpy(feats)
     return PCLData(vocab=vocab, features=features, splits=out, max_len=max_len, rows=rows,
-                   blank_row=rows.get(blank))
+                   blank_row=rows.get(blank), words_kept=words_kept)

@@ -19,6 +19,10 @@ from idckit.fileio import write_json
 SPECIALS = ("[PAD]", "[BOS]", "[EOS]", "[UNK]", "[MASK]", "[IMG1]", "[IMG2]", "[CLS]")
 #: how :meth:`Vocab.decode` writes a special met before [EOS]: left out (the kit's) or kept as a word (the authors')
 SPECIAL_WORDS = ("drop", "keep")
+#: how many words a caption of ``max_len`` tokens keeps, by the slots left beside them: "max_len - 2" ([BOS] and
+#: [EOS], the kit's) or "max_len - 3" (the authors': their ``padding`` cuts at max_len - 3 words and pads to
+#: max_len, so the last slot is always [PAD]; clver/data/dataset_pretrain_clver.py:151-152)
+WORDS_KEPT = {"max_len - 2": 2, "max_len - 3": 3}
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
 
 
@@ -50,18 +54,23 @@ class Vocab:
     def __len__(self) -> int:
         return len(self.words)
 
-    def encode(self, text: str, max_len: int) -> list[int]:
-        """[BOS] words [EOS], words truncated so the whole fits ``max_len`` (EOS always kept)."""
-        if max_len < 3:
-            raise ConfigError(f"max_len must leave room for [BOS] a word [EOS], got {max_len}")
-        words = [self.ids.get(t, self.unk_id) for t in tokenize(text)][:max_len - 2]
+    def encode(self, text: str, max_len: int, words_kept: str = "max_len - 2") -> list[int]:
+        """[BOS] words [EOS], words truncated to ``words_kept`` (:data:`WORDS_KEPT`) so the whole fits ``max_len``
+        (EOS always kept)."""
+        if words_kept not in WORDS_KEPT:
+            raise ConfigError(f"words_kept must be one of {', '.join(map(repr, WORDS_KEPT))}, got {words_kept!r}",
+                              fix='"max_len - 3" is the authors\' truncation (paper profile), "max_len - 2" the kit\'s')
+        if max_len < WORDS_KEPT[words_kept] + 1:
+            raise ConfigError(f"max_len must leave room for [BOS] a word [EOS] at words_kept {words_kept!r}, "
+                              f"got {max_len}")
+        words = [self.ids.get(t, self.unk_id) for t in tokenize(text)][:max_len - WORDS_KEPT[words_kept]]
         return [self.bos_id, *words, self.eos_id]
 
-    def encode_batch(self, texts: Sequence[str], max_len: int) -> torch.LongTensor:
+    def encode_batch(self, texts: Sequence[str], max_len: int, words_kept: str = "max_len - 2") -> torch.LongTensor:
         """[N, max_len]: :meth:`encode` of each text, padded with [PAD]."""
         out = torch.full((len(texts), max_len), self.pad_id, dtype=torch.long)
         for i, t in enumerate(texts):
-            ids = self.encode(t, max_len)
+            ids = self.encode(t, max_len, words_kept)
             out[i, :len(ids)] = torch.tensor(ids)
         return out
 
