@@ -134,7 +134,7 @@ def test_the_released_row_never_sets_a_report_status(pcl_smoke, tmp_path):
            "distinct_test_captions": 40, "test_pairs": 40, "judge_accuracy": 0.9}
     doc = {"rows": [kit], "headline": {"runs": {"variants": ["full"]}}}
     with_side = {**doc, "rows": [*side, kit]}
-    assert report_status(with_side) == report_status(doc) and report_status(doc).verdict == "learned"
+    assert report_status(with_side) == report_status(doc) and report_status(doc).verdict == "not checked"
     assert headline_rows(with_side) == [kit]
     assert report_status({"rows": side}).verdict == "no training"
     unnamed = {"rows": [*side, kit]}                      # a report whose headline names no run: the first run's

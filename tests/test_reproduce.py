@@ -7,6 +7,7 @@ import nbformat
 import pytest
 
 from idckit.reproduce import reproduce, write_index
+from idckit.reports.status import STATUSES
 
 GOOD = '''
 import json, pathlib
@@ -94,30 +95,36 @@ def test_html_hides_code_and_stderr_but_keeps_errors_and_sets_the_title(tmp_path
 def test_index_status_tells_ran_from_learned(tmp_path):
     def row(variant, distinct, seed=0):
         return {"model": "m", "variant": variant, "split": "test", "seed": seed, "run": f"r{variant}{seed}",
-                "metrics": {"CIDEr-D": 60.1}, "distinct_test_captions": distinct, "test_pairs": 400}
+                "metrics": {"CIDEr-D": 60.1}, "distinct_test_captions": distinct, "test_pairs": 400,
+                "ci": {"CIDEr-D": 2.0}}
 
-    docs = {"collapsed": [row("full", 57), row("MLM", 1)], "learned": [row("full", 57), row("full", 80, seed=1)],
+    base = {"model": "baseline (idckit)", "variant": "most frequent caption", "split": "test",
+            "metrics": {"CIDEr-D": 40.0}}
+    docs = {"collapsed": [row("full", 57), row("MLM", 1), base],
+            "learned": [row("full", 57), row("full", 80, seed=1), base],
             "baselines": [{"model": "most frequent caption", "variant": "total", "split": "test", "metrics": {}}]}
     for name, rows in docs.items():
         (tmp_path / f"{name}.json").write_text(json.dumps({
-            "notebook": name, "table": "t", "headline": {"label": "C", "kit": 60.1}, "rows": rows,
+            "notebook": name, "table": "t", "headline": {"label": "CIDEr-D", "kit": 60.1}, "rows": rows,
             "provenance": {"profile": "cpu", "data": "synthetic: x", "seeds": [0], "wall_seconds": 60}}))
     (tmp_path / "status.json").write_text(json.dumps({"learned": {"status": "stale"}}))
     page = write_index(tmp_path).read_text()
     cells = {name: page.split(f'href="{name}.html"')[1].split("</tr>")[0] for name in docs}
     # the status is the headline run's (the first variant here): MLM's collapse is a side row's
-    assert '<span class="learned">learned</span>' in cells["collapsed"]
-    assert '<span class="learned">learned</span>' in cells["learned"] and "57+ distinct" in cells["learned"]
+    assert '<span class="learned">describes</span>' in cells["collapsed"]
+    assert '<span class="learned">describes</span>' in cells["learned"]
+    assert "CIDEr-D +20.1 against most frequent caption" in cells["learned"]
     assert "stale: last run failed" in cells["learned"] and "stale" not in cells["collapsed"]
     assert '<span class="ran">no training</span>' in cells["baselines"] and "collapsed" not in cells["baselines"]
     rows = [row("full", 57), row("full", 3, seed=1)]
     (tmp_path / "collapsed.json").write_text(json.dumps({
-        "notebook": "collapsed", "table": "t", "headline": {"label": "C", "kit": 60.1}, "rows": rows,
+        "notebook": "collapsed", "table": "t", "headline": {"label": "CIDEr-D", "kit": 60.1}, "rows": rows,
         "provenance": {"profile": "cpu", "data": "synthetic: x", "seeds": [0, 1], "wall_seconds": 60}}))
     page = write_index(tmp_path).read_text()
     cell = page.split('href="collapsed.html"')[1].split("</tr>")[0]
     assert '<span class="flag">collapsed</span>' in cell and "fewest 3 (full, seed 1)" in cell
     assert "fewer than 10" in page          # the legend states the rule with the kit's own threshold
+    assert all(f"<i>{w}</i>" in page for w in STATUSES)   # and every status word, once
 
 
 @pytest.mark.slow

@@ -5,8 +5,9 @@
   with how often each names the change (:mod:`idckit.eval.describes`); cached in the runs dir by the data's
   identity, so every table of one dataset shares one computation;
 - :func:`add_describes`: the same change-description score on the kit's trained captioning rows;
-- :func:`add_bootstrap`: a 95 % bootstrap half-width over test pairs of a one-seed row's CIDEr-D (the noise an
-  ordering of that row is read against, :mod:`idckit.reports.stats`).
+- :func:`add_bootstrap`: every trained row's per-pair scores (``per_pair``: what a paired bootstrap of two rows
+  resamples, :func:`idckit.reports.stats.compare`), and a one-seed row's 95 % bootstrap half-width over its test
+  pairs (``ci``); :func:`clevr_baselines` gives the baselines their per-pair scores on the same test pairs.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from idckit.experiments.reporting import rows as report_rows
 from idckit.experiments.runs import open_run, test_captions
 from idckit.reports.format import Table, run_label
 from idckit.reports.report import to_paper_scale
-from idckit.reports.stats import bootstrap_halfwidth, per_pair_scores, standing, tie_best
+from idckit.reports.stats import (attach_per_pair, bootstrap_halfwidth, compare, mean_per_pair, per_pair_scores,
+                                  standing, tie_best)
 from idckit.reports.status import is_hard
 
 #: bump when a baseline's definition changes (its cached predictions are then recomputed)
@@ -40,11 +42,12 @@ def _describes(data, split: str, captions: Mapping[str, str]) -> dict[str, float
 def clevr_baselines(data, runs_dir: str | Path, split: str = "test", *, meteor: bool = True) -> list[dict[str, Any]]:
     """The three no-learning baselines on ``split`` of CLEVR-Change ``data`` (a
     :class:`~idckit.experiments.data.DataChoice`): ``[{"label", "test": {subset: metrics}, "predictions",
-    "distinct_test_captions", "test_pairs", "describes"}]`` (``test`` on pycocoevalcap's scale, as a run's)."""
+    "distinct_test_captions", "test_pairs", "describes", "per_pair"}]`` (``test`` on pycocoevalcap's scale, as a
+    run's; ``per_pair``: CIDEr-D x100 per test pair, scored afresh, not cached)."""
     run = open_run(runs_dir, "baselines", {"data": data.identity, "split": split, "meteor": meteor,
                                            "baselines": BASELINES_VERSION})
     if run.is_complete():
-        return run.metrics()["baselines"]
+        return _with_per_pair(run.metrics()["baselines"], data.dataset().references(split))
     ds = data.dataset()
     train, test = ds.pairs("train"), ds.pairs(split)
     refs, types = ds.references(split), ds.types(split)
@@ -55,7 +58,15 @@ def clevr_baselines(data, runs_dir: str | Path, split: str = "test", *, meteor: 
                     "predictions": preds, "distinct_test_captions": len(set(preds.values())),
                     "test_pairs": len(preds), "describes": _describes(data, split, preds)})
     run.complete({"baselines": out}, data=data.description)
-    return out
+    return _with_per_pair(out, refs)
+
+
+def _with_per_pair(baselines: list[dict[str, Any]], references: Mapping[str, Any]) -> list[dict[str, Any]]:
+    for b in baselines:
+        caps = {k: v for k, v in b["predictions"].items() if k in references}
+        if len(caps) > 1:
+            b["per_pair"] = attach_per_pair({}, per_pair_scores(references, caps, "CIDEr-D"), "CIDEr-D")["per_pair"]
+    return baselines
 
 
 def baseline_rows(baselines: Sequence[Mapping[str, Any]], subset: str = "total") -> list[dict[str, Any]]:
@@ -66,6 +77,7 @@ def baseline_rows(baselines: Sequence[Mapping[str, Any]], subset: str = "total")
              "test_pairs": b["test_pairs"],
              "cider_d": {s: 100.0 * b["test"][s]["CIDEr-D"] for s in ("total", "semantic", "distractor")
                          if s in b["test"]},
+             **({"per_pair": b["per_pair"]} if b.get("per_pair") and subset == "total" else {}),
              **({"describes": b["describes"]} if b.get("describes") else {})} for b in baselines]
 
 
@@ -207,6 +219,8 @@ def hardest_type_notes(rows: Sequence[Mapping[str, Any]], paper: Mapping[str, fl
     worst, tied = tie_best({t: -row["metrics"][t] for t in types}, {t: sd.get(t, 0.0) for t in types})
     paper_worst = min(types, key=lambda t: paper[t])
     noise = "seed sd per type" if sd else "one seed: no spread measured"
+    if not sd:
+        return [f"Hardest change type: {paper_worst} in the paper; the kit's run does not order its types ({noise})."]
     if worst is None:
         return [f"Hardest change type: {paper_worst} in the paper; in the kit's run no single one ({', '.join(tied)} "
                 f"within noise, {noise})."]
@@ -216,13 +230,13 @@ def hardest_type_notes(rows: Sequence[Mapping[str, Any]], paper: Mapping[str, fl
 
 def best_split(rows: Sequence[Mapping[str, Any]], depth: int, metric: str = "CIDEr-D") -> tuple[float | None, str]:
     """Table 7's best split by ``metric`` as N_intra / depth, or None with the tied splits named when another split
-    is within the best one's noise (its ``ci``: a bootstrap over test pairs, one seed)."""
-    values = {r["variant"]: r["metrics"][metric] for r in rows}
-    noise = {r["variant"]: (r.get("ci") or {}).get(metric, 0.0) for r in rows}
-    best, tied = tie_best(values, noise)
-    if best is None:
+    is not below the best one beyond noise (a paired bootstrap over their test pairs,
+    :func:`idckit.reports.stats.compare`; without per-pair scores nothing is ordered)."""
+    top = max(rows, key=lambda r: r["metrics"][metric])
+    tied = [r["variant"] for r in rows if r is top or compare(top, r, metric).order != 1]
+    if len(tied) > 1:
         return None, f"tie: {', '.join(tied)} within noise"
-    return round(next(r["n_intra"] for r in rows if r["variant"] == best) / depth, 3), f"best: {best}"
+    return round(top["n_intra"] / depth, 3), f"best: {top['variant']}"
 
 
 def standing_notes(rows: Sequence[Mapping[str, Any]], variant: str, metric: str = "CIDEr-D") -> list[str]:
@@ -267,25 +281,43 @@ def add_describes(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any
 
 def add_bootstrap(rows: list[dict[str, Any]], results: Sequence[Mapping[str, Any]], references: Mapping[str, Any],
                   subset_ids: Sequence[str] | None = None, *, metrics: Sequence[str] = ("CIDEr-D",),
-                  tokenize: bool = True) -> list[dict[str, Any]]:
-    """A one-seed trained row (no seed spread) gets ``ci`` = ``{metric: 95 % bootstrap half-width over its test
-    pairs}`` (x100), from per-pair scores of its run's test captions (``metrics``: CIDEr-D and/or ROUGE_L)."""
+                  tokenize: bool = True, baselines: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Per-pair scores (x100) of ``metrics`` (CIDEr-D and/or ROUGE_L) for each trained row of ``rows`` from its run's
+    test captions (``per_pair``; a mean row: the per-pair mean of its seeds), and of each baseline row named by
+    ``baselines`` (``{"label", "predictions" or "captions"}``); a one-seed trained row (no seed spread) also gets
+    ``ci`` = ``{metric: 95 % bootstrap half-width over its test pairs}``."""
     by_run = {r["run"]: r for r in results}
+    by_label = {b["label"]: b.get("predictions") or b.get("captions") or {} for b in baselines}
     seeds: dict[tuple, int] = {}
     for row in rows:
         if row.get("seed") not in (None, "mean"):
             seeds[(row.get("model"), row["variant"])] = seeds.get((row.get("model"), row["variant"]), 0) + 1
     for row in rows:
         res = by_run.get(row.get("run"))
-        if res is None or seeds.get((row.get("model"), row["variant"]), 0) > 1:
+        if res is not None:
+            caps = test_captions(res["run_dir"])
+        elif row.get("model") == BASELINE_MODEL and row["variant"] in by_label:
+            caps = dict(by_label[row["variant"]])
+        else:
             continue
-        caps = test_captions(res["run_dir"])
         if subset_ids is not None:
             caps = {k: v for k, v in caps.items() if k in set(subset_ids)}
         caps = {k: v for k, v in caps.items() if k in references}
-        if len(caps) > 1:
-            row["ci"] = {m: bootstrap_halfwidth(list(per_pair_scores(references, caps, m, tokenize=tokenize).values()))
-                         for m in metrics}
+        if len(caps) < 2:
+            continue
+        scores = {m: per_pair_scores(references, caps, m, tokenize=tokenize) for m in metrics}
+        for m, sc in scores.items():
+            attach_per_pair(row, sc, m)
+        if res is not None and seeds.get((row.get("model"), row["variant"]), 0) <= 1:
+            row["ci"] = {m: bootstrap_halfwidth(list(sc.values())) for m, sc in scores.items()}
+    for row in rows:
+        if row.get("seed") == "mean":
+            mine = [r for r in rows if r.get("seed") not in (None, "mean") and r["variant"] == row["variant"]
+                    and r.get("model") == row.get("model") and r.get("dataset") == row.get("dataset")]
+            for m in metrics:
+                pp = mean_per_pair(mine, m)
+                if pp is not None:
+                    row.setdefault("per_pair", {"pairs": pp["pairs"], "n": pp["n"]})[m] = pp[m]
     return rows
 
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from idckit.reports.format import fmt
-from idckit.reports.stats import compare
-from idckit.reports.status import Status, hard_status, headline_rows, is_run, report_status
+from idckit.reports.status import Status, baseline_ordering, hard_status, headline_rows, is_run, report_status
 
 CARD_START, CARD_END = "<!-- idckit-card -->", "<!-- /idckit-card -->"
 PAPERS = {"pcl": "IDC-PCL (Yao et al., AAAI 2022)", "clip4idc": "CLIP4IDC (Guo et al., AACL 2022)"}
@@ -115,28 +114,37 @@ class Summary:
 
 def _verdict(doc: Mapping[str, Any], status: Status, kit: float | None, baseline: dict | None,
              mean_row: Mapping[str, Any] | None, metric: str | None) -> str:
+    """The status word and why: the headline against its baseline as the status read it
+    (:func:`idckit.reports.status.baseline_ordering`), never a second reading of the numbers."""
     rows = headline_rows(doc)
     if status.verdict == "no training":
         return "baselines only: no model is trained in this report."
     if status.verdict == "not checked":
         return "not checked: " + status.detail + "."
     against = ""
-    if baseline and kit is not None and metric:
-        row = mean_row or (rows[0] if rows else None)
-        if row is not None:
-            # a per-type table's headline (a mean over types) has no noise of its own on the row: none is claimed
-            noisy = row if metric in row.get("metrics", {}) else {}
-            o = compare({**noisy, "metrics": {metric: kit}}, {"metrics": {metric: baseline["kit"]}}, metric)
-            against = {1: "above the baseline", -1: "below the baseline", 0: "equals the baseline"}[o.order]
-            against += (f" ({fmt(kit, metric)} vs {fmt(baseline['kit'], metric)}; "
-                        + (f"noise {fmt(o.noise, metric)}, {o.how})" if o.noise else f"{o.how})"))
+    o = baseline_ordering(doc)
+    if o is not None and baseline and kit is not None and metric:
+        nums = f"{fmt(kit, metric)} vs {fmt(baseline['kit'], metric)}"
+        if not o.tested:
+            against = f"not ordered against the baseline ({nums}; {o.how})"
+        else:
+            against = {1: "above the baseline", -1: "below the baseline", 0: "within noise of the baseline"}[o.order]
+            against += f" ({nums}; noise {fmt(o.noise, metric)}, {o.how})"
     if status.verdict == "collapsed":
         fewest = min(r["distinct_test_captions"] for r in rows if r.get("distinct_test_captions") is not None)
         words = "one sentence" if fewest <= 1 else f"{fewest} distinct sentences"
         return f"collapsed: writes {words}" + (f"; {against}" if against else "") + "."
-    if status.verdict == "not learned":
-        return "not learned: " + status.detail.split("; ")[0] + (f"; {against}" if against else "") + "."
-    return "learned" + (f": {against}" if against else "") + "."
+    if status.verdict in ("not learned", "judges only"):
+        return f"{status.verdict}: " + status.detail.split("; ")[0] + (f"; {against}" if against else "") + "."
+    return status.verdict + (f": {against}" if against else "") + "."
+
+
+def _raw(value: float | None, rows: list, metric: str | None) -> float | None:
+    """The unrounded number a headline rounded (to 2 decimals) from one of ``rows``, so a page rounds it once."""
+    if value is None or not metric:
+        return value
+    return next((r["metrics"][metric] for r in rows if isinstance(r, Mapping) and metric in r.get("metrics", {})
+                 and round(r["metrics"][metric], 2) == round(value, 2)), value)
 
 
 def summary(doc: Mapping[str, Any]) -> Summary:
@@ -148,9 +156,12 @@ def summary(doc: Mapping[str, Any]) -> Summary:
     mean_row = means[0] if len(means) == 1 else None
     sd = (mean_row.get("sd") or {}).get(metric) if mean_row and metric else None
     seeds = list(prov.get("seeds", []))
-    baseline = baseline_of(doc)
-    kit = head.get("kit")
     rows = headline_rows(doc)
+    baseline = baseline_of(doc)
+    if baseline and metric:
+        named = [r for r in doc.get("rows", []) if not is_run(r) and r.get("variant") == baseline.get("label")]
+        baseline = {**baseline, "kit": _raw(baseline.get("kit"), named, metric)}
+    kit = _raw(head.get("kit"), [mean_row] if mean_row else rows[:1] if len(rows) == 1 else [], metric)
     describes = next((r["describes"] for r in ([mean_row] if mean_row else rows) if r and r.get("describes")), None)
     env = prov.get("environment") or {}
     env_text = ", ".join(f"{k} {v}" for k, v in env.items()) if isinstance(env, Mapping) else str(env)
@@ -163,6 +174,12 @@ def summary(doc: Mapping[str, Any]) -> Summary:
         commit=str(prov.get("commit", "")), wall_seconds=prov.get("wall_seconds"),
         train_seconds=prov.get("train_seconds"), date=str(prov.get("date", "–")), environment=env_text or "–",
         metric=metric or "")
+
+
+def test_set_text(doc: Mapping[str, Any]) -> str:
+    """"; test set: N pairs" of the headline run (every number on the card is read on those pairs), "" unknown."""
+    sizes = {r.get("test_pairs") or (r.get("per_pair") or {}).get("n") for r in headline_rows(doc)} - {None}
+    return f"; test set: {', '.join(map(str, sorted(sizes)))} pairs" if sizes else ""
 
 
 def describes_text(d: Mapping[str, Any] | None) -> str:
@@ -193,7 +210,7 @@ table.idckit-table caption { caption-side: top; text-align: left; font-weight: 6
 
 
 def status_class(st: Status) -> str:
-    return "flag" if st.flag else ("learned" if st.verdict == "learned" else "ran")
+    return "flag" if st.flag else ("learned" if st.green else "ran")
 
 
 def card_html(doc: Mapping[str, Any], *, marked: bool = True) -> str:
@@ -220,7 +237,7 @@ def card_html(doc: Mapping[str, Any], *, marked: bool = True) -> str:
             f"<tr><th>verdict</th><td>{e(s.verdict)}</td></tr>"
             + (f"<tr><th>describes the change?</th><td>{e(desc)}</td></tr>" if desc else "")
             + f"<tr><th>seeds</th><td>{e(s.seeds_text())}</td></tr>"
-            f"<tr><th>data</th><td>{e(s.data)}</td></tr></table>"
+            f"<tr><th>data</th><td>{e(s.data)}{e(test_set_text(doc))}</td></tr></table>"
             f"<p><a href='index.html'>all reports</a> · <a href='{nb}.json'>this report's numbers ({nb}.json)</a>"
             f" · <a href='{e(docs_link(doc))}'>docs</a> · how to read a status: "
             f"<a href='00_walkthrough.html'>the walkthrough</a></p></div>{end}")

@@ -12,7 +12,7 @@ from idckit import fileio
 from idckit.reports.report import TIMES_KEY
 from idckit.reports.card import PAPERS, Summary, status_class, summary
 from idckit.reports.format import fmt
-from idckit.reports.status import COLLAPSE_DISTINCT, JUDGE_CHANCE_BELOW, RETRIEVAL_LEARNED_FACTOR
+from idckit.reports.status import STATUSES
 
 COLUMNS = ("report", "headline", "idckit", "no-learning baseline", "paper", "status", "data", "seeds", "time")
 
@@ -116,6 +116,7 @@ def render(report_dir: str | Path) -> str:
                      for p in sorted(groups, key=lambda p: order.index(p) if p in order else len(order)))
     legend = "".join(f"<li><b>{k}</b>: {e(d)}</li>" for d, k in keys.items())
     commits = sorted({s.commit for s in sums})
+    status_words = "; ".join(f"<i>{e(w)}</i> = {e(m)}" for w, m in STATUSES.items())
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>idckit reports</title>
 <style>
@@ -135,10 +136,9 @@ def render(report_dir: str | Path) -> str:
 <p class="note"><b>idckit</b> is the kit's own measurement (mean ± sd where several seeds ran);
 <b>no-learning baseline</b> is the best caption chosen without training a model on the same test pairs (chance for
 retrieval); <b>paper</b> is the published number on the real dataset, never mixed in. <b>status</b> is the
-headline run's only (never a baseline's or a side row's): <i>collapsed</i> = a seed writes fewer than
-{COLLAPSE_DISTINCT} distinct test captions; <i>not learned</i> = a distractor judge under
-{JUDGE_CHANCE_BELOW:.2f} accuracy, or text->pair R@1 under {RETRIEVAL_LEARNED_FACTOR:g}x chance or not above the
-un-adapted encoder; <i>learned</i> otherwise; the hard-data twin has its own status.</p>
+headline run's only (never a baseline's or a side row's), the first that applies of: {status_words}; only
+<span class="learned">green</span> means the model does the task beyond the yardsticks; the hard-data twin has its
+own status.</p>
 <table><thead><tr>{head}</tr></thead><tbody>
 {body}
 </tbody></table>
