@@ -148,6 +148,19 @@ def _check_finite(rows: Iterable[Mapping[str, Any]], where: str) -> None:
                                  f"is not a finite number: {v!r}")
 
 
+def distinct_notes(notes: Sequence[str]) -> list[str]:
+    """``notes`` with each sentence once: a repeat, or a note another note already says in full (a standing
+    "X is above Y ..." inside "agrees: X is above Y ...; the paper has ..."; 40 characters or more, so a short
+    phrase is never taken for one), is dropped."""
+    out: list[str] = []
+    for n in notes:
+        core = n.rstrip(". ")
+        if n in out or (len(core) >= 40 and any(core in m and m != n for m in notes)):
+            continue
+        out.append(n)
+    return out
+
+
 def write_report(report_dir: str | Path, notebook: str, table: str, rows: Sequence[Mapping[str, Any]],
                  provenance: Provenance | Mapping[str, Any], *, notes: Sequence[str] = (),
                  headline: Mapping[str, Any] | None = None, title: str | None = None,
@@ -169,7 +182,7 @@ def write_report(report_dir: str | Path, notebook: str, table: str, rows: Sequen
             if key not in r:
                 raise ValueError(f"report {notebook}: a row lacks {key!r}: {r}")
     _check_finite(rows, f"report {notebook}")
-    notes = list(notes)
+    notes = distinct_notes(notes)
     if str(prov.get("data", "")).startswith("synthetic") and SYNTHETIC_NOTE not in notes:
         notes.insert(0, SYNTHETIC_NOTE)
     paper = paper_table(table)["rows"] if table in _paper() else []
