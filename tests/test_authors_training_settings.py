@@ -3,6 +3,8 @@ setting's profile values, and a hand-computed check that fails if the kit ignore
 
 - decoding's fewest words (``decode_min_words``): the authors' greedy decoders bar nothing at the first step.
 - words kept after truncation (``words_kept``): the authors keep max_len - 3 words and pad to max_len.
+- MLM's random replacement (``mask_random_from``) and a caption with no word chosen (``mask_none_chosen``): the
+  authors draw from the whole vocabulary and mask the first word.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from idckit.models.clip_loader import load_clip, save_clip_checkpoint
 from idckit.tasks.clip4idc import CaptionTask, load_pair_data
 from idckit.data.features import FeatureStore
 from idckit.experiments.base import Setup
-from idckit.tasks.pcl import FinetuneTask, predict
+from idckit.models.pcl import mask_tokens, replacement_ids
+from idckit.tasks.pcl import FinetuneTask, PretrainTask, predict
 from idckit.text.pcl_inputs import PairRecord, pcl_data_from_records
 from idckit.text.vocab import Vocab
 
@@ -167,3 +170,73 @@ def test_the_truncation_is_part_of_every_idc_pcl_run_key():
     keys = [Setup("paper", {"words_kept": kept}, data, Path(".")).identity for kept in ("max_len - 2", "max_len - 3")]
     assert keys[0]["words_kept"] == "max_len - 2" and keys[1]["words_kept"] == "max_len - 3"
     assert "words_kept" not in Setup("cpu", {}, data, Path(".")).identity      # families without the setting
+
+
+# -- MLM's random replacement and a caption with no word chosen ------------------------------------------------------
+@pytest.mark.parametrize("family, sections", [("pcl", ("pretrain", "finetune")),
+                                              ("pcl_birds", ("gic", "pretrain", "finetune"))])
+def test_paper_masks_as_the_authors_and_cpu_smoke_as_before(family, sections):
+    for section in sections:
+        paper = load_config(family, "paper")[section]
+        assert (paper["mask_random_from"], paper["mask_none_chosen"]) == ("vocabulary", "first"), section
+        for profile in ("cpu", "smoke"):
+            c = load_config(family, profile)[section]
+            assert (c["mask_random_from"], c["mask_none_chosen"]) == ("words", "smallest"), (section, profile)
+
+
+TWELVE = Vocab.build(["w0 w1 w2 w3"])              # ids 0-7 the specials ([MASK] 4, [IMG1] 5, [IMG2] 6), 8-11 words
+
+
+@pytest.mark.parametrize("random_from, special_tokens, expected", [
+    ("words", "shared_cls", {9, 10, 11}),
+    ("vocabulary", "distinct", {0, 1, 2, 3, 5, 6, 7, 9, 10, 11}),
+    ("vocabulary", "shared_cls", {0, 1, 2, 3, 7, 9, 10, 11}),       # a shared_cls model has no [IMG1]/[IMG2] word
+])
+def test_the_ids_a_random_replacement_can_take(random_from, special_tokens, expected):
+    ids = torch.tensor([[1] + [8] * 10 + [2]] * 2000)      # every word is id 8; p=1 chooses each
+    out, labels = mask_tokens(ids, TWELVE, torch.Generator().manual_seed(0), p=1.0, eos_p=0.0,
+                              random_ids=replacement_ids(TWELVE, random_from, special_tokens))
+    assert (labels[:, 1:11] == 8).all()
+    # the replaced words other than [MASK] and a draw of 8 itself: every candidate id, and nothing else
+    assert set(out[:, 1:11][(out[:, 1:11] != 8) & (out[:, 1:11] != 4)].tolist()) == expected
+
+
+def test_a_caption_with_no_word_chosen_masks_its_first_word_at_first():
+    ids = torch.tensor([[1, 9, 10, 11, 2, 0]] * 400)
+    out, labels = mask_tokens(ids, TWELVE, torch.Generator().manual_seed(0), p=0.0, eos_p=0.0, none_chosen="first")
+    assert out.tolist() == [[1, 4, 10, 11, 2, 0]] * 400
+    assert labels.tolist() == [[-100, 9, -100, -100, -100, -100]] * 400
+    out, labels = mask_tokens(ids, TWELVE, torch.Generator().manual_seed(0), p=0.0, eos_p=0.0)
+    picked = (labels != -100).int().argmax(1)
+    assert set(picked.tolist()) == {1, 2, 3}                    # the kit's: the word with the smallest draw
+    assert (labels != -100).sum(1).tolist() == [1] * 400
+    assert set(out[torch.arange(400), picked].tolist()) - {4, 9, 10, 11}     # 80/10/10: some random words
+
+
+def test_an_unknown_masking_rule_is_refused():
+    with pytest.raises(ConfigError, match="mask_random_from must be one of words, vocabulary"):
+        replacement_ids(TWELVE, "specials", "distinct")
+    with pytest.raises(ConfigError, match="mask_none_chosen must be one of smallest, first"):
+        FinetuneTask(worker.tiny_pcl_data(), worker.MODEL, mask_none_chosen="last", **FINETUNE)
+
+
+@pytest.mark.parametrize("make", ["pretrain", "finetune"])
+def test_the_tasks_batches_mask_with_their_settings(make):
+    data = worker.tiny_pcl_data()
+    v = data.vocab
+
+    def first_batch(none_chosen, random_from):
+        kw = {"mask_none_chosen": none_chosen, "mask_random_from": random_from}
+        if make == "pretrain":
+            task = PretrainTask(data, worker.MODEL, batch_size=40, ratios={"mlm": 1}, **{**worker.PRETRAIN,
+                                "mask_prob": 0.0, "eos_prob": 0.0}, **kw)
+        else:
+            task = FinetuneTask(data, worker.MODEL, **{**FINETUNE, "batch_size": 40, "mask_prob": 0.0, "eos_prob": 0.0},
+                                **kw)
+        return task, next(iter(task.batches(0, torch.Generator().manual_seed(0))))
+
+    task, batch = first_batch("first", "vocabulary")
+    assert (batch["text"][:, 1] == v.mask_id).all() and (batch["labels"][:, 2:] == -100).all()
+    assert torch.equal(task.masking["random_ids"], torch.arange(len(v)))       # distinct specials: every id
+    task, batch = first_batch("smallest", "words")
+    assert not (batch["labels"][:, 1] != -100).all() and task.masking["random_ids"] is None

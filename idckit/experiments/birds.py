@@ -169,7 +169,8 @@ def _pretrain(s: Setup, run: Run, kind: str, init: Run | None, progress: bool) -
             model["n_classes"] = data.fgvc.n_classes
         task = PretrainTask(data, model, batch_size=c["batch_size"], ratios=c["ratios"], mask_prob=c["mask_prob"],
                             eos_prob=c["eos_prob"], region_prob=c["region_prob"], tau_mvcl=c["tau_mvcl"],
-                            tau_fda=c["tau_fda"], init_from=None if init is None else init.dir / "best.pt")
+                            tau_fda=c["tau_fda"], init_from=None if init is None else init.dir / "best.pt",
+                            mask_random_from=c["mask_random_from"], mask_none_chosen=c["mask_none_chosen"])
         res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
                        device=s.device, loader=s.loader)
         run.complete({"steps": res.steps, "wall_seconds": res.wall_seconds})
@@ -212,8 +213,8 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
         task = FinetuneTask(data, run.config["model"], batch_size=c["batch_size"], mask_prob=c["mask_prob"],
                             eos_prob=c["eos_prob"], distractor_weight=c["distractor_weight"],
                             loss_reduction=c["loss_reduction"], eval_batch_size=c["eval_batch_size"],
-                            decode_min_words=c["decode_min_words"],
-                            group_by_pair=c["group_by_pair"],
+                            decode_min_words=c["decode_min_words"], mask_random_from=c["mask_random_from"],
+                            mask_none_chosen=c["mask_none_chosen"], group_by_pair=c["group_by_pair"],
                             captions_per_pair=c["captions_per_pair"], targets=c["targets"],
                             init_from=pre.dir / "best.pt", scorer=quick, selection_metric=c["selection_metric"],
                             tokenize=c["tokenize"])

@@ -101,7 +101,8 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
         c = run.config["pretrain"]
         task = PretrainTask(loaded_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
                             mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
-                            tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"])
+                            tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"], mask_random_from=c["mask_random_from"],
+                            mask_none_chosen=c["mask_none_chosen"])
         res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
                        device=s.device, loader=s.loader)
         if distributed.is_main():
@@ -142,8 +143,8 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
         task = FinetuneTask(data, run.config["model"], batch_size=c["batch_size"], mask_prob=c["mask_prob"],
                             eos_prob=c["eos_prob"], distractor_weight=c["distractor_weight"],
                             loss_reduction=c["loss_reduction"], eval_batch_size=c["eval_batch_size"],
-                            decode_min_words=c["decode_min_words"],
-                            group_by_pair=c["group_by_pair"],
+                            decode_min_words=c["decode_min_words"], mask_random_from=c["mask_random_from"],
+                            mask_none_chosen=c["mask_none_chosen"], group_by_pair=c["group_by_pair"],
                             captions_per_pair=c["captions_per_pair"], targets=c["targets"],
                             selection_metric=c["selection_metric"], tokenize=c["tokenize"],
                             init_from=None if pre is None else pre.dir / "best.pt", scorer=quick)

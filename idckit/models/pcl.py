@@ -636,18 +636,46 @@ class PCL(nn.Module):
 
 
 # -- masking for MLM and MVCL ---------------------------------------------------------------------------------
+#: where MLM's random replacement word comes from: "words", the non-special ids (the kit's); "vocabulary", every id
+#: of the model's vocabulary, specials too (the authors' ``random.choice(range(len(vocabs)))``,
+#: clver/data/dataset_pretrain_clver.py:180), see :func:`replacement_ids`
+MASK_RANDOM_FROM = ("words", "vocabulary")
+#: which word a caption with no word chosen gets: "smallest", the word with the smallest draw, then 80/10/10
+#: (the kit's); "first", its first word, always [MASK] (the authors' ``mask_sent``,
+#: clver/data/dataset_pretrain_clver.py:196-199)
+MASK_NONE_CHOSEN = ("smallest", "first")
+
+
+def replacement_ids(vocab, random_from: str, special_tokens: str) -> torch.LongTensor | None:
+    """The ids MLM's random replacement draws from (:data:`MASK_RANDOM_FROM`); None: the non-special ids.
+    "vocabulary" is every id but [IMG1]/[IMG2] at ``special_tokens="shared_cls"``, where they are no word of the
+    model's (the authors' vocabulary has one <CLS> for the three)."""
+    if random_from not in MASK_RANDOM_FROM:
+        raise ConfigError(f"mask_random_from must be one of {', '.join(MASK_RANDOM_FROM)}, got {random_from!r}",
+                          fix='"vocabulary" is the authors\' (paper profile), "words" the kit\'s')
+    if random_from == "words":
+        return None
+    absent = {vocab.img1_id, vocab.img2_id} if special_tokens == "shared_cls" else set()
+    return torch.tensor([i for i in range(len(vocab)) if i not in absent], dtype=torch.long)
+
+
 def mask_tokens(ids: torch.LongTensor, vocab, generator: torch.Generator, p: float = 0.15,
-                eos_p: float = 0.15) -> tuple[torch.LongTensor, torch.LongTensor]:
+                eos_p: float = 0.15, *, random_ids: torch.LongTensor | None = None,
+                none_chosen: str = "smallest") -> tuple[torch.LongTensor, torch.LongTensor]:
     """BERT-style masking of caption words, as the public code does it (``mask_sent``/``random_mask``).
 
     ``ids`` [B, L] are ``[BOS] words [EOS] [PAD]..``. Each word (non-special id, or [UNK]) is chosen with
-    probability ``p``, at least one per caption that has a word (the word with the smallest draw); a chosen word
-    becomes [MASK] (80 %), a random word (10 %) or stays (10 %), and is labelled with the original id. The random
-    word is drawn uniformly from the non-special ids; the public code draws from the whole vocabulary, specials
-    included, which feeds the model [PAD]/[BOS]/[IMG1] in mid-sentence. Separately, with probability ``eos_p`` the
-    [EOS] becomes [MASK] labelled [EOS], which teaches generation to stop. [BOS] and [PAD] are never masked.
-    Returns (inputs, labels), labels -100 where nothing is predicted. Deterministic given ``generator``.
+    probability ``p``, at least one per caption that has a word (``none_chosen``, :data:`MASK_NONE_CHOSEN`); a
+    chosen word becomes [MASK] (80 %), a random word (10 %) or stays (10 %), and is labelled with the original id.
+    The random word is drawn uniformly from ``random_ids`` (:func:`replacement_ids`; None: the non-special ids; the
+    public code draws from the whole vocabulary, specials included, which feeds the model [PAD]/[BOS] in
+    mid-sentence). Separately, with probability ``eos_p`` the [EOS] becomes [MASK] labelled [EOS], which teaches
+    generation to stop. [BOS] and [PAD] are never masked. Returns (inputs, labels), labels -100 where nothing is
+    predicted. Deterministic given ``generator``.
     """
+    if none_chosen not in MASK_NONE_CHOSEN:
+        raise ConfigError(f"mask_none_chosen must be one of {', '.join(MASK_NONE_CHOSEN)}, got {none_chosen!r}",
+                          fix='"first" is the authors\' (paper profile), "smallest" the kit\'s')
     ids = ids.clone()
     labels = torch.full_like(ids, -100)
     words = (ids >= vocab.n_special) | (ids == vocab.unk_id)
@@ -655,14 +683,22 @@ def mask_tokens(ids: torch.LongTensor, vocab, generator: torch.Generator, p: flo
     chosen = words & (u < p)
     none = words.any(1) & ~chosen.any(1)
     if none.any():
-        first = torch.where(words, u, torch.full_like(u, 2.0)).argmin(1)
+        if none_chosen == "first":
+            first = words.int().argmax(1)            # the first word's position (argmax: the first maximum)
+        else:
+            first = torch.where(words, u, torch.full_like(u, 2.0)).argmin(1)
         chosen[none, first[none]] = True
     labels[chosen] = ids[chosen]
     action = torch.rand(ids.shape, generator=generator)
-    random_words = torch.randint(vocab.n_special, max(len(vocab), vocab.n_special + 1), ids.shape,
-                                 generator=generator)
+    if random_ids is None:
+        random_words = torch.randint(vocab.n_special, max(len(vocab), vocab.n_special + 1), ids.shape,
+                                     generator=generator)
+    else:
+        random_words = random_ids[torch.randint(len(random_ids), ids.shape, generator=generator)]
     ids = torch.where(chosen & (action < 0.8), torch.full_like(ids, vocab.mask_id), ids)
     ids = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_words, ids)
+    if none_chosen == "first" and none.any():
+        ids[none, first[none]] = vocab.mask_id       # theirs sets the forced word to <MASK>, never 80/10/10
     eos = (ids == vocab.eos_id) & (torch.rand(ids.shape, generator=generator) < eos_p)
     labels[eos] = vocab.eos_id
     ids[eos] = vocab.mask_id

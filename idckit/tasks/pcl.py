@@ -32,7 +32,7 @@ from idckit.errors import ConfigError
 from idckit.eval.captions import evaluate_pairs
 from idckit.losses import fda_nce, fgvc_loss, judge_loss, mlm_loss, mvcl_nce
 from idckit.models.decoding import MIN_WORDS, beam_search, greedy_decode
-from idckit.models.pcl import PCL, PCLConfig, mask_regions, mask_tokens
+from idckit.models.pcl import MASK_NONE_CHOSEN, PCL, PCLConfig, mask_regions, mask_tokens, replacement_ids
 from idckit.tasks.references import pick_references
 from idckit.train import distributed
 
@@ -73,9 +73,18 @@ def data_sizes(data: PCLData) -> dict[str, int]:
 
 
 class _PCLTask:
-    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, init_from: str | Path | None):
+    def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, init_from: str | Path | None,
+                 mask_random_from: str = "words", mask_none_chosen: str = "smallest"):
         self.data, self.model_settings, self.batch_size = data, dict(model), batch_size
         self.init_from = Path(init_from) if init_from else None
+        if mask_none_chosen not in MASK_NONE_CHOSEN:
+            raise ConfigError(f"mask_none_chosen must be one of {', '.join(MASK_NONE_CHOSEN)}, got "
+                              f"{mask_none_chosen!r}", fix='"first" is the authors\' (paper profile), "smallest" '
+                                                           'the kit\'s')
+        # MLM's masking rules (models.pcl.MASK_RANDOM_FROM, MASK_NONE_CHOSEN): the authors' at paper
+        self.masking = {"random_ids": replacement_ids(data.vocab, mask_random_from,
+                                                      self.model_settings["special_tokens"]),
+                        "none_chosen": mask_none_chosen}
 
     def build_model(self) -> PCL:
         model = PCL(build_config(self.model_settings, **data_sizes(self.data)), self.data.vocab)
@@ -103,8 +112,10 @@ class PretrainTask(_PCLTask):
 
     def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, ratios: Mapping[str, int],
                  mask_prob: float, eos_prob: float, region_prob: float, tau_mvcl: float, tau_fda: float,
-                 steps_per_epoch: int | None = None, init_from=None):
-        super().__init__(data, model, batch_size=batch_size, init_from=init_from)
+                 steps_per_epoch: int | None = None, init_from=None, mask_random_from: str = "words",
+                 mask_none_chosen: str = "smallest"):
+        super().__init__(data, model, batch_size=batch_size, init_from=init_from, mask_random_from=mask_random_from,
+                         mask_none_chosen=mask_none_chosen)
         unknown = set(ratios) - set(PRETRAIN_TASKS)
         if unknown or not any(ratios.values()):
             raise ConfigError(f"pre-training ratios must name some of {PRETRAIN_TASKS} with positive counts, "
@@ -146,7 +157,7 @@ class PretrainTask(_PCLTask):
             batch = {"task": task, "pairs": train.sample_pair[samples]}
             if task == "mlm":
                 batch["text"], batch["labels"] = mask_tokens(ids, vocab, generator, p=self.mask_prob,
-                                                             eos_p=self.eos_prob)
+                                                             eos_p=self.eos_prob, **self.masking)
             else:
                 batch["text"] = ids
                 regions = mask_regions(len(samples), self.data.features.shape[1], generator, p=self.region_prob)
@@ -276,8 +287,10 @@ class FinetuneTask(_PCLTask):
     def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, mask_prob: float,
                  eos_prob: float, distractor_weight: float, eval_batch_size: int, group_by_pair: bool,
                  captions_per_pair: int, targets: str, selection_metric: str, tokenize: bool, loss_reduction: str,
-                 init_from=None, scorer=None, decode_min_words: int = MIN_WORDS):
-        super().__init__(data, model, batch_size=batch_size, init_from=init_from)
+                 init_from=None, scorer=None, decode_min_words: int = MIN_WORDS, mask_random_from: str = "words",
+                 mask_none_chosen: str = "smallest"):
+        super().__init__(data, model, batch_size=batch_size, init_from=init_from, mask_random_from=mask_random_from,
+                         mask_none_chosen=mask_none_chosen)
         if isinstance(decode_min_words, bool) or not isinstance(decode_min_words, int) or decode_min_words < 0:
             raise ConfigError(f"finetune.decode_min_words must be an integer >= 0, got {decode_min_words!r}",
                               fix="0 is the authors' greedy decoding (paper profile), 1 the kit's")
@@ -315,7 +328,7 @@ class FinetuneTask(_PCLTask):
         train = self.data.splits["train"]
         for samples in _batched(len(train.sample_pair), self.batch_size, generator):
             text, labels = mask_tokens(train.sample_ids[samples], self.data.vocab, generator,
-                                       p=self.mask_prob, eos_p=self.eos_prob)
+                                       p=self.mask_prob, eos_p=self.eos_prob, **self.masking)
             yield {"pairs": train.sample_pair[samples], "text": text, "labels": labels}
 
     def _grouped_batches(self, generator: torch.Generator) -> Iterator[dict[str, Any]]:
@@ -330,7 +343,8 @@ class FinetuneTask(_PCLTask):
             if self.targets == "every":       # clean text; the label of query i is the word at position i
                 text, labels = ids, ids[:, 1:].masked_fill(ids[:, 1:] == self.data.vocab.pad_id, -100)
             else:
-                text, labels = mask_tokens(ids, self.data.vocab, generator, p=self.mask_prob, eos_p=self.eos_prob)
+                text, labels = mask_tokens(ids, self.data.vocab, generator, p=self.mask_prob, eos_p=self.eos_prob,
+                                           **self.masking)
             yield {"pairs": pairs, "text": text.view(len(pairs), k, length),
                    "labels": labels.reshape(len(pairs), k, -1)}
 
