@@ -63,7 +63,9 @@ def test_paper_profile_weight_decay_and_schedules():
     pcl = load_config("pcl", "paper")
     # Table 6: weight decay 0 in both stages (configs/train.json's default when a train block names none)
     assert "weight_decay" not in pcl["pretrain"]["train"] and "weight_decay" not in pcl["finetune"]["train"]
-    assert pcl["pretrain"]["train"]["schedule"] == "noam" and pcl["finetune"]["train"]["schedule"] == "step_decay"
+    # Noam with the step counted from 0, as their utils.get_lr_sched (tests/test_training_trace_pcl_pretrain.py)
+    assert pcl["pretrain"]["train"]["schedule"] == "noam_public"
+    assert pcl["finetune"]["train"]["schedule"] == "step_decay"
     assert pcl["backbone_weights"] is None        # torchvision's ImageNet weights by name; a file path otherwise
     # the smaller profiles keep the offline stand-in backbone
     assert load_config("pcl", "cpu")["backbone"] == load_config("pcl", "smoke")["backbone"] == "efficientnet_lite0"

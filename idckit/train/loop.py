@@ -282,7 +282,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
     optimizer = _optimizer(cfg, task.param_groups(model))
     scaler = devices.grad_scaler(dev, cfg.amp)
     factor = lr_factor(cfg.schedule, max_steps=cfg.max_steps, warmup_steps=cfg.warmup_steps,
-                       decay_every=cfg.decay_every, decay_times=cfg.decay_times)
+                       decay_every=cfg.decay_every, decay_times=cfg.decay_times, lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     metric = task.selection_metric
 
@@ -466,4 +466,3 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
     distributed.barrier()     # best.pt and fit.json are on disk before any rank reads them
     result.model = load_best(task, run_dir, dev)
     return result
-

@@ -1,6 +1,11 @@
 """Learning-rate schedules as multipliers of the base lr, one function of the step each.
 
-- ``noam``: IDC-PCL pre-training (public ``utils.py``): linear warm-up to lr, then lr * sqrt(warmup / step).
+- ``noam``: IDC-PCL pre-training (public ``utils.py``): linear warm-up to lr, then lr * sqrt(warmup / step), the
+  kit's reading: the step counted from 1, so the first step's lr is lr / warmup and the peak comes a step early.
+- ``noam_public``: the same formula as the authors' ``utils.get_lr_sched(global_step, args, pretrain=True)``
+  computes it (``clver/utils.py:149-153,188-197``, ``bird/utils.py:151-155,174-183``): the step counted from 0,
+  lr * step / warmup up to and including step ``warmup``, then lr * sqrt(warmup / step), and an lr of 1e-8 at
+  step 0, where the formula gives 0 (their floor, :data:`PUBLIC_NOAM_FLOOR`; it needs the base lr).
 - ``step_decay``: IDC-PCL fine-tuning: lr, then halved every ``decay_every`` steps, at most ``decay_times``
   times (the public code: lr until 10k, lr/2 until 20k, lr/4 after).
 - ``warmup_cosine`` / ``warmup_linear``: CLIP4IDC (CLIP4Clip's BertAdam warm-up, then cosine or linear decay),
@@ -19,17 +24,31 @@ from typing import Callable
 
 from idckit.errors import ConfigError
 
-SCHEDULES = ("constant", "noam", "step_decay", "warmup_cosine", "warmup_linear", "warmup_cosine_bert",
+SCHEDULES = ("constant", "noam", "noam_public", "step_decay", "warmup_cosine", "warmup_linear", "warmup_cosine_bert",
              "warmup_linear_bert")
+
+#: the lr ``noam_public`` gives step 0 (the authors' ``if lr_this_step <= 0: lr_this_step = 1e-8``)
+PUBLIC_NOAM_FLOOR = 1e-8
 
 
 def lr_factor(name: str, *, max_steps: int, warmup_steps: int = 0, decay_every: int = 0,
-              decay_times: int = 2) -> Callable[[int], float]:
-    """``f(step)``: the multiplier of the base lr for the optimiser step ``step`` (0-based)."""
+              decay_times: int = 2, lr: float | None = None) -> Callable[[int], float]:
+    """``f(step)``: the multiplier of the base lr for the optimiser step ``step`` (0-based). ``lr``: the base lr,
+    which only ``noam_public`` reads (its floor is an lr, not a multiplier)."""
     if name not in SCHEDULES:
         raise ConfigError(f"unknown lr schedule {name!r}; known: {', '.join(SCHEDULES)}")
     if name == "step_decay" and decay_every <= 0:
         raise ConfigError("schedule step_decay needs decay_every > 0")
+    if name == "noam_public":
+        if warmup_steps < 1 or lr is None or lr <= 0:
+            raise ConfigError(f"schedule noam_public needs warmup_steps >= 1 and the base lr > 0, got "
+                              f"{warmup_steps} and {lr}")
+
+        def public(step: int) -> float:
+            f = step / warmup_steps if step <= warmup_steps else (warmup_steps ** 0.5) * (step ** -0.5)
+            return f if f > 0 else PUBLIC_NOAM_FLOOR / lr
+
+        return public
 
     def warm(step: int) -> float | None:
         s = step + 1
