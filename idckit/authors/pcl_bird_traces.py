@@ -155,7 +155,11 @@ def _batches_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # -- GIC (CUB) ---------------------------------------------------------------------------------------------------
-def _gic(checkout: Path, mods: _AuthorsData, g: torch.Generator) -> dict[str, Any]:
+def _gic(checkout: Path, mods: _AuthorsData, g: torch.Generator, previous: dict[str, torch.Tensor]
+         ) -> dict[str, Any]:
+    """The first stage: ``previous`` (no stage before it) is empty."""
+    if previous:
+        raise ConfigError("the GIC stage starts from its own initialisation, not from another stage")
     args, tiny, utils = _args(checkout, "pretrain_cub.json", MAX_LEN["gic"])
     s, v = SIZES, RECORDING_VOCAB
     side = int(s["regions"] ** 0.5)
@@ -194,8 +198,7 @@ def _gic(checkout: Path, mods: _AuthorsData, g: torch.Generator) -> dict[str, An
         batches.append(batch)
     lr_steps = _lr_steps(args.warmup_steps, args.total_train_steps)
     return {"config": _config(args), "pool": list(meta.sampling_pools), "tasks": tasks,
-            "batches": _batches_of(batches), "images": {k: torch.from_numpy(images[k]) for k in keys},
-            "trace_warmup_steps": WARMUP, "init": init, "final": _state(model), "steps": _stack(steps),
+            "batches": _batches_of(batches), "trace_warmup_steps": WARMUP, "init": init, "final": _state(model), "steps": _stack(steps),
             "schedule": {"steps": torch.tensor(lr_steps),
                          "lr": torch.tensor([utils.get_lr_sched(i, args) for i in lr_steps], dtype=torch.float64)}}
 
@@ -273,10 +276,8 @@ def _fgvc(checkout: Path, mods: _AuthorsData, g: torch.Generator, gic_final: dic
         spy.remove()
     lr_steps = _lr_steps(args.warmup_steps, args.total_train_steps)
     return {"config": _config(args), "pool": list(meta.sampling_pools), "tasks": tasks,
-            "batches": _batches_of(batches), "images": {k: torch.from_numpy(images[k]) for k in keys},
-            "nabirds_images": {k: torch.from_numpy(nab_images[k]).t().contiguous() for k in nab_keys},
-            "trace_warmup_steps": WARMUP, "n_classes": model.num_classes, "restored": restored, "init": init, "final": _state(model),
-            "steps": _stack(steps),
+            "batches": _batches_of(batches), "trace_warmup_steps": WARMUP, "n_classes": model.num_classes,
+            "restored": restored, "init": init, "final": _state(model), "steps": _stack(steps),
             "schedule": {"steps": torch.tensor(lr_steps),
                          "lr": torch.tensor([utils.get_lr_sched(i, args) for i in lr_steps], dtype=torch.float64)}}
 
@@ -371,7 +372,7 @@ def record_bird_traces(checkout: str | Path, out: str | Path) -> list[Path]:
     saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    paths = []
+    paths, previous = [], {}
     try:
         with _Cuda():
             for stage, run in (("gic", _gic), ("fgvc", _fgvc), ("finetune", _finetune)):
@@ -381,8 +382,8 @@ def record_bird_traces(checkout: str | Path, out: str | Path) -> list[Path]:
                 np.random.seed(SEED[stage])
                 torch.manual_seed(SEED[stage])
                 g = torch.Generator().manual_seed(40 + len(paths))
-                previous = {} if stage == "gic" else rec["final"]
-                rec = run(checkout, mods, g) if stage == "gic" else run(checkout, mods, g, previous)
+                rec = run(checkout, mods, g, previous)
+                previous = rec["final"]
                 path = out / f"pcl_bird_{stage}_trace.pt"
                 torch.save({**common, "stage": stage, "max_len": MAX_LEN[stage], **rec}, path)
                 paths.append(path)
