@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from idckit.authors import clip4idc, pcl
+from idckit.authors import clip4idc, pcl, pcl_pretrain_trace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--clip4idc-trace-only", action="store_true",
                    help="with --clip4idc: re-record only clip4idc_optim_trace.pt (their optimiser and schedule)")
     r.add_argument("--idc-trace-only", action="store_true",
-                   help="with --idc: re-record only pcl_clver_finetune_trace.pt (their fine-tuning steps)")
+                   help="with --idc: re-record only the training traces (pcl_clver_finetune_trace.pt, "
+                        "pcl_clver_pretrain_trace.pt)")
     args = p.parse_args(argv)
     if args.idc is None and args.clip4idc is None:
         p.error("give --idc and/or --clip4idc")
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.idc_trace_only:
             pcl.record(args.idc, args.out)
         pcl.record_finetune_trace(args.idc, args.out)
+        pcl_pretrain_trace.record_clver_pretrain_trace(args.idc, args.out)
     if args.clip4idc is not None:
         if not args.clip4idc_trace_only:
             clip4idc.record(args.clip4idc, args.out)

@@ -1,6 +1,6 @@
 """A recorded training trace of the authors' IDC-PCL ``clver/`` pre-training (``clver/pretrain.py`` at their commit).
 
-:func:`record_clver_pretrain_trace` runs their pre-training the way ``clver/pretrain.py:104-170`` runs it, at the
+:func:`record_clver_pretrain_trace` runs their pre-training the way ``clver/pretrain.py:103-170`` runs it, at the
 recordings' tiny :data:`~idckit.authors.pcl.SIZES` on the CPU, and writes ``pcl_clver_pretrain_trace.pt``:
 
 - their data pipeline makes the batches: ``data/dataset_pretrain_clver.Dataset`` for each of their config's
@@ -133,7 +133,7 @@ def record_clver_pretrain_trace(checkout: str | Path, out: str | Path) -> Path:
         _perturb(model, g)
         init = {k: t.detach().clone() for k, t in model.state_dict().items()}
 
-        # clver/pretrain.py:86-115: one Dataset and DataLoader per task, FDA's batch int(bs / (neg_num + 1))
+        # clver/pretrain.py:84-117: one Dataset and DataLoader per task, FDA's batch int(bs / (neg_num + 1))
         random.seed(TRACE_SEED)
         np.random.seed(TRACE_SEED)
         torch.manual_seed(TRACE_SEED)
