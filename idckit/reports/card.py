@@ -20,6 +20,8 @@ CARD_START, CARD_END = "<!-- idckit-card -->", "<!-- /idckit-card -->"
 PAPERS = {"pcl": "IDC-PCL (Yao et al., AAAI 2022)", "clip4idc": "CLIP4IDC (Guo et al., AACL 2022)"}
 #: the docs page of each report family, relative to reports/
 DOCS = {"pcl": "../docs/idcpcl.md", "clip4idc": "../docs/clip4idc.md", "birds": "../docs/birds.md"}
+#: the card's name for the headline's own (val-selected) number where the authors' selection stands beside it
+KIT_SELECTION = "val-selected (kit)"
 #: how a headline label names its metric
 _LABEL_METRICS = (("N_intra", "split_ratio"), ("ROUGE-L", "ROUGE_L"), ("R@1", "t2p_R@1"), ("CIDEr-D", "CIDEr-D"),
                   ("BLEU-4", "Bleu_4"))
@@ -93,12 +95,22 @@ class Summary:
     environment: str
     metric: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the headline run's number where its checkpoint is selected the authors' way (``{"label", "kit", "sd"}``,
+    #: :func:`authors_of`); None where the run kept no such checkpoint (cpu, smoke)
+    authors: dict[str, Any] | None = None
 
     def kit_text(self) -> str:
         if self.kit is None:
             return "tie" if "tie" in self.label else "–"
         return fmt(self.kit, self.metric) + (f" ± {fmt(self.sd, self.metric)}" if self.sd is not None
                                              and self.n_seeds > 1 else "")
+
+    def authors_text(self) -> str:
+        if not self.authors:
+            return ""
+        sd = self.authors.get("sd")
+        return fmt(self.authors["kit"], self.metric) + (f" ± {fmt(sd, self.metric)}" if sd is not None
+                                                        and self.n_seeds > 1 else "")
 
     def baseline_text(self) -> str:
         return "–" if not self.baseline else f"{fmt(self.baseline['kit'], self.metric)} ({self.baseline['label']})"
@@ -147,6 +159,22 @@ def _raw(value: float | None, rows: list, metric: str | None) -> float | None:
                  and round(r["metrics"][metric], 2) == round(value, 2)), value)
 
 
+def authors_of(doc: Mapping[str, Any], metric: str | None) -> dict[str, Any] | None:
+    """The headline's number selected the authors' way: ``metric`` of the ``authors_selection`` of the headline's
+    row (its mean row where several seeds ran), with its label; None where that row has none, or where the
+    headline is not one row's metric (a mean over types, a best split)."""
+    means = headline_rows(doc, means=True)
+    rows = means if len(means) == 1 else headline_rows(doc)
+    head = doc.get("headline") or {}
+    if len(rows) != 1 or not metric or head.get("kit") is None:
+        return None
+    a, row = rows[0].get("authors_selection"), rows[0]
+    if not isinstance(a, Mapping) or metric not in a.get("metrics", {}) or \
+            round(row.get("metrics", {}).get(metric, float("nan")), 2) != round(head["kit"], 2):
+        return None
+    return {"label": a["label"], "kit": a["metrics"][metric], "sd": (a.get("sd") or {}).get(metric)}
+
+
 def summary(doc: Mapping[str, Any]) -> Summary:
     head = doc.get("headline") or {}
     prov = doc.get("provenance", {})
@@ -173,7 +201,7 @@ def summary(doc: Mapping[str, Any]) -> Summary:
         data=str(prov.get("data", "")), backbone=str(prov.get("backbone", "")), profile=str(prov.get("profile", "")),
         commit=str(prov.get("commit", "")), wall_seconds=prov.get("wall_seconds"),
         train_seconds=prov.get("train_seconds"), date=str(prov.get("date", "–")), environment=env_text or "–",
-        metric=metric or "")
+        metric=metric or "", authors=authors_of(doc, metric))
 
 
 def test_set_text(doc: Mapping[str, Any]) -> str:
@@ -228,11 +256,17 @@ def card_html(doc: Mapping[str, Any], *, marked: bool = True) -> str:
     desc = describes_text(s.describes)
     nb = e(s.notebook)
     start, end = (CARD_START, CARD_END) if marked else ("", "")
+    heads, values = [e(s.label)], [e(s.kit_text())]
+    if s.authors:    # both selections side by side, each labelled, so the paper's number is read against its like
+        heads = [f"{e(s.label)}: {e(KIT_SELECTION)}", f"{e(s.label)}: {e(s.authors['label'])}"]
+        values.append(e(s.authors_text()))
+    heads += ["no-learning baseline", "paper (real data)"]
+    values += [e(s.baseline_text()), e(s.paper_text())]
+    head_row = "".join(f"<th>{h}</th>" for h in heads)
+    value_row = "".join(f"<td class='big'>{v}</td>" for v in values)
     return (f"{start}{CARD_CSS}<div class='idckit-card'{' id=idckit-card' if marked else ''}>"
             f"<p><b>{e(s.paper)}</b>: {e(s.title)}</p>"
-            f"<table><tr><th>{e(s.label)}</th><th>no-learning baseline</th><th>paper (real data)</th></tr>"
-            f"<tr><td class='big'>{e(s.kit_text())}</td><td class='big'>{e(s.baseline_text())}</td>"
-            f"<td class='big'>{e(s.paper_text())}</td></tr></table>"
+            f"<table><tr>{head_row}</tr><tr>{value_row}</tr></table>"
             f"<table><tr><th>status</th><td>{status}</td></tr>{hard}"
             f"<tr><th>verdict</th><td>{e(s.verdict)}</td></tr>"
             + (f"<tr><th>describes the change?</th><td>{e(desc)}</td></tr>" if desc else "")
@@ -267,9 +301,10 @@ class Card:
 
     def __repr__(self) -> str:
         s = summary(self.doc)
-        return "\n".join([f"{s.label}: {s.kit_text()} | baseline {s.baseline_text()} | paper {s.paper_text()}",
+        both = f" ({KIT_SELECTION}) | {s.authors['label']}: {s.authors_text()}" if s.authors else ""
+        return "\n".join([f"{s.label}: {s.kit_text()}{both} | baseline {s.baseline_text()} | paper {s.paper_text()}",
                           f"status: {s.status.text()}", f"verdict: {s.verdict}", f"seeds: {s.seeds_text()}"])
 
 
-__all__ = ["Summary", "summary", "card_html", "with_card", "Card", "paper_of", "baseline_of", "headline_metric",
-           "describes_text", "status_class"]
+__all__ = ["Summary", "summary", "authors_of", "KIT_SELECTION", "card_html", "with_card", "Card", "paper_of",
+           "baseline_of", "headline_metric", "describes_text", "status_class"]

@@ -25,6 +25,7 @@ NAMES: dict[str, str] = {
     "attributes_named": "changed object named (%)", "attributes_chance": "chance (%)",
     "n_intra": "intra layers", "n_inter": "inter layers", "label": "split", "paper_split": "the paper's split",
     "relative_depth": "N_intra / depth", "step": "step", "minutes": "minutes", "seed": "seed",
+    "selection": "checkpoint selection",
 }
 for _d, _w in (("t2p", "text→pair"), ("p2t", "pair→text")):
     for _k in (1, 5, 10, 20, 50):
@@ -134,6 +135,10 @@ def run_label(row: Mapping[str, Any]) -> str:
     return "" if seed is None else f"seed {seed}"
 
 
+#: how a comparison names the paper's rows where the kit shows both selections (each paper selected its own)
+PAPER_SELECTION = "as published"
+
+
 def _value(row: Mapping[str, Any], metric: str) -> Any:
     v = row.get("metrics", {}).get(metric)
     sd = (row.get("sd") or {}).get(metric)
@@ -147,14 +152,26 @@ def comparison(rows: Sequence[Mapping[str, Any]], paper_rows: Sequence[Mapping[s
                metrics: Sequence[str] = ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D"), *, caption: str = "",
                kit_label: str = "idckit (this run)", paper_label: str = "paper (real data)") -> Table:
     """The paper's rows, then the kit's (a ``source`` column keeps them apart), one column per metric; a mean row
-    shows mean ± sd. Baseline rows keep their model name ("baseline (idckit)")."""
+    shows mean ± sd. Baseline rows keep their model name ("baseline (idckit)").
+
+    Where a kit row also carries the checkpoint the authors' scripts would have selected (``authors_selection``,
+    :func:`idckit.experiments.reporting.authors_fields`), a ``selection`` column labels each row and that
+    checkpoint's numbers follow the row on a line of their own; without any, the table is as it always was."""
+    both = any(r.get("authors_selection") for r in rows)
     recs = []
     for src, rs, kit in ((paper_label, paper_rows, False), (kit_label, rows, True)):
         for r in rs:
-            recs.append({"source": src, "model": r.get("model", ""), "variant": r.get("variant", ""),
-                         **({"run": run_label(r)} if kit else {"run": ""}),
-                         **{m: _value(r, m) for m in metrics}})
-    return Table(recs, ["source", "model", "variant", "run", *metrics], caption=caption)
+            rec = {"source": src, "model": r.get("model", ""), "variant": r.get("variant", ""),
+                   **({"run": run_label(r)} if kit else {"run": ""}), **{m: _value(r, m) for m in metrics}}
+            if both:
+                rec["selection"] = r.get("selection", "") if kit else PAPER_SELECTION
+            recs.append(rec)
+            a = r.get("authors_selection") if kit else None
+            if a:
+                recs.append({**rec, "selection": a["label"],
+                             **{m: _value({**a, "seed": r.get("seed")}, m) for m in metrics}})
+    return Table(recs, ["source", "model", "variant", "run", *(["selection"] if both else []), *metrics],
+                 caption=caption)
 
 
 def legend(terms: Sequence[str] | None = None) -> Table:
@@ -163,5 +180,5 @@ def legend(terms: Sequence[str] | None = None) -> Table:
     return Table([{"term": k, "meaning": LEGEND[k]} for k in keys], ["term", "meaning"], caption="Terms")
 
 
-__all__ = ["NOT_REPORTED", "NAMES", "DECIMALS", "LEGEND", "name", "fmt", "Table", "Notes", "run_label", "comparison",
-           "legend"]
+__all__ = ["NOT_REPORTED", "NAMES", "DECIMALS", "LEGEND", "PAPER_SELECTION", "name", "fmt", "Table", "Notes",
+           "run_label", "comparison", "legend"]

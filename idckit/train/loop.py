@@ -2,8 +2,9 @@
 CLIP, CLIP4IDC adaptation and captioning).
 
 What a run needs that is not specific to its task lives here: the optimiser and lr schedule, evaluation on
-val at a fixed cadence, keeping the val-best weights (never test), early stopping, a stop for a captioner whose
-val captions collapsed to one sentence (``stop_on_collapse``), a wall-clock budget,
+val at a fixed cadence, keeping the val-best weights (never test; where ``authors_selection`` asks for it, the
+authors' own choice, on test for CLIP4IDC, is kept beside them and decides nothing else), early stopping, a stop
+for a captioner whose val captions collapsed to one sentence (``stop_on_collapse``), a wall-clock budget,
 mixed precision and the device (:mod:`idckit.device`), data-parallel training under torchrun
 (:mod:`idckit.train.distributed`), batches read ahead by DataLoader workers (:mod:`idckit.train.loader`),
 progress bars and logs, and checkpoints that make a killed run resume to
@@ -22,6 +23,7 @@ its ranks' predictions there) and broadcast, so early stopping and the wall budg
 step; only rank 0 writes files. Exact resume needs the same number of processes; the weights load anywhere.
 
 Files in ``run_dir``: ``last.pt`` (resumable state, written atomically), ``best.pt`` (the selected weights),
+``best_authors.pt`` (where ``authors_selection`` is set: the weights the authors' scripts would have kept),
 ``log.jsonl`` (training logs and evaluations), ``fit.json`` (written last: the run is finished).
 """
 from __future__ import annotations
@@ -82,6 +84,10 @@ class TrainConfig:
     # {"evals": N, "after_fraction": f}: stop when val wrote one distinct caption at N evaluations in a row, all at
     # or after step f * max_steps (a collapsed captioner's remaining steps show nothing new); None: never
     stop_on_collapse: dict[str, Any] | None
+    # {"split": "val" | "test", "metric": KEY, "tokenize": bool (optional)}: besides the val selection, keep the
+    # checkpoint the authors' scripts would keep (best_authors.pt; CLIP4IDC selects on test, IDC-PCL on whitespace
+    # CIDEr-D), under the same gate and tie rules; patience and the headline stay the val selection's. None: off
+    authors_selection: dict[str, Any] | None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -102,6 +108,7 @@ class TrainConfig:
             raise ConfigError(f"select_after_step must be a whole number >= 0 (0: no gate), got {gate!r}")
         if not isinstance(d["improve_on_tie"], bool):
             raise ConfigError(f"improve_on_tie must be true or false, got {d['improve_on_tie']!r}")
+        _check_authors_selection(d["authors_selection"])
         return cls(**d)
 
 
@@ -128,6 +135,29 @@ def _check_stop_on_collapse(rule: object) -> None:
         raise ConfigError(f"stop_on_collapse.after_fraction must be a number in [0, 1], got {f!r}", fix=fix)
 
 
+#: the splits an authors' selection may read (:attr:`TrainConfig.authors_selection`)
+AUTHORS_SPLITS = ("val", "test")
+#: the file of the checkpoint selected the authors' way, beside best.pt
+AUTHORS_BEST = "best_authors.pt"
+
+
+def _check_authors_selection(rule: object) -> None:
+    if rule is None:
+        return
+    fix = 'set authors_selection to null or e.g. {"split": "test", "metric": "CIDEr-D", "tokenize": true}'
+    if not isinstance(rule, dict) or not {"split", "metric"} <= set(rule) <= {"split", "metric", "tokenize"}:
+        raise ConfigError(f"authors_selection must be null or have the keys split, metric and (optional) tokenize, "
+                          f"got {rule!r}", fix=fix)
+    if rule["split"] not in AUTHORS_SPLITS:
+        raise ConfigError(f"authors_selection.split must be one of {', '.join(AUTHORS_SPLITS)}, got "
+                          f"{rule['split']!r}", fix=fix)
+    if not isinstance(rule["metric"], str) or not rule["metric"]:
+        raise ConfigError(f"authors_selection.metric must name a metric of the task's evaluate(), got "
+                          f"{rule['metric']!r}", fix=fix)
+    if "tokenize" in rule and not isinstance(rule["tokenize"], bool):
+        raise ConfigError(f"authors_selection.tokenize must be true or false, got {rule['tokenize']!r}", fix=fix)
+
+
 @dataclass
 class FitResult:
     model: torch.nn.Module
@@ -138,10 +168,15 @@ class FitResult:
     wall_seconds: float = 0.0
     stopped: str = "max_steps"     # or early_stop, max_minutes, collapsed (stop_on_collapse)
     max_steps: int = 0
+    #: the authors' selection (:attr:`TrainConfig.authors_selection`): its rule, ``best_step``, ``best_metrics``
+    #: and ``history`` (its evaluations); None when the run has none
+    authors: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("model")
+        if d["authors"] is None:     # a run without it writes the fit.json it always wrote
+            d.pop("authors")
         return d
 
 
@@ -225,10 +260,12 @@ def rank_seed(seed: int, rank: int) -> int:
     return seed * 1_000_003 + 7_919 * (rank + 1)
 
 
-def load_best(task: Task, run_dir: str | Path, device: str | torch.device | None = "cpu") -> torch.nn.Module:
-    """The selected weights of a finished (or interrupted) run, in a freshly built model on ``device``, eval mode."""
-    model, path = task.build_model(), Path(run_dir) / "best.pt"
-    checkpoints.load_into(model, _load(path, _redo(Path(run_dir))), path=path, what="run's best.pt",
+def load_best(task: Task, run_dir: str | Path, device: str | torch.device | None = "cpu", *,
+              file: str = "best.pt") -> torch.nn.Module:
+    """The selected weights of a finished (or interrupted) run, in a freshly built model on ``device``, eval mode.
+    ``file``: ``best.pt`` (the val selection) or :data:`AUTHORS_BEST` (the authors' selection)."""
+    model, path = task.build_model(), Path(run_dir) / file
+    checkpoints.load_into(model, _load(path, _redo(Path(run_dir))), path=path, what=f"run's {file}",
                           fix=_redo(Path(run_dir)))
     return model.to(devices.resolve(device)).eval()
 
@@ -268,7 +305,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
     if (run_dir / "fit.json").is_file():
         stored = read_run_file(run_dir / "fit.json", {"best_step": int, "best_metrics": dict},
                                may={"history": list, "steps": int, "wall_seconds": float, "stopped": str,
-                                    "max_steps": int},
+                                    "max_steps": int, "authors": dict},
                                fix=f"delete {run_dir / 'fit.json'} and run again: the run resumes from its last.pt "
                                    "and writes it anew")
         return FitResult(model=load_best(task, run_dir, dev), **stored)
@@ -285,6 +322,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
                        decay_every=cfg.decay_every, decay_times=cfg.decay_times, lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     metric = task.selection_metric
+    authors = cfg.authors_selection if metric is not None else None
 
     s = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_step": -1, "best_metrics": {}, "history": [],
          "bad_evals": 0, "elapsed": 0.0}
@@ -319,9 +357,9 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         with atomic_path(ckpt) as tmp:
             torch_save(devices.to_cpu(content), tmp)
 
-    def save_best() -> None:
+    def save_best(file: str = "best.pt") -> None:
         if main:
-            with atomic_path(run_dir / "best.pt") as tmp:
+            with atomic_path(run_dir / file) as tmp:
                 torch_save(devices.to_cpu(model.state_dict()), tmp)
 
     log = (run_dir / "log.jsonl").open("a") if main else None
@@ -349,6 +387,34 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
         s["collapsed_evals"] = s.get("collapsed_evals", 0) + 1 if one else 0
         return s["collapsed_evals"] >= rule["evals"]
 
+    def gains(score: float, best: float | None, best_step: int) -> bool:
+        return best_step < 0 or score > best or (cfg.improve_on_tie and score == best)
+
+    def select_as_authors(val: dict[str, Any], final: bool, reason: str | None) -> None:
+        """Score this evaluation the authors' way (:attr:`TrainConfig.authors_selection`) and keep its best weights
+        in :data:`AUTHORS_BEST`, under the gate and tie rules of the val selection."""
+        a = s.setdefault("authors", {"best_step": -1, "best_metrics": {}, "history": []})
+        key = authors["metric"]
+        if authors["split"] == "val" and "tokenize" not in authors:
+            metrics = val                             # the val evaluation's own scores: no second decoding
+        else:
+            kw = {"tokenize": authors["tokenize"]} if "tokenize" in authors else {}
+            metrics = distributed.broadcast(task.evaluate(model, authors["split"], **kw))
+            model.train()
+        if key not in metrics:
+            raise ConfigError(f"authors_selection names {key!r} but the task's evaluate() on {authors['split']} "
+                              f"returned {sorted(metrics)}", fix="name one of those metrics")
+        record = {"step": s["step"], "split": authors["split"], **metrics}
+        a["history"].append(record)
+        write_log({"eval_authors": record})
+        score, best = metrics[key], a["best_metrics"].get(key)
+        if s["step"] > cfg.select_after_step and gains(score, best, a["best_step"]):
+            a["best_step"], a["best_metrics"] = s["step"], dict(metrics)
+            save_best(AUTHORS_BEST)
+        elif a["best_step"] < 0 and (reason or final):    # as the val selection: no step past the gate
+            a["best_step"], a["best_metrics"] = s["step"], dict(metrics)
+            save_best(AUTHORS_BEST)
+
     def evaluate(final: bool) -> str | None:
         """Evaluate on val, keep the best weights; the reason to end the run now (early_stop, collapsed) or None.
         ``final``: the run's last evaluation whatever it returns."""
@@ -366,7 +432,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
             raise ConfigError(f"the task's evaluate() returned no {metric!r} (got {sorted(metrics)})")
         gated = s["step"] <= cfg.select_after_step
         score, best = metrics[metric], s["best_metrics"].get(metric)
-        gain = s["best_step"] < 0 or score > best or (cfg.improve_on_tie and score == best)
+        gain = gains(score, best, s["best_step"])
         if not gated and gain:
             s["best_step"], s["best_metrics"], s["bad_evals"] = s["step"], dict(metrics), 0
             save_best()
@@ -380,6 +446,8 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
             s["best_step"], s["best_metrics"] = s["step"], dict(metrics)
             save_best()
             write_log({"selected_before_gate": {"step": s["step"], "select_after_step": cfg.select_after_step}})
+        if authors is not None:
+            select_as_authors(metrics, final, reason)
         return reason
 
     batch_loader = BatchLoader(task, cfg.seed, loader, dev)
@@ -460,9 +528,13 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
 
     result = FitResult(model=model, best_step=s["best_step"], best_metrics=s["best_metrics"],
                        history=s["history"], steps=s["step"], wall_seconds=round(s["elapsed"], 2), stopped=stopped,
-                       max_steps=cfg.max_steps)
+                       max_steps=cfg.max_steps,
+                       authors={"rule": dict(authors), **s.get("authors", {"best_step": -1, "best_metrics": {},
+                                                                           "history": []})}
+                       if authors is not None else None)
     if main:
         write_json(run_dir / "fit.json", result.summary(), indent=1)
     distributed.barrier()     # best.pt and fit.json are on disk before any rank reads them
     result.model = load_best(task, run_dir, dev)
     return result
+
