@@ -168,7 +168,7 @@ def _run(stage: str, rec: dict, tmp_path: Path, monkeypatch) -> dict:
 
         def mean_and_see(total, count):
             value = mean(total, count)
-            seen["terms"].append(float(value))
+            seen["terms"].append(float(value.detach()))
             return value
 
         monkeypatch.setattr(distributed, "global_mean", mean_and_see)
@@ -348,3 +348,32 @@ def test_what_the_traces_replace_is_the_paper_profile():
     assert adapt["freeze_embeddings"] and not adapt["freeze_intra"] and not caption["captioner"]["freeze_visual"]
     for stage, cfg in zip(STAGES, (adapt, caption)):
         assert _trace(stage)["meta"]["warmup_proportion"] == cfg["train"]["warmup_fraction"] == 0.1
+
+
+def test_the_traces_separate_the_paper_settings(monkeypatch):
+    """What the trace checks could fail: the kit's cpu loss reduction misses their step-0 captioning loss, and
+    without the paper's embedding freeze the kit would train weights they keep fixed."""
+    rec = _trace("caption")
+    task, _, state, _ = _caption_task(rec)
+    monkeypatch.setattr(tasks, "load_clip", lambda name, pretrained: (parity.clip_from_authors_state(state),
+                                                                       None, None))
+    model = task.build_model()
+    batch = next(iter(task.batches(0, None)))
+    with torch.no_grad():
+        paper = task.train_step(model, batch, 0)[0]
+        task.loss_reduction = "token_mean"
+        kit = task.train_step(model, batch, 0)[0]
+    want = rec["steps"]["loss"][0]
+    assert_close(paper, want, rtol=RTOL)
+    assert float((kit - want).abs() / want) > 0.3
+    rec = _trace("adapt")
+    task, _, state, init = _adapt_task(rec)
+    monkeypatch.setattr(tasks, "load_clip", lambda name, pretrained: (parity.clip_from_authors_state(state),
+                                                                       None, None))
+    task.freeze_embeddings = False
+    origin = {id(v): k for k, v in state.items()}
+    theirs = {kit: rec["spec"][origin[id(v)]][0] for kit, v in init.items() if id(v) in origin}
+    their_frozen = {rec["spec"][k][0] for k in rec["frozen"]}
+    wrongly = {theirs[n] for n, p in task.build_model().named_parameters() if p.requires_grad
+               and theirs[n] in their_frozen}
+    assert {"clip.token_embedding.weight", "clip.visual.conv1.weight"} <= wrongly
