@@ -15,7 +15,8 @@ Deliberate: fp32 throughout (their ``convert_weights`` leaves CLIP's matrices in
 docs/parity.md), one process (their 2-GPU run all-gathers the similarity's inputs), no dropout to replay (CLIP has
 none; their caption model's is set to 0, as its masks come from torch's global generator in their module order),
 lr and ``coef_lr`` larger than the paper's so that every group's step moves weights far beyond fp32 rounding (the
-paper's values are checked against the config by tests/test_training_trace_clip4idc.py).
+paper's values, read from their run scripts and stored with each trace, are checked against the `paper` profile by
+tests/test_training_trace_clip4idc_model.py).
 
 Per step: the loss terms (adaptation: their ``CrossEn`` of the similarity matrix and of its transpose; captioning:
 the change and the no-change pass), the total, each of their groups' scheduled lr, the gradient norm their
