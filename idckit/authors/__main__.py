@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from idckit.authors import clip4idc, pcl, pcl_pretrain_trace
+from idckit.authors import clip4idc, pcl, pcl_bird_traces, pcl_pretrain_trace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --clip4idc: re-record only clip4idc_optim_trace.pt (their optimiser and schedule)")
     r.add_argument("--idc-trace-only", action="store_true",
                    help="with --idc: re-record only the training traces (pcl_clver_finetune_trace.pt, "
-                        "pcl_clver_pretrain_trace.pt)")
+                        "pcl_clver_pretrain_trace.pt, pcl_bird_{gic,fgvc,finetune}_trace.pt)")
     args = p.parse_args(argv)
     if args.idc is None and args.clip4idc is None:
         p.error("give --idc and/or --clip4idc")
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
             pcl.record(args.idc, args.out)
         pcl.record_finetune_trace(args.idc, args.out)
         pcl_pretrain_trace.record_clver_pretrain_trace(args.idc, args.out)
+        pcl_bird_traces.record_bird_traces(args.idc, args.out)
     if args.clip4idc is not None:
         if not args.clip4idc_trace_only:
             clip4idc.record(args.clip4idc, args.out)
