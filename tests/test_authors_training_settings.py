@@ -5,6 +5,8 @@ setting's profile values, and a hand-computed check that fails if the kit ignore
 - words kept after truncation (``words_kept``): the authors keep max_len - 3 words and pad to max_len.
 - MLM's random replacement (``mask_random_from``) and a caption with no word chosen (``mask_none_chosen``): the
   authors draw from the whole vocabulary and mask the first word.
+- pre-training's FDA positives (``fda_samples``) and data order (``sampling``): the authors' samples are every
+  (pair, caption), walked in shuffled epochs per task.
 """
 from __future__ import annotations
 
@@ -240,3 +242,70 @@ def test_the_tasks_batches_mask_with_their_settings(make):
     assert torch.equal(task.masking["random_ids"], torch.arange(len(v)))       # distinct specials: every id
     task, batch = first_batch("smallest", "words")
     assert not (batch["labels"][:, 1] != -100).all() and task.masking["random_ids"] is None
+
+
+# -- pre-training's FDA positives and data order -------------------------------------------------------------------
+@pytest.mark.parametrize("family, sections", [("pcl", ("pretrain",)), ("pcl_birds", ("gic", "pretrain"))])
+def test_paper_samples_pre_training_as_the_authors_and_cpu_smoke_as_before(family, sections):
+    for section in sections:
+        paper = load_config(family, "paper")[section]
+        assert (paper["fda_samples"], paper["sampling"]) == ("captions", "epochs"), section
+        for profile in ("cpu", "smoke"):
+            c = load_config(family, profile)[section]
+            assert (c["fda_samples"], c["sampling"]) == ("pairs", "fresh"), (section, profile)
+
+
+def _pretrain(ratios, batch_size, **kw):
+    data = worker.tiny_pcl_data()                    # 24 train pairs x 2 captions = 48 samples; 2 negatives a pair
+    task = PretrainTask(data, worker.MODEL, batch_size=batch_size, ratios=ratios, **worker.PRETRAIN, **kw)
+    return data.splits["train"], task.batches(0, torch.Generator().manual_seed(0))
+
+
+def _samples(train, pairs, texts) -> list[tuple]:
+    return sorted((int(p), tuple(t.tolist())) for p, t in zip(pairs, texts))
+
+
+def test_epochs_walk_every_sample_once_then_reshuffle_with_a_short_last_batch():
+    train, batches = _pretrain({"mvcl": 1}, 10, sampling="epochs")
+    first = [next(batches) for _ in range(5)]
+    assert [len(b["pairs"]) for b in first] == [10, 10, 10, 10, 8]         # 48 samples: 4 full batches and 8
+    everyone = _samples(train, train.sample_pair, train.sample_ids)
+    assert _samples(train, torch.cat([b["pairs"] for b in first]), torch.cat([b["text"] for b in first])) == everyone
+    assert len(next(batches)["pairs"]) == 10                                # a new epoch, reshuffled
+    train, fresh = _pretrain({"mvcl": 1}, 10)
+    assert [len(b["pairs"]) for b in fresh] == [10] * 4                     # the kit's: 48 // 10 fresh subsets
+
+
+def test_each_task_walks_its_own_epochs():
+    train, batches = _pretrain({"mvcl": 1, "mlm": 1}, 10, sampling="epochs")
+    mvcl = []
+    while len(mvcl) < 5:
+        b = next(batches)
+        if b["task"] == "mvcl":
+            mvcl.append(b)
+    assert [len(b["pairs"]) for b in mvcl] == [10, 10, 10, 10, 8]
+    assert _samples(train, torch.cat([b["pairs"] for b in mvcl]), torch.cat([b["text"] for b in mvcl])) == \
+        _samples(train, train.sample_pair, train.sample_ids)
+
+
+def test_fda_positives_are_every_caption_or_one_per_pair():
+    # batch 12 = 4 groups of (positive + 2 negatives); an epoch of "captions" is 48 / 4 = 12 steps
+    train, batches = _pretrain({"fda": 1}, 12, sampling="epochs", fda_samples="captions")
+    steps = [next(batches) for _ in range(12)]
+    pos_pairs = torch.cat([b["pairs"][::3] for b in steps])
+    pos_texts = torch.cat([b["text"][::3] for b in steps])
+    assert _samples(train, pos_pairs, pos_texts) == _samples(train, train.sample_pair, train.sample_ids)
+    # "pairs": an epoch is 24 / 4 = 6 steps, every pair once with one of its own references
+    train, batches = _pretrain({"fda": 1}, 12, sampling="epochs", fda_samples="pairs")
+    steps = [next(batches) for _ in range(6)]
+    pos_pairs = torch.cat([b["pairs"][::3] for b in steps])
+    assert sorted(pos_pairs.tolist()) == list(range(24))
+    own = {(int(p), tuple(t.tolist())) for p, t in zip(train.sample_pair, train.sample_ids)}
+    assert all((int(p), tuple(t.tolist())) in own for b in steps for p, t in zip(b["pairs"][::3], b["text"][::3]))
+
+
+def test_an_unknown_sampling_rule_is_refused():
+    with pytest.raises(ConfigError, match="fda_samples must be one of pairs, captions"):
+        _pretrain({"fda": 1}, 12, fda_samples="references")
+    with pytest.raises(ConfigError, match="sampling must be one of fresh, epochs"):
+        _pretrain({"fda": 1}, 12, sampling="shuffle")

@@ -102,7 +102,8 @@ def _train_pretrain(s: Setup, run: Run, progress: bool) -> None:
         task = PretrainTask(loaded_data(s), run.config["model"], batch_size=c["batch_size"], ratios=c["ratios"],
                             mask_prob=c["mask_prob"], eos_prob=c["eos_prob"], region_prob=c["region_prob"],
                             tau_mvcl=c["tau_mvcl"], tau_fda=c["tau_fda"], mask_random_from=c["mask_random_from"],
-                            mask_none_chosen=c["mask_none_chosen"])
+                            mask_none_chosen=c["mask_none_chosen"], fda_samples=c["fda_samples"],
+                            sampling=c["sampling"])
         res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir, progress=progress,
                        device=s.device, loader=s.loader)
         if distributed.is_main():

@@ -37,6 +37,15 @@ from idckit.tasks.references import pick_references
 from idckit.train import distributed
 
 PRETRAIN_TASKS = ("mlm", "mvcl", "fda", "fgvc")
+#: what an FDA batch draws: "pairs", train pairs uniformly, each with one random reference as the positive (the
+#: kit's); "captions", (pair, caption) samples uniformly, every caption of a pair a positive with the pair's
+#: negatives (the authors' load_neg_data, one sample per caption: clver/utils.py:135-142)
+FDA_SAMPLES = ("pairs", "captions")
+#: how pre-training draws each task's rows: "fresh", a fresh random subset every step (the kit's); "epochs", each
+#: task walks its own shuffled epochs without replacement, the last batch of an epoch short, then reshuffles (the
+#: authors' per-task DataLoader(shuffle=True) in their MetaLoader: clver/pretrain.py:100,
+#: clver/data/dataset_pretrain_clver.py:206-242)
+PRETRAIN_SAMPLING = ("fresh", "epochs")
 #: what fine-tuning predicts: "masked", the paper's ~mask_prob of the words (and eos_prob of the [EOS]) replaced by
 #: [MASK] in the caption; "every", each position through its own [MASK] query over the clean words before it
 #: (:meth:`PCL.forward_grouped` with ``queries``), the context greedy decoding gives it
@@ -113,9 +122,16 @@ class PretrainTask(_PCLTask):
     def __init__(self, data: PCLData, model: Mapping[str, Any], *, batch_size: int, ratios: Mapping[str, int],
                  mask_prob: float, eos_prob: float, region_prob: float, tau_mvcl: float, tau_fda: float,
                  steps_per_epoch: int | None = None, init_from=None, mask_random_from: str = "words",
-                 mask_none_chosen: str = "smallest"):
+                 mask_none_chosen: str = "smallest", fda_samples: str = "pairs", sampling: str = "fresh"):
         super().__init__(data, model, batch_size=batch_size, init_from=init_from, mask_random_from=mask_random_from,
                          mask_none_chosen=mask_none_chosen)
+        if fda_samples not in FDA_SAMPLES:
+            raise ConfigError(f"fda_samples must be one of {', '.join(FDA_SAMPLES)}, got {fda_samples!r}",
+                              fix='"captions" is the authors\' (paper profile), "pairs" the kit\'s')
+        if sampling not in PRETRAIN_SAMPLING:
+            raise ConfigError(f"sampling must be one of {', '.join(PRETRAIN_SAMPLING)}, got {sampling!r}",
+                              fix='"epochs" is the authors\' (paper profile), "fresh" the kit\'s')
+        self.fda_samples, self.sampling = fda_samples, sampling
         unknown = set(ratios) - set(PRETRAIN_TASKS)
         if unknown or not any(ratios.values()):
             raise ConfigError(f"pre-training ratios must name some of {PRETRAIN_TASKS} with positive counts, "
@@ -133,26 +149,58 @@ class PretrainTask(_PCLTask):
         self.mask_prob, self.eos_prob, self.region_prob = mask_prob, eos_prob, region_prob
         self.tau_mvcl, self.tau_fda = tau_mvcl, tau_fda
 
-    def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, Any]]:
-        train, vocab = self.data.splits["train"], self.data.vocab
+    def _units(self, task: str) -> tuple[int, int]:
+        """(how many rows ``task`` draws from, how many a batch takes): train pairs or (pair, caption) samples for
+        FDA (``fda_samples``) with batch_size // (1 + negatives) positives, FGVC's image pairs, else samples."""
+        train = self.data.splits["train"]
+        if task == "fda":
+            n = len(train) if self.fda_samples == "pairs" else len(train.sample_pair)
+            return n, max(1, self.batch_size // (self.n_neg + 1))
+        if task == "fgvc":
+            return len(self.data.fgvc.rows1), self.batch_size
+        return len(train.sample_pair), self.batch_size
+
+    def _fresh(self, generator: torch.Generator) -> Iterator[tuple[str, torch.Tensor]]:
+        """(task, rows) of each step of an epoch, the rows a fresh random subset."""
         for _ in range(self.steps_per_epoch):
             task = self.pool[int(torch.randint(len(self.pool), (1,), generator=generator))]
+            n, size = self._units(task)
+            yield task, torch.randperm(n, generator=generator)[:size]
+
+    def _epochs(self, generator: torch.Generator) -> Iterator[tuple[str, torch.Tensor]]:
+        """(task, rows) of every step, without end (the loop stops at max_steps, and a resumed run replays the
+        draws): each task walks its own shuffled epochs, as a DataLoader(shuffle=True) per task does."""
+        orders: dict[str, torch.Tensor] = {}
+        at: dict[str, int] = {}
+        while True:
+            task = self.pool[int(torch.randint(len(self.pool), (1,), generator=generator))]
+            n, size = self._units(task)
+            if task not in orders or at[task] >= n:
+                orders[task], at[task] = torch.randperm(n, generator=generator), 0
+            yield task, orders[task][at[task]:at[task] + size]
+            at[task] += size
+
+    def batches(self, epoch: int, generator: torch.Generator) -> Iterator[dict[str, Any]]:
+        train, vocab = self.data.splits["train"], self.data.vocab
+        draws = self._epochs(generator) if self.sampling == "epochs" else self._fresh(generator)
+        for task, rows in draws:
             if task == "fda":
-                n_pairs = max(1, self.batch_size // (self.n_neg + 1))
-                pairs = torch.randperm(len(train), generator=generator)[:n_pairs]
-                # one reference per pair as the positive, then its negatives
-                pick = self.offsets[pairs] + (torch.rand(len(pairs), generator=generator)
-                                              * self.counts[pairs]).long()
+                if self.fda_samples == "pairs":
+                    # one reference per pair as the positive, then its negatives
+                    pairs = rows
+                    pick = self.offsets[pairs] + (torch.rand(len(pairs), generator=generator)
+                                                  * self.counts[pairs]).long()
+                else:                          # each (pair, caption) sample: its caption, then its pair's negatives
+                    pairs, pick = train.sample_pair[rows], rows
                 pos = train.sample_ids[pick][:, None]
                 texts = torch.cat([pos, self.neg_ids[pairs]], dim=1).flatten(0, 1)   # [P*(1+K), L]
                 yield {"task": "fda", "pairs": pairs.repeat_interleave(self.n_neg + 1), "text": texts,
                        "groups": self.n_neg + 1}
                 continue
             if task == "fgvc":
-                yield {"task": "fgvc",
-                       "pairs": torch.randperm(len(self.data.fgvc.rows1), generator=generator)[:self.batch_size]}
+                yield {"task": "fgvc", "pairs": rows}
                 continue
-            samples = torch.randperm(len(train.sample_pair), generator=generator)[:self.batch_size]
+            samples = rows
             ids = train.sample_ids[samples]
             batch = {"task": task, "pairs": train.sample_pair[samples]}
             if task == "mlm":
