@@ -51,8 +51,10 @@ def test_the_trace_is_the_authors_at_their_commit():
 
 
 def _settings(paper: dict) -> dict:
+    """The task's ``paper`` settings (those that draw batches have no say here: the recorded batches replace them)."""
     c = paper["pretrain"]
-    return {k: c[k] for k in ("ratios", "mask_prob", "eos_prob", "region_prob", "tau_mvcl", "tau_fda")}
+    return {k: c[k] for k in ("ratios", "mask_prob", "eos_prob", "region_prob", "tau_mvcl", "tau_fda",
+                              "mask_random_from", "mask_none_chosen", "fda_samples", "sampling")}
 
 
 def test_the_paper_task_pool_and_temperatures_are_the_authors():
