@@ -7,9 +7,12 @@ setting's profile values, and a hand-computed check that fails if the kit ignore
   authors draw from the whole vocabulary and mask the first word.
 - pre-training's FDA positives (``fda_samples``) and data order (``sampling``): the authors' samples are every
   (pair, caption), walked in shuffled epochs per task.
+- the gradient's scale (``train.gradient_scale``): CLIP4IDC's adaptation took half the global loss's gradient on
+  the authors' 2 GPUs.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,15 +23,17 @@ import torch
 import ddp_worker as worker
 from idckit.data.clevr_change import ClevrChange
 from idckit.errors import ConfigError
-from idckit.experiments.config import load_config
+from idckit.experiments.config import load_config, train_config
 from idckit.models.clip_loader import load_clip, save_clip_checkpoint
 from idckit.tasks.clip4idc import CaptionTask, load_pair_data
 from idckit.data.features import FeatureStore
 from idckit.experiments.base import Setup
 from idckit.models.pcl import mask_tokens, replacement_ids
 from idckit.tasks.pcl import FinetuneTask, PretrainTask, predict
+from numeric import assert_close
 from idckit.text.pcl_inputs import PairRecord, pcl_data_from_records
 from idckit.text.vocab import Vocab
+from idckit.train.loop import fit
 
 FINETUNE = {"batch_size": 6, "mask_prob": 0.15, "eos_prob": 0.15, "distractor_weight": 1.0, "eval_batch_size": 4,
             "targets": "masked", "group_by_pair": False, "captions_per_pair": 1, "selection_metric": "CIDEr-D",
@@ -309,3 +314,63 @@ def test_an_unknown_sampling_rule_is_refused():
         _pretrain({"fda": 1}, 12, fda_samples="references")
     with pytest.raises(ConfigError, match="sampling must be one of fresh, epochs"):
         _pretrain({"fda": 1}, 12, sampling="shuffle")
+
+
+# -- the gradient's scale ----------------------------------------------------------------------------------------
+def test_paper_adapts_with_the_authors_2_gpu_gradient_and_every_other_stage_with_the_losss():
+    def scale(name, profile):
+        return train_config(load_config(name, profile)["train"], steps_per_epoch=10).gradient_scale
+
+    assert scale("clip4idc_adapt", "paper") == 0.5
+    assert scale("clip4idc_adapt", "cpu") == scale("clip4idc_adapt", "smoke") == 1.0
+    assert scale("clip4idc_caption", "paper") == 1.0
+    for family in ("pcl", "pcl_birds"):
+        for section in ("pretrain", "finetune"):
+            assert train_config(load_config(family, "paper")[section]["train"]).gradient_scale == 1.0
+
+
+class _Linear:
+    """loss = sum(w . x): its gradient is x, whatever w is."""
+
+    selection_metric = None
+    x = torch.tensor([[3.0, -4.0]])
+
+    def __init__(self):
+        self.grads = []
+
+    def build_model(self):
+        model = torch.nn.Linear(2, 1, bias=False)
+        model.weight.register_hook(lambda g: self.grads.append(g.clone()))     # what the backward gives w
+        return model
+
+    def param_groups(self, model):
+        return [{"params": list(model.parameters())}]
+
+    def batches(self, epoch, generator):
+        yield 0
+
+    def train_step(self, model, batch, step):
+        loss = model(self.x).sum()
+        return loss, {}
+
+    def evaluate(self, model, split="val"):
+        return {}
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_the_loop_backpropagates_the_scaled_loss_and_logs_the_loss(tmp_path, scale):
+    torch.manual_seed(0)
+    cfg = train_config({"max_steps": 1, "lr": 1e-3, "gradient_scale": scale, "log_every": 1})
+    task = _Linear()
+    fit(task, cfg, tmp_path / "run", progress=False)
+    assert [g.tolist() for g in task.grads] == [[[3.0 * scale, -4.0 * scale]]]   # scale x the loss's gradient x
+    torch.manual_seed(0)
+    w = _Linear().build_model().weight.detach()                                 # the same initial weights
+    logged = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert_close(logged[0]["loss"], float((w * _Linear.x).sum()), rtol=1e-6)     # the loss, unscaled
+
+
+def test_a_non_positive_gradient_scale_is_refused():
+    for bad in (0.0, -1.0, True):
+        with pytest.raises(ConfigError, match="gradient_scale must be a number > 0"):
+            train_config({"max_steps": 1, "lr": 1e-3, "gradient_scale": bad})

@@ -104,6 +104,10 @@ def paper_run(stage: str, global_clip: bool = True):
              "eval_every_epochs": None, "eval_every": 0, "checkpoint_every": 0, "patience": None}
     if not global_clip:
         block["grad_clip"] = None
+    if stage == "adapt":
+        # the trace ran their adaptation in one process, where their gradient is the global loss's; `paper`'s
+        # gradient_scale 0.5 is the same code on their 2 GPUs (AllGather's backward and DDP's average halve it)
+        block["gradient_scale"] = 1.0
     return train_config(block, 0), groups, c
 
 

@@ -67,6 +67,10 @@ class TrainConfig:
     eps: float
     grad_clip: float | None
     grad_clip_per_tensor: float | None     # after grad_clip, each gradient tensor clipped on its own (BERT's)
+    # what the backward multiplies the loss by (the logged loss is the loss itself): 1.0, the loss's own gradient;
+    # 0.5 at CLIP4IDC's adaptation, the authors' 2-GPU gradient (their AllGather's backward keeps the local slice
+    # and DDP averages over 2 ranks: half the global loss's, which clipping and BertAdam's eps then see)
+    gradient_scale: float
     eval_every: int
     patience: int | None
     # an evaluation at or before this step is never selected and counts towards patience (IDC-PCL's bird
@@ -108,6 +112,9 @@ class TrainConfig:
             raise ConfigError(f"select_after_step must be a whole number >= 0 (0: no gate), got {gate!r}")
         if not isinstance(d["improve_on_tie"], bool):
             raise ConfigError(f"improve_on_tie must be true or false, got {d['improve_on_tie']!r}")
+        scale = d["gradient_scale"]
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
+            raise ConfigError(f"gradient_scale must be a number > 0 (1.0: the loss's own gradient), got {scale!r}")
         _check_authors_selection(d["authors_selection"])
         return cls(**d)
 
@@ -472,7 +479,7 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
                 if not torch.isfinite(logged["loss"]):
                     raise FloatingPointError(f"loss is {float(logged['loss'])} at step {s['step']} ({run_dir})")
                 optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
+                scaler.scale(loss if cfg.gradient_scale == 1.0 else loss * cfg.gradient_scale).backward()
                 if cfg.grad_clip or cfg.grad_clip_per_tensor:
                     scaler.unscale_(optimizer)
                 if cfg.grad_clip:
