@@ -69,8 +69,8 @@ test_refs = birds.loaded_data(setup, "b2w").splits["test"].references
 # %%
 METRICS = ["Bleu_4", "METEOR", "CIDEr-D", "ROUGE_L", "verified_share", "difference_recall"]
 rows = reporting.rows(results, labels=birds.TABLE1_LABELS, percent=birds.GRAMMAR)
-yardsticks.add_bootstrap(rows, results, test_refs, metrics=("ROUGE_L", "CIDEr-D"), tokenize=False)
 rows += reporting.baseline_rows(base, percent=birds.GRAMMAR)
+yardsticks.add_bootstrap(rows, results, test_refs, metrics=("ROUGE_L", "CIDEr-D"), tokenize=False, baselines=base)
 paper = paper_table("pcl.table1")
 comparison(rows, paper["rows"], METRICS, caption="Table 1: the paper (real Birds-to-Words) and the kit "
            f"({yardsticks.dataset_title(setup.data)}), test")

@@ -88,16 +88,23 @@ def test_baseline_and_selection_rows():
     assert selection_rows([run]) == [{"variant": "B2W", "seed": 2, "sameSpecies": 30.0, "sameClass": 50.0}]
 
 
-def test_gap_notes_read_a_difference_against_the_larger_seed_sd():
-    rows = [{"variant": "B2W", "seed": "mean", "metrics": {"R": 45.0, "C": 20.0}, "sd": {"R": 1.0, "C": 5.0}},
-            {"variant": "+CUB", "seed": "mean", "metrics": {"R": 43.0, "C": 22.0}, "sd": {"R": 0.5, "C": 1.0}},
-            {"variant": "+NA", "seed": "mean", "metrics": {"R": 47.5, "C": 20.0}, "sd": {"R": 2.0, "C": 0.0}}]
+def test_gap_notes_read_a_difference_against_the_paired_noise_and_the_seed_sd():
+    from idckit.reports.stats import attach_per_pair
+
+    rows = [{"variant": "B2W", "seed": "mean", "n_seeds": 3, "metrics": {"R": 45.0, "C": 20.0},
+             "sd": {"R": 1.0, "C": 5.0}},
+            {"variant": "+CUB", "seed": "mean", "n_seeds": 3, "metrics": {"R": 43.0, "C": 22.0},
+             "sd": {"R": 0.5, "C": 1.0}},
+            {"variant": "+NA", "seed": "mean", "n_seeds": 3, "metrics": {"R": 47.5, "C": 20.0},
+             "sd": {"R": 2.0, "C": 0.0}}]
+    for r in rows:      # ROUGE-L per pair: one pattern shifted by the row's mean, so the pairs add no noise
+        attach_per_pair(r, {f"p{i}": r["metrics"]["R"] + (i % 9) - 4 for i in range(60)}, "R")
     notes = gap_notes(rows, "B2W", ["+CUB", "+NA"], {"R": "ROUGE-L", "C": "CIDEr-D"}, subject="the extra data",
                       n_seeds=3)
     assert notes == [
-        "+CUB vs B2W on ROUGE-L: -2.0 (largest seed sd 1.0, 3 seed(s)): here the extra data hurts.",
-        "+NA vs B2W on ROUGE-L: +2.5 (largest seed sd 2.0, 3 seed(s)): here the extra data helps.",
-        "+CUB vs B2W on CIDEr-D: +2.0 (largest seed sd 5.0, 3 seed(s)): here the extra data makes no difference "
-        "beyond the seed spread.",
-        "+NA vs B2W on CIDEr-D: +0.0 (largest seed sd 5.0, 3 seed(s)): here the extra data makes no difference "
-        "beyond the seed spread."]
+        "+CUB vs B2W on ROUGE-L: -2.0 against a noise of 1.1 (paired 95 % bootstrap over 60 test pairs and seed sd "
+        "over 3 seeds): here the extra data hurts.",
+        "+NA vs B2W on ROUGE-L: +2.5 against a noise of 2.2 (paired 95 % bootstrap over 60 test pairs and seed sd "
+        "over 3 seeds): here the extra data helps.",
+        "+CUB vs B2W on CIDEr-D: +2.0 (3 seed(s)), not ordered: no per-pair scores on the same test pairs.",
+        "+NA vs B2W on CIDEr-D: +0.0 (3 seed(s)), not ordered: no per-pair scores on the same test pairs."]

@@ -1,6 +1,7 @@
 """The shared body of CLIP4IDC's tables 3 (Spot-the-Diff) and 4 (Image Editing Request): CLIP-FT and CLIP4IDC
 on a pair dataset beside the text-only baseline and the paper's rows, the orderings read against the noise (a
-bootstrap over test pairs: one seed), the diversity of the captions, and the report.
+paired bootstrap over test pairs, :func:`idckit.reports.stats.compare`), the diversity of the captions, and the
+report.
 """
 from __future__ import annotations
 
@@ -60,9 +61,11 @@ def build(setup, results: Sequence[Mapping[str, Any]], table: str, paper_cider: 
     """Rows (the runs, each with a bootstrap interval over its test pairs, and the text-only baseline) and the
     ordering notes: every two rows the paper has, CLIP4IDC against CLIP-FT, and both against the baseline."""
     pt = PairTable(setup, list(results), table, dict(paper_cider), clip4idc.text_baseline(setup))
-    rows = reporting.rows(results)
-    add_bootstrap(rows, results, setup.data.dataset().references("test"))
-    pt.rows = rows + [dict(pt.baseline)]
+    refs = setup.data.dataset().references("test")
+    pt.rows = reporting.rows(results) + [dict(pt.baseline)]
+    # the baseline's one sentence on every test pair, scored per pair as the runs are: their orderings are paired
+    sentence = {"label": pt.baseline["variant"], "predictions": dict.fromkeys(refs, pt.baseline["sentence"])}
+    add_bootstrap(pt.rows, results, refs, baselines=[sentence])
     pt.notes = ordering_notes(pt.rows, pt.paper_cider)
     if "CLIP-FT" not in pt.paper_cider:
         pt.notes += [n + " (the paper has no CLIP-FT row here)" for n in standing_notes(

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
 from idckit.reports.report import retrieval_chance, to_paper_scale
+from idckit.reports.stats import compare
 
 #: the columns of the per-type tables (IDC-PCL's table 3, CLIP4IDC's table 2)
 TYPES: tuple[str, ...] = (*CHANGE_TYPES, DISTRACTOR)
@@ -111,17 +112,23 @@ def per_variant(rows: Sequence[Mapping[str, Any]], metric: str = "CIDEr-D") -> d
 
 def gap_notes(rows: Sequence[Mapping[str, Any]], reference: str, others: Sequence[str],
               metrics: Mapping[str, str], *, subject: str, n_seeds: int) -> list[str]:
-    """One sentence per metric and row of ``others``: its mean minus ``reference``'s, read against the larger of the
-    two rows' seed sd ("helps" / "hurts" only beyond it). ``metrics`` maps a metric key to its printed name."""
+    """One sentence per metric and row of ``others``: its mean minus ``reference``'s, read against the paired
+    bootstrap over test pairs combined with the seed spread (:func:`idckit.reports.stats.compare`): "helps" /
+    "hurts" only beyond it, nothing where no paired test exists. ``metrics`` maps a metric key to its printed
+    name."""
+    def pick(variant: str) -> Mapping[str, Any]:
+        mine = [r for r in rows if r["variant"] == variant]
+        return next((r for r in mine if r.get("seed") == "mean"), mine[0])
+
     out = []
     for metric, name in metrics.items():
-        kit = per_variant(rows, metric)
-        sd = {r["variant"]: r.get("sd", {}).get(metric, 0.0) for r in rows if r.get("seed") == "mean"}
         for lb in others:
-            gap, noise = kit[lb] - kit[reference], max(sd.get(lb, 0.0), sd.get(reference, 0.0))
-            verdict = ("helps" if gap > noise else "hurts" if -gap > noise
-                       else "makes no difference beyond the seed spread")
-            out.append(f"{lb} vs {reference} on {name}: {gap:+.1f} (largest seed sd {noise:.1f}, {n_seeds} seed(s)): "
+            o = compare(pick(lb), pick(reference), metric)
+            if not o.tested:
+                out.append(f"{lb} vs {reference} on {name}: {o.gap:+.1f} ({n_seeds} seed(s)), not ordered: {o.how}.")
+                continue
+            verdict = {1: "helps", -1: "hurts", 0: "makes no difference beyond the noise"}[o.order]
+            out.append(f"{lb} vs {reference} on {name}: {o.gap:+.1f} against a noise of {o.noise:.1f} ({o.how}): "
                        f"here {subject} {verdict}.")
     return out
 
