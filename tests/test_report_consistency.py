@@ -197,3 +197,11 @@ def test_the_status_is_the_one_function_s_on_every_page(reports):
     assert report_status(read_report(reports / "one_seed.json")).verdict == "describes"
     assert report_status(read_report(reports / "three_seeds.json")).verdict == "below baseline"
     assert len(seen) >= 2
+
+
+def test_a_retrieval_card_states_its_test_set_from_its_chance_rate():
+    from idckit.reports.card import test_set_text
+
+    row = {"model": "CLIP4IDC (idckit)", "variant": "adapted (9/3)", "split": "test", "seed": 0,
+           "metrics": {"t2p_R@1": 0.46}, "chance": {"t2p_R@1": 100 / 800}}
+    assert test_set_text({"headline": {"runs": "adapted (9/3)"}, "rows": [row]}) == "; test set: 800 pairs"

@@ -206,7 +206,11 @@ def summary(doc: Mapping[str, Any]) -> Summary:
 
 def test_set_text(doc: Mapping[str, Any]) -> str:
     """"; test set: N pairs" of the headline run (every number on the card is read on those pairs), "" unknown."""
-    sizes = {r.get("test_pairs") or (r.get("per_pair") or {}).get("n") for r in headline_rows(doc)} - {None}
+    def size(r: Mapping[str, Any]) -> int | None:
+        chance = (r.get("chance") or {}).get("t2p_R@1")     # a retriever's chance R@1 is 100 / its test pairs
+        return r.get("test_pairs") or (r.get("per_pair") or {}).get("n") or (round(100 / chance) if chance else None)
+
+    sizes = {size(r) for r in headline_rows(doc)} - {None}
     return f"; test set: {', '.join(map(str, sorted(sizes)))} pairs" if sizes else ""
 
 

@@ -220,8 +220,8 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any], metric: str, *, a_name: 
 
 
 def paper_agreement(kit: Ordering, paper_gap: float) -> str:
-    """``agrees`` / ``differs`` / ``within noise`` / ``paper ties`` / ``not ordered``: the kit's ordering of two rows against the
-    paper's (``paper_gap`` = a - b there, compared as published: one decimal)."""
+    """``agrees`` / ``differs`` / ``within noise`` / ``paper ties`` / ``not ordered``: the kit's ordering of two rows
+    against the paper's (``paper_gap`` = a - b there, compared as published: one decimal)."""
     p = round(paper_gap, 1)
     if not kit.tested:
         return "not ordered"
@@ -275,5 +275,6 @@ def tie_best(values: Mapping[str, float], noise_of: Mapping[str, float] | None =
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "PER_PAIR_DECIMALS", "COLLAPSE_DISTINCT", "COLLAPSE_TOP_SHARE", "is_collapsed",
            "bootstrap_halfwidth", "per_pair_scores", "per_pair_cider", "pairs_key", "attach_per_pair",
-           "per_pair_values", "mean_per_pair", "paired_halfwidth", "seed_sd", "noise", "Ordering", "compare", "paper_agreement",
+           "per_pair_values", "mean_per_pair", "paired_halfwidth", "seed_sd", "noise", "Ordering", "compare",
+           "paper_agreement",
            "ordering_notes", "standing", "tie_best"]

@@ -325,6 +325,7 @@ def hard_status(doc: Mapping[str, Any]) -> Status | None:
 
 
 __all__ = ["COLLAPSE_DISTINCT", "COLLAPSE_TOP_SHARE", "JUDGE_CHANCE_BELOW", "RETRIEVAL_LEARNED_FACTOR", "JUDGE_ORACLE",
-           "STATUSES", "GREEN", "FLAGGED", "VERDICTS", "LABEL_METRICS", "headline_metric", "type_named", "baseline_ordering",
+           "STATUSES", "GREEN", "FLAGGED", "VERDICTS", "LABEL_METRICS", "headline_metric", "type_named",
+           "baseline_ordering",
            "Status",
            "is_collapsed", "is_run", "is_hard", "headline_rows", "status_of", "report_status", "hard_status"]
