@@ -131,8 +131,8 @@ def test_learning_status_tells_ran_from_learned():
     retr = {"model": "m", "variant": "adapted (4/2)", "split": "test", "seed": 0,
             "metrics": {"t2p_R@1": 1.8}, "chance": {"t2p_R@1": 1.0}}
     assert learning_status({"rows": [retr]})["verdict"] == "not learned"
-    assert learning_status({"rows": [{**retr, "metrics": {"t2p_R@1": 12.0}}]}) == {"verdict": "retrieves", "flag": False,
-        "detail": "text->pair R@1 12x chance or more, above the un-adapted control"}
+    assert learning_status({"rows": [{**retr, "metrics": {"t2p_R@1": 12.0}}]}) == {
+        "verdict": "retrieves", "flag": False, "detail": "text->pair R@1 12x chance or more, above the un-adapted control"}
     # a report written before rows recorded their captions: an honest "not checked"
     old = {"rows": [{"model": "m", "variant": "v", "split": "test", "seed": 0, "metrics": {}}]}
     assert learning_status(old)["verdict"] == "not checked"

@@ -252,7 +252,8 @@ def test_each_status_from_hand_built_rows(verdict, kw):
 
 def test_describes_reads_the_paired_test_and_three_seeds():
     st = report_status(_clevr_doc(+10.0, seeds=(0, 1, 2), sd=1.0))
-    assert st.verdict == "describes" and "paired 95 % bootstrap over 800 test pairs and seed sd over 3 seeds" in st.detail
+    assert st.verdict == "describes"
+    assert "paired 95 % bootstrap over 800 test pairs and seed sd over 3 seeds" in st.detail
     # the same mean gap with a seed spread larger than it: not shown above the baseline
     assert report_status(_clevr_doc(+10.0, seeds=(0, 1, 2), sd=12.0)).verdict == "at baseline"
 
