@@ -8,8 +8,9 @@ trainable weights after the last step. Here the recorded batches go through the 
 (:func:`idckit.train.loop.fit`) and its :class:`~idckit.tasks.clip4idc.AdaptTask` /
 :class:`~idckit.tasks.clip4idc.CaptionTask` built from the `paper` profile; the seams are a task subclass whose
 ``batches`` yields the recorded batches and whose CLIP is the traced one, holding the recorded initial weights. The
-trace's sizes, dropout 0, its step count and its lr and ``coef_lr`` (large enough that every group's steps move
-weights far beyond fp32 rounding) replace the profile's; everything else is the profile's. Loss terms and the
+trace's sizes, dropout 0, its step count, its lr and ``coef_lr`` (large enough that every group's steps move
+weights far beyond fp32 rounding) and its one process (``train.gradient_scale`` 1) replace the profile's;
+everything else is the profile's. Loss terms and the
 gradient norm are read where the kit computes them (wrappers that only observe).
 """
 from __future__ import annotations
@@ -180,6 +181,10 @@ def _run(stage: str, rec: dict, tmp_path: Path, monkeypatch) -> dict:
              "eval_every_epochs": None, "eval_every": 0, "checkpoint_every": 0, "patience": None}
     if "authors_selection" in block:
         block["authors_selection"] = None       # no test split here: nothing to select
+    if "gradient_scale" in block:
+        # recorded in one process, where their gradient is the global loss's; paper's 0.5 is their 2 GPUs' (the
+        # script's nproc_per_node, test_what_the_traces_replace_is_the_paper_profile)
+        block["gradient_scale"] = 1.0
     cfg = train_config(block, 0)
     hook = register_optimizer_step_pre_hook(before_step)
     threads = torch.get_num_threads()
@@ -333,7 +338,7 @@ def test_the_kits_weights_after_the_steps_are_the_authors(runs, stage):
 
 
 def test_what_the_traces_replace_is_the_paper_profile():
-    """The trace runs at its own lr, coef_lr, sizes and step count; the values of their run scripts
+    """The trace runs at its own lr, coef_lr, sizes, step count and process count; the values of their run scripts
     (scripts/retrieve_clevr.sh, caption_clevr.sh, recorded with the trace) are the `paper` profile's."""
     adapt, caption = load_config("clip4idc_adapt", "paper"), load_config("clip4idc_caption", "paper")
     a, c = (_trace(stage)["meta"]["script_arguments"] for stage in STAGES)
@@ -348,6 +353,10 @@ def test_what_the_traces_replace_is_the_paper_profile():
     assert adapt["freeze_embeddings"] and not adapt["freeze_intra"] and not caption["captioner"]["freeze_visual"]
     for stage, cfg in zip(STAGES, (adapt, caption)):
         assert _trace(stage)["meta"]["warmup_proportion"] == cfg["train"]["warmup_fraction"] == 0.1
+    # the traces run in one process; the paper runs in their scripts' processes, whose gradient the AllGather
+    # backward and DDP's average divide by their number
+    for args, cfg in ((a, adapt), (c, caption)):
+        assert cfg["train"].get("gradient_scale", 1.0) == 1 / int(args["nproc_per_node"])
 
 
 def test_the_traces_separate_the_paper_settings(monkeypatch):
