@@ -272,3 +272,12 @@ def test_every_status_word_is_documented_and_only_green_ones_are_green():
     for word in STATUSES:
         assert (status_class(Status(word)) == "learned") == (word in GREEN)
     assert set(GREEN) == {"describes", "retrieves"}
+
+
+def test_an_ordering_names_its_metric_as_a_reader_does():
+    a, b = _pair_rows(shift=-3.0)
+    for r in (a, b):
+        r["per_pair"]["ROUGE_L"] = r["per_pair"].pop("CIDEr-D")
+        r["metrics"]["ROUGE_L"] = r["metrics"].pop("CIDEr-D")
+    assert " on ROUGE-L: gap " in compare(a, b, "ROUGE_L").words()
+    assert "ROUGE_L" not in compare(a, b, "ROUGE_L").words()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from idckit.eval.captions import CaptionScorer
+from idckit.reports.format import name
 
 #: bootstrap resamples of the test pairs (a 95 % interval of a mean needs a few hundred)
 BOOTSTRAP_RESAMPLES = 500
@@ -179,9 +180,9 @@ class Ordering:
 
     def words(self) -> str:
         if not self.tested:
-            return f"{self.a} and {self.b} are not ordered on {self.metric} (gap {self.gap:+.1f}): {self.how}"
+            return f"{self.a} and {self.b} are not ordered on {name(self.metric)} (gap {self.gap:+.1f}): {self.how}"
         rel = {1: "above", -1: "below", 0: "within noise of"}[self.order]
-        return (f"{self.a} is {rel} {self.b} on {self.metric}: gap {self.gap:+.1f} against a noise of "
+        return (f"{self.a} is {rel} {self.b} on {name(self.metric)}: gap {self.gap:+.1f} against a noise of "
                 f"{self.noise:.1f} ({self.how})")
 
 

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from idckit.reports.format import name
 from idckit.reports.stats import COLLAPSE_DISTINCT, COLLAPSE_TOP_SHARE, Ordering, compare, is_collapsed
 
 #: a distractor judge below this test accuracy is at chance on the balanced change / distractor test set
@@ -217,8 +218,8 @@ def type_named(rows: Sequence[Mapping[str, Any]], mean: Mapping[str, Any] | None
 
 def _gap(o: Ordering) -> str:
     if not o.tested:
-        return f"{o.metric} {o.gap:+.1f} against {o.b}, not ordered: {o.how}"
-    return f"{o.metric} {o.gap:+.1f} against {o.b} (noise {o.noise:.1f}, {o.how})"
+        return f"{name(o.metric)} {o.gap:+.1f} against {o.b}, not ordered: {o.how}"
+    return f"{name(o.metric)} {o.gap:+.1f} against {o.b} (noise {o.noise:.1f}, {o.how})"
 
 
 def status_of(doc: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Status:
