@@ -208,3 +208,22 @@ def test_select_after_step_patience_before_the_gate_keeps_the_last_weights(tmp_p
     assert {"selected_before_gate": {"step": 4, "select_after_step": 10}} in logs
     with pytest.raises(ConfigError, match="select_after_step"):
         train_config(dict(max_steps=20, lr=1e-2, select_after_step=-1))
+
+
+def test_eval_offset_and_eval_at_end_score_on_the_authors_cadence(tmp_path):
+    # IDC-PCL's fine-tuning scripts score after the update at global_step 85k (counted from 0: 85k + 1 updates) and
+    # never score the updates after their last evaluation (bird/finetune.py:178,211; clver/finetune.py:179,214)
+    cfg = train_config(dict(max_steps=11, lr=1e-2, eval_every=3, eval_offset=1, eval_at_end=False))
+    task = ToyTask(scores=[0.1, 0.2, 0.3])
+    res = fit(task, cfg, tmp_path / "authors", progress=False)
+    assert [h["step"] for h in res.history] == [4, 7, 10] and res.steps == 11 and res.best_step == 10
+    kit = fit(ToyTask(scores=[0.1, 0.2, 0.3, 0.4]), train_config(dict(max_steps=11, lr=1e-2, eval_every=3)),
+              tmp_path / "kit", progress=False)
+    assert [h["step"] for h in kit.history] == [3, 6, 9, 11] and kit.best_step == 11
+    # a run that scored nothing on the cadence still scores its last step, so that it keeps weights
+    none = fit(ToyTask(scores=[0.5]), train_config(dict(max_steps=3, lr=1e-2, eval_every=3, eval_offset=1,
+                                                        eval_at_end=False)), tmp_path / "none", progress=False)
+    assert [h["step"] for h in none.history] == [3] and none.best_step == 3
+    for bad in ({"eval_offset": -1}, {"eval_offset": True}, {"eval_at_end": 1}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            train_config(dict(max_steps=3, lr=1e-2, **bad))

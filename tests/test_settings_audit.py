@@ -120,7 +120,7 @@ def test_a_drifted_paper_value_fails_naming_its_row(monkeypatch, tmp_path):
     configs = tmp_path / "configs"
     shutil.copytree(idckit.settings.CONFIG_DIR, configs)
     birds = configs / "pcl_birds.json"        # birds fine-tuning back to the kit's old 100,000 steps at paper
-    birds.write_text(_edit(birds.read_text(), '"max_steps": 20000', '"max_steps": 100000'))
+    birds.write_text(_edit(birds.read_text(), '"max_steps": 20002', '"max_steps": 100000'))
     monkeypatch.setattr(idckit.settings, "CONFIG_DIR", configs)
     found = problems(DOC.read_text())
     assert len(found) == 1, found

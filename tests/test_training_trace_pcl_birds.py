@@ -225,15 +225,19 @@ def _model(paper: dict, rec: dict) -> dict:
 
 def _pretrain_settings(paper: dict, rec: dict, stage: str) -> dict:
     c = paper[SECTION[stage]]
+    # every setting experiments.birds._pretrain passes (those that draw batches have no say here: the recorded
+    # batches replace them)
     return {"model": _model(paper, rec), "batch_size": rec["batch"], "ratios": _kit_ratios(paper, stage),
-            **{k: c[k] for k in ("mask_prob", "eos_prob", "region_prob", "tau_mvcl", "tau_fda")}}
+            **{k: c[k] for k in ("mask_prob", "eos_prob", "region_prob", "tau_mvcl", "tau_fda", "mask_random_from",
+                                 "mask_none_chosen", "fda_samples", "sampling")}}
 
 
 def _finetune_settings(paper: dict, rec: dict) -> dict:
     ft = paper["finetune"]
     return {"model": _model(paper, rec), "batch_size": rec["batch"], "selection_metric": None,
             **{k: ft[k] for k in ("mask_prob", "eos_prob", "distractor_weight", "eval_batch_size", "group_by_pair",
-                                  "captions_per_pair", "targets", "tokenize", "loss_reduction")}}
+                                  "captions_per_pair", "targets", "tokenize", "loss_reduction", "decode_min_words",
+                                  "mask_random_from", "mask_none_chosen")}}
 
 
 def _task(paper: dict, rec: dict, init_from: Path):

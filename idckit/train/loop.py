@@ -72,6 +72,14 @@ class TrainConfig:
     # and DDP averages over 2 ranks: half the global loss's, which clipping and BertAdam's eps then see)
     gradient_scale: float
     eval_every: int
+    # val is scored after updates eval_offset + k * eval_every (k >= 1): 0, the kit's cadence; 1, IDC-PCL's
+    # fine-tuning scripts', which score after the update at global_step k * eval_every, counted from 0
+    # (bird/finetune.py:178, clver/finetune.py:179)
+    eval_offset: int
+    # the last step is scored too when off the cadence (the kit's); False: only the cadence, as IDC-PCL's
+    # fine-tuning loops, whose updates after their last evaluation are never selected (a run that scored
+    # nothing still scores its last step, so that it has weights to keep)
+    eval_at_end: bool
     patience: int | None
     # an evaluation at or before this step is never selected and counts towards patience (IDC-PCL's bird
     # fine-tuning: bird/finetune.py:190); 0: every evaluation may be selected
@@ -115,6 +123,11 @@ class TrainConfig:
         scale = d["gradient_scale"]
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
             raise ConfigError(f"gradient_scale must be a number > 0 (1.0: the loss's own gradient), got {scale!r}")
+        offset = d["eval_offset"]
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"eval_offset must be a whole number >= 0 (0: the kit's cadence), got {offset!r}")
+        if not isinstance(d["eval_at_end"], bool):
+            raise ConfigError(f"eval_at_end must be true or false, got {d['eval_at_end']!r}")
         _check_authors_selection(d["authors_selection"])
         return cls(**d)
 
@@ -506,7 +519,9 @@ def fit(task: Task, cfg: TrainConfig, run_dir: str | Path, *, progress: bool = T
                     over_time = distributed.broadcast(over_time)   # rank 0's clock
                 last = s["step"] == cfg.max_steps or over_time
                 evaluated = False
-                if last or (cfg.eval_every and s["step"] % cfg.eval_every == 0):
+                after = s["step"] - cfg.eval_offset
+                cadence = bool(cfg.eval_every) and after > 0 and after % cfg.eval_every == 0
+                if cadence or (last and (cfg.eval_at_end or s["best_step"] < 0)):
                     evaluated = True
                     stopped = evaluate(last) or stopped
                 if over_time and stopped == "max_steps":
