@@ -131,3 +131,14 @@ def test_the_authors_selection_decodes_apart_only_where_it_must():
     assert second(SimpleNamespace(authors_selection={"split": "test", "metric": "CIDEr-D"})) == "test"
     assert gpu_hours._eval_pairs("clevr-change", "test") == 3976 + 7970
     assert gpu_hours._eval_pairs("spot-the-diff", None) == 1493
+
+
+def test_the_evaluations_follow_the_loops_cadence():
+    evals = gpu_hours._evals
+    t = SimpleNamespace(max_steps=1000, eval_every=400)
+    assert evals(t) == 3                                            # 400, 800 and the last step
+    assert evals(SimpleNamespace(max_steps=800, eval_every=400)) == 2
+    assert evals(SimpleNamespace(max_steps=1000, eval_every=0)) == 1
+    # IDC-PCL's scripts: after updates 1 + k x 85, never at the end off the cadence
+    assert evals(SimpleNamespace(max_steps=20002, eval_every=85, eval_offset=1, eval_at_end=False)) == 235
+    assert evals(SimpleNamespace(max_steps=50, eval_every=85, eval_offset=1, eval_at_end=False)) == 1

@@ -163,10 +163,13 @@ def pretrain_step(m: Measured, ratios: dict[str, int], batch: int, neg_ratio: Se
 
 
 def _evals(t) -> int:
-    """Evaluations of a run of TrainConfig ``t``: every ``eval_every`` steps and at the last step (train/loop.py)."""
-    if not t.eval_every:
-        return 1
-    return t.max_steps // t.eval_every + (1 if t.max_steps % t.eval_every else 0)
+    """Evaluations of a run of TrainConfig ``t`` as train/loop.py makes them: after updates ``eval_offset`` + k x
+    ``eval_every`` (k >= 1), and at the last step when that is off the cadence and ``eval_at_end`` (or nothing was
+    scored yet)."""
+    offset, at_end = getattr(t, "eval_offset", 0), getattr(t, "eval_at_end", True)
+    cadence = max(0, t.max_steps - offset) // t.eval_every if t.eval_every else 0
+    on_cadence = bool(t.eval_every) and t.max_steps > offset and (t.max_steps - offset) % t.eval_every == 0
+    return cadence + (0 if on_cadence or not (at_end or cadence == 0) else 1)
 
 
 def _second_split(t) -> str | None:
