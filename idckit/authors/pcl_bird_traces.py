@@ -198,7 +198,8 @@ def _gic(checkout: Path, mods: _AuthorsData, g: torch.Generator, previous: dict[
         batches.append(batch)
     lr_steps = _lr_steps(args.warmup_steps, args.total_train_steps)
     return {"config": _config(args), "pool": list(meta.sampling_pools), "tasks": tasks,
-            "batches": _batches_of(batches), "trace_warmup_steps": WARMUP, "init": init, "final": _state(model), "steps": _stack(steps),
+            "batches": _batches_of(batches), "trace_warmup_steps": WARMUP, "init": init, "final": _state(model),
+            "steps": _stack(steps),
             "schedule": {"steps": torch.tensor(lr_steps),
                          "lr": torch.tensor([utils.get_lr_sched(i, args) for i in lr_steps], dtype=torch.float64)}}
 
