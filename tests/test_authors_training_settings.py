@@ -9,6 +9,7 @@ setting's profile values, and a hand-computed check that fails if the kit ignore
   (pair, caption), walked in shuffled epochs per task.
 - the gradient's scale (``train.gradient_scale``): CLIP4IDC's adaptation took half the global loss's gradient on
   the authors' 2 GPUs.
+- CLIP4IDC's caption length: ``clip4idc-paper``, the released checkpoints' import and the paper run are one value.
 """
 from __future__ import annotations
 
@@ -374,3 +375,18 @@ def test_a_non_positive_gradient_scale_is_refused():
     for bad in (0.0, -1.0, True):
         with pytest.raises(ConfigError, match="gradient_scale must be a number > 0"):
             train_config({"max_steps": 1, "lr": 1e-3, "gradient_scale": bad})
+
+
+# -- CLIP4IDC's caption length ---------------------------------------------------------------------------------------
+def test_the_paper_captioner_the_released_import_and_the_paper_run_share_the_authors_caption_length():
+    from idckit.authors.released import _released_settings
+    from idckit.experiments.config import model_config
+
+    paper = load_config("clip4idc_caption", "paper")
+    # theirs: max_words 32 keeps 31 words, decoded in 32 steps; the kit's length counts SOT and EOT: 33
+    assert paper["caption_max_len"] == 33
+    assert model_config("clip4idc-paper").max_len == 33
+    assert _released_settings("clip4idc-caption")["max_len"] == 33
+    for profile in ("cpu", "smoke"):           # caption_max_len null: the adaptation's max_len, as before
+        assert load_config("clip4idc_caption", profile)["caption_max_len"] is None
+        assert model_config(f"clip4idc-{profile}").max_len == load_config("clip4idc_caption", profile)["max_len"]

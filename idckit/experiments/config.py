@@ -39,7 +39,8 @@ def model_names() -> list[str]:
 
 def model_config(name: str, **fields: Any):
     """The model config ``name`` = ``<family>-<profile>`` (:func:`model_names`): the model section of that
-    profile's JSON (plus its caption length), with ``fields`` on top: the sizes only data knows (``vocab_size``,
+    profile's JSON (plus its caption length: ``caption_max_len`` where the profile sets one, CLIP4IDC's captioning
+    length, else ``max_len``), with ``fields`` on top: the sizes only data knows (``vocab_size``,
     ``feat_dim``, ``n_regions`` for IDC-PCL and DUDA) and any override. Returns the family's dataclass
     (:class:`~idckit.models.pcl.PCLConfig`, :class:`~idckit.models.clip4idc.CaptionerConfig`,
     :class:`~idckit.models.duda.DUDAConfig`)."""
@@ -51,7 +52,9 @@ def model_config(name: str, **fields: Any):
     cfg = load_config(file, profile)
     settings = dict(cfg[section])
     if length_key is not None:
-        settings[length_key] = cfg["max_len"]
+        # the length the family's captioner trains with (experiments.clip4idc.caption_data reads the same)
+        own = cfg.get("caption_max_len")
+        settings[length_key] = cfg["max_len"] if own is None else own
     cls = registry.resolve(families[family].config_class)
     try:
         return cls(**{**settings, **fields})
