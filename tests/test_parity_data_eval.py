@@ -7,7 +7,8 @@ IDC-PCL: the ids their fine-tuning Dataset gives every training caption (their l
 selection scorer (clver/eval.py) and test evaluator (eval/eval.py) against the kit's evaluator in the authors'
 mode (``authors_selection.tokenize``: raw strings). CLIP4IDC: the ids their CLEVR loaders give every retrieval
 text and caption, against the kit's ``load_pair_data`` at ``paper``; their ``eval_epoch`` (decoding, result file,
-pycocoevalcap with PTB) and per-type scoring against the kit's ``decode_ids`` and ``evaluate_pairs``.
+pycocoevalcap with PTB) and per-type scoring against the kit's ``decode_ids`` (``decode_cut`` at ``paper``) and
+``evaluate_pairs``.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from idckit.authors.data_eval_parity import (FIXTURE, PCL_SPECIALS, RECORD_NAME,
 from idckit.authors.pcl import AUTHORS_SPECIALS, kit_ids_of_authors, kit_words
 from idckit.data.clevr_change import ClevrChange
 from idckit.data.features import FeatureStore
+from idckit.errors import ConfigError
 from idckit.eval.captions import CaptionScorer, evaluate_pairs, subsets_of
 from idckit.models.clip4idc import tokenize_captions
 from idckit.registry import FAMILIES
@@ -75,7 +77,7 @@ def _pcl_data(root: Path, vocab: Vocab | None = None):
     store = FeatureStore(directory=root, meta={}, index={k: i for i, k in enumerate(keys)},
                          array=np.zeros((len(keys), 1, 2), dtype=np.float16))
     assert paper("pcl")["pcl.max_len"] == PCL["max_len"]
-    return load_pcl_data(ds, store, max_len=PCL["max_len"], vocab=vocab)
+    return load_pcl_data(ds, store, max_len=PCL["max_len"], vocab=vocab, words_kept=paper("pcl")["pcl.words_kept"])
 
 
 def _authors_words(ids: list[int]) -> list[str]:
@@ -88,7 +90,7 @@ SENTENCES = [c for p in pcl_pairs(FX, "train") for c in p["sentences"]]
 
 
 def _long(i: int) -> bool:
-    """Sample ``i`` has more words than the authors keep (max_len - 3): the truncation test's, not the others'."""
+    """Sample ``i`` has more words than the authors keep (max_len - 3)."""
     return len(SENTENCES[i].split(" ")) > PCL["max_len"] - 3
 
 
@@ -101,7 +103,7 @@ def test_pcl_vocabulary_holds_the_train_words(root):
 
 def test_pcl_training_captions_give_the_authors_ids(root):
     """Every training caption, in the authors' order (pair by pair, semantic then distractor): the same words,
-    <UNK>, [BOS]/[EOS] and padding as their Dataset, and with their dict.json as the kit's vocabulary (what
+    <UNK>, truncation, [BOS]/[EOS] and padding as their Dataset, and with their dict.json as the kit's vocabulary (what
     import-checkpoint reads) the same ids, mapped by the kit's conversion."""
     kit = _pcl_data(root)
     authors_vocab = PCL["dictionary"]
@@ -109,31 +111,29 @@ def test_pcl_training_captions_give_the_authors_ids(root):
     to_kit = kit_ids_of_authors(authors_vocab)
     train = kit.splits["train"]
     assert len(train.sample_ids) == len(PCL["train"])
-    checked = 0
     for i, sample in enumerate(PCL["train"]):
         pair = int(train.sample_pair[i])
         assert authors_image_id(train.pair_ids[pair]) == f"{sample['img1']}_{sample['img2']}"
         assert int(train.is_change[pair]) == sample["diff_label"]
-        if _long(i):
-            continue
         assert [kit.vocab.words[j] for j in train.sample_ids[i].tolist()] == _authors_words(sample["cap"])
         assert theirs.splits["train"].sample_ids[i].tolist() == to_kit[sample["cap"]].tolist()
-        checked += 1
-    assert checked == len(PCL["train"]) - 1
     # the pre-training Dataset pads the same way
     assert PCL["pretrain_caps"] == [s["cap"] for s in PCL["train"]]
 
 
-@pytest.mark.xfail(strict=True, reason="waits on the paper setting for IDC-PCL's truncation to max_len - 3 words "
-                   "(clver/data/dataset_finetune_clver.py:115-116; docs/parity_settings.md 'words kept after "
-                   "truncation'): the kit keeps max_len - 2 = 38 words where the authors keep 37")
 def test_pcl_truncation_keeps_the_authors_words(root):
+    """The 45-word caption: the authors keep max_len - 3 = 37 words (clver/data/dataset_finetune_clver.py:115-116),
+    and so does the kit at ``paper`` (``words_kept``); the kit's own rule (cpu, smoke) keeps 38."""
+    assert paper("pcl")["pcl.words_kept"] == "max_len - 3"
     kit = _pcl_data(root)
-    train = kit.splits["train"]
-    long = [(i, s) for i, s in enumerate(PCL["train"]) if _long(i)]
-    assert len(long) == 1 and _authors_words(long[0][1]["cap"]).count("[EOS]") == 1
-    for i, sample in long:
-        assert [kit.vocab.words[j] for j in train.sample_ids[i].tolist()] == _authors_words(sample["cap"])
+    long = [i for i in range(len(PCL["train"])) if _long(i)]
+    assert len(long) == 1
+    i = long[0]
+    theirs = _authors_words(PCL["train"][i]["cap"])
+    assert len(SENTENCES[i].split(" ")) == 45 and theirs.index("[EOS]") == 1 + PCL["max_len"] - 3
+    assert [kit.vocab.words[j] for j in kit.splits["train"].sample_ids[i].tolist()] == theirs
+    own = kit.vocab.encode(SENTENCES[i], PCL["max_len"], "max_len - 2")
+    assert len(own) == PCL["max_len"] and [kit.vocab.words[j] for j in own[:38]] == theirs[:38]
 
 
 def test_pcl_references_and_change_labels(root):
@@ -164,7 +164,9 @@ def test_pcl_probes_whitespace_against_the_kit_tokeniser():
 
 # -- IDC-PCL: evaluation ---------------------------------------------------------------------------------------
 def _pcl_authors_mode() -> bool:
-    rule = paper("pcl")["pcl.finetune.train.authors_selection.tokenize"]
+    """The kit's authors' mode for IDC-PCL: ``authors_selection.tokenize`` at ``paper`` (false: the raw strings, as
+    clver/eval.py and eval/eval.py score them; false too where the config names no authors' selection yet)."""
+    rule = paper("pcl").get("pcl.finetune.train.authors_selection.tokenize", False)
     assert rule is False
     return rule
 
@@ -243,16 +245,22 @@ def test_clip4idc_probes_tokenise_as_the_authors():
 
 # -- CLIP4IDC: evaluation --------------------------------------------------------------------------------------
 def test_clip4idc_decoding_gives_the_authors_captions():
-    """Their eval_epoch turns the fixed greedy outputs into the result file's captions; the kit's decode_ids
-    gives the same strings, except where a token that is not '!' (id 0) holds a '!': they cut the text at the
-    character, the kit at id 0 (the recorded probe; no caption of the fixture has one)."""
+    """Their eval_epoch turns the fixed greedy outputs into the result file's captions; the kit's decode_ids with
+    the ``paper`` decode_cut gives the same strings, the probes of the cut included. The kit's own cut (at the EOT
+    and pad ids) differs only where a token other than id 0 holds a '!': they cut the text at the character."""
+    cut = paper("clip4idc")["clip4idc_caption.decode_cut"]
+    assert cut == "text"
     ev = C4["evaluation"]
     names = list(ev["outputs"])
-    assert decode_ids([ev["outputs"][n] for n in names]) == [ev["results"][n] for n in names]
-    kit = decode_ids([p["ids"] for p in ev["decode_probes"]])
-    differs = [k != p["caption"] for k, p in zip(kit, ev["decode_probes"])]
-    assert differs == [False, True, False, False, False]
+    for rule in ("text", "ids"):
+        assert decode_ids([ev["outputs"][n] for n in names], rule) == [ev["results"][n] for n in names]
+    probes = [p["ids"] for p in ev["decode_probes"]]
+    assert decode_ids(probes, cut) == [p["caption"] for p in ev["decode_probes"]]
+    kit = decode_ids(probes, "ids")
+    assert [k != p["caption"] for k, p in zip(kit, ev["decode_probes"])] == [False, True, False, False, False]
     assert (ev["decode_probes"][1]["caption"], kit[1]) == ("the cube moved", "the cube moved !! away")
+    with pytest.raises(ConfigError, match="decode_cut"):
+        decode_ids(probes, "words")
 
 
 def test_clip4idc_change_type_lists_are_the_authors(root):

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from idckit.authors import clip4idc, pcl, pcl_bird_traces, pcl_pretrain_trace
+from idckit.authors import clip4idc, data_eval_parity, pcl, pcl_bird_traces, pcl_pretrain_trace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.clip4idc_trace_only:
             clip4idc.record(args.clip4idc, args.out)
         clip4idc.record_optim_trace(args.clip4idc, args.out)
+    # their loaders and evaluators on the data fixture (data_eval_record.json), unless only traces are asked for
+    idc = None if args.idc_trace_only else args.idc
+    c4 = None if args.clip4idc_trace_only else args.clip4idc
+    if idc is not None or c4 is not None:
+        data_eval_parity.record(idc, c4, args.out)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Data and evaluation parity: the authors' preprocessing and evaluation code, run on a tiny real-layout fixture.
 
-``record(idc, clip4idc, out)`` reads ``tests/parity/data_eval_fixture.json`` (a 12-index CLEVR-Change in the
+``record(idc, clip4idc, out)`` reads ``tests/parity/data_eval_fixture.json`` (a 16-index CLEVR-Change in the
 official layout's schemas, fixed candidate captions, tokeniser probes), writes it out as the layouts the authors'
 code reads, runs their code on it from the checkouts and stores what it produced in ``data_eval_record.json``:
 

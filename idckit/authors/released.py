@@ -188,7 +188,9 @@ def clip4idc_caption_result(s, checkpoint: str | Path, *, progress: bool = False
     sha = json.loads((imported / "import.json").read_text(encoding="utf-8"))["sha256"]
     meteor = s.config["caption"]["meteor"]
     min_words = s.config["caption"]["decode_min_words"]        # the profile's decoding, 0 (theirs) at paper
-    config = {**s.identity, "checkpoint": sha, "decoding": "greedy", "meteor": meteor, "decode_min_words": min_words}
+    cut = s.config["caption"]["decode_cut"]                    # "text" (theirs) at paper
+    config = {**s.identity, "checkpoint": sha, "decoding": "greedy", "meteor": meteor, "decode_min_words": min_words,
+              **({"decode_cut": cut} if cut != "ids" else {})}    # the key only where it is not the kit's
 
     def score(out: Path) -> dict[str, Any]:
         from idckit.authors.clip4idc import load_imported  # local: open_clip (~6.5 s), see _pair_data
@@ -205,7 +207,7 @@ def clip4idc_caption_result(s, checkpoint: str | Path, *, progress: bool = False
             for idx in torch.arange(len(split)).split(s.config["caption"]["eval_batch_size"]):
                 visual = (data.images.batch(split.before[idx], dev), data.images.batch(split.after[idx], dev))
                 tokens = greedy_decode(model, visual, cfg["max_len"] - 1, min_words)
-                preds.update(zip((split.pair_ids[j] for j in idx.tolist()), decode_ids(tokens.tolist())))
+                preds.update(zip((split.pair_ids[j] for j in idx.tolist()), decode_ids(tokens.tolist(), cut)))
         write_results(out / "test", preds)
         test = evaluate_pairs(split.references, preds, dict(zip(split.pair_ids, split.types)),
                               scorer=_final_scorer(meteor), meteor=meteor)

@@ -431,7 +431,7 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
                            trim_vocab=c["trim_vocab"], eval_batch_size=c["eval_batch_size"], scorer=quick,
                            progress=progress, decay_rule=c["decay_rule"], loss_reduction=c["loss_reduction"],
                            weight_decay=c["train"]["weight_decay"], freeze=c["freeze"],
-                           decode_min_words=c["decode_min_words"])
+                           decode_min_words=c["decode_min_words"], decode_cut=c["decode_cut"])
         scenes = len(task.scenes)
         res = loop.fit(task, _train_config(c["train"], run.config["seed"], scenes, c["batch_size"]), run.dir,
                        progress=progress, device=s.device, loader=s.loader)

@@ -65,6 +65,10 @@ DECAY_RULES = ("kit", "public")
 #: captioning ``loss_reduction``: token_mean = one mean over the caption tokens of both passes; pass_means = the
 #: public code's sum of the change pass's token mean and the no-change pass's (main_task_caption.py:319-325)
 CAPTION_LOSS_REDUCTIONS = ("token_mean", "pass_means")
+#: captioning ``decode_cut``: where a greedy output's caption ends. ids = at the first EOT or pad id (0, '!'), the
+#: kit's; text = the public code's (main_task_caption.py:589-596): the ids decoded whole, the text cut at the first
+#: '<|endoftext|>' and then at the first '!' character, which also cuts at a token that holds a '!' ('!!', '!)')
+DECODE_CUTS = ("ids", "text")
 
 
 def _check_choice(name: str, value: object, known: Sequence[str], config: str) -> None:
@@ -219,11 +223,18 @@ def with_text_length(data: PairData, max_len: int) -> PairData:
     return PairData(images=data.images, splits=splits, max_len=max_len)
 
 
-def decode_ids(rows: Sequence[Sequence[int]]) -> list[str]:
-    """Greedy output ids (after SOT) -> caption strings, cut at EOT (and at pad, which never follows a word)."""
+def decode_ids(rows: Sequence[Sequence[int]], cut: str = "ids") -> list[str]:
+    """Greedy output ids (after SOT) -> caption strings, cut at EOT (and at pad, which never follows a word), or
+    with ``cut="text"`` as the public code cuts them (:data:`DECODE_CUTS`)."""
+    _check_choice("decode_cut", cut, DECODE_CUTS, "configs/clip4idc_caption.json")
     tok = clip_bpe_tokenizer()
     out = []
     for ids in rows:
+        if cut == "text":
+            # open_clip spells EOT <end_of_text> where their tokenizer writes <|endoftext|>
+            text = tok.decode([int(i) for i in ids]).split(tok.decode([tok.eot_token_id]), 1)[0]
+            out.append(text.split("!", 1)[0].strip())
+            continue
         words = []
         for i in ids:
             if i in (tok.eot_token_id, 0):
@@ -476,8 +487,10 @@ class CaptionTask:
                  captions_per_pair: int, init_from: str | Path | None = None,
                  intra_cache: IntraCache | None = None, scorer=None, progress: bool = False,
                  decay_rule: str = "kit", weight_decay: float | None = None, loss_reduction: str = "token_mean",
-                 freeze: Sequence[str] = (), decode_min_words: int = MIN_WORDS):
+                 freeze: Sequence[str] = (), decode_min_words: int = MIN_WORDS, decode_cut: str = "ids"):
         self.data, self.clip_model, self.pretrained = data, clip_model, pretrained
+        _check_choice("decode_cut", decode_cut, DECODE_CUTS, "configs/clip4idc_caption.json")
+        self.decode_cut = decode_cut
         if isinstance(decode_min_words, bool) or not isinstance(decode_min_words, int) or decode_min_words < 0:
             raise ConfigError(f"decode_min_words must be an integer >= 0, got {decode_min_words!r}",
                               fix="0 is the authors' greedy decoding (paper profile), 1 the kit's "
@@ -625,7 +638,7 @@ class CaptionTask:
                         disable=not self.progress, leave=False):
             tokens = greedy_decode(model, self._visual(model, split, idx), self.data.max_len - 1,
                                    self.decode_min_words)
-            for j, text in zip(idx.tolist(), decode_ids(tokens.tolist())):
+            for j, text in zip(idx.tolist(), decode_ids(tokens.tolist(), self.decode_cut)):
                 out[s.pair_ids[j]] = text
         model.train(was)
         if distributed.world() > 1:
