@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from idckit.authors import clip4idc, data_eval_parity, pcl, pcl_bird_traces, pcl_pretrain_trace
+from idckit.authors import clip4idc, clip4idc_traces, data_eval_parity, pcl, pcl_bird_traces, pcl_pretrain_trace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,7 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--clip4idc", type=Path, help="a checkout of the public CLIP4IDC code (sushizixin/CLIP4IDC)")
     r.add_argument("--out", type=Path, default=Path("tests/parity"))
     r.add_argument("--clip4idc-trace-only", action="store_true",
-                   help="with --clip4idc: re-record only clip4idc_optim_trace.pt (their optimiser and schedule)")
+                   help="with --clip4idc: re-record only the training traces (clip4idc_optim_trace.pt, "
+                        "clip4idc_{adapt,caption}_trace.pt)")
     r.add_argument("--idc-trace-only", action="store_true",
                    help="with --idc: re-record only the training traces (pcl_clver_finetune_trace.pt, "
                         "pcl_clver_pretrain_trace.pt, pcl_bird_{gic,fgvc,finetune}_trace.pt)")
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.clip4idc_trace_only:
             clip4idc.record(args.clip4idc, args.out)
         clip4idc.record_optim_trace(args.clip4idc, args.out)
+        clip4idc_traces.record_traces(args.clip4idc, args.out)
     # their loaders and evaluators on the data fixture (data_eval_record.json), unless only traces are asked for
     idc = None if args.idc_trace_only else args.idc
     c4 = None if args.clip4idc_trace_only else args.clip4idc
