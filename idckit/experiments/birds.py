@@ -38,6 +38,7 @@ from idckit.experiments.config import check_profile, check_seeds, load_config, t
 from idckit.experiments.data import birds
 from idckit.experiments.pcl import MODEL
 from idckit.experiments.runs import Run, open_run, variant_result
+from idckit.experiments.selection import authors_entry, with_test
 from idckit.fileio import check_output_dir
 from idckit.reports.report import Provenance
 from idckit.tasks.pcl import FinetuneTask, PretrainTask, predict
@@ -222,17 +223,26 @@ def _finetune(s: Setup, run: Run, pre: Run, progress: bool, *, pre_seconds: floa
         res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir,
                        progress=progress, device=s.device, loader=s.loader)
     data.vocab.save(run.dir / "vocab.json")
+    split = data.splits["test"]
+
+    def test_scores(model) -> dict[str, Any]:
+        captions = predict(model, data, "test", batch_size=c["eval_batch_size"], progress=progress,
+                           min_words=c["decode_min_words"])["captions"]
+        return evaluate_pairs(split.references, captions, dict(zip(split.pair_ids, split.types)),
+                              tokenize=c["tokenize"], meteor=s.config["meteor"])
+
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress,
                     min_words=c["decode_min_words"])
     write_results(run.dir / "test", preds["captions"])
-    split = data.splits["test"]
     test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)),
                           tokenize=c["tokenize"], meteor=s.config["meteor"])
+    authors = with_test(authors_entry(res, task, run.dir, test_scores), test)
     run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
                   "stopped": res.stopped, "test": test, "finetune_seconds": res.wall_seconds,
                   "pretrain_seconds": round(pre_seconds, 1),
                   "wall_seconds": round(time.perf_counter() - t0 + pre_seconds, 1),
-                  **grammar_scores(s, preds["captions"]), "negatives": getattr(data, "negative_stats", None)})
+                  **grammar_scores(s, preds["captions"]), "negatives": getattr(data, "negative_stats", None),
+                  **authors})
 
 
 def selection(s: Setup) -> str:

@@ -46,7 +46,7 @@ from idckit.errors import ConfigError, WeightsUnavailableError
 from idckit.eval.baselines import most_frequent
 from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
 from idckit.eval.retrieval import retrieval_metrics
-from idckit.experiments import base, recipes, reporting
+from idckit.experiments import base, recipes, reporting, selection
 from idckit.experiments.base import Setup
 from idckit.experiments.config import (check_profile, check_seeds, deep_merge, load_config, read_config_file,
                                        train_config)
@@ -324,9 +324,11 @@ def adapt(s: Setup, n_intra: int | None = None, seed: int = 0, *, progress: bool
             res = loop.fit(task, _train_config(c["train"], seed, samples, c["batch_size"]), run.dir, progress=progress,
                            device=dev, loader=s.loader)
             test = task.evaluate(res.model, "test")
+            authors = selection.with_test(selection.authors_entry(res, task, run.dir,
+                                                                  lambda m: task.evaluate(m, "test")), test)
             if distributed.is_main():
                 run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
-                              "stopped": res.stopped, "test": test, "test_unadapted": before,
+                              "stopped": res.stopped, "test": test, "test_unadapted": before, **authors,
                               "test_plain_clip": plain, "train_seconds": res.wall_seconds,
                               "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
             distributed.barrier()
@@ -438,11 +440,18 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
         t1 = time.perf_counter()
         preds = task.predict(res.model, "test")
         decode_seconds = time.perf_counter() - t1
+    split = data.splits["test"]
+
+    def test_scores(model) -> dict[str, Any]:
+        captions = task.predict(model, "test")
+        return evaluate_pairs(split.references, captions, dict(zip(split.pair_ids, split.types)),
+                              scorer=_final_scorer(c["meteor"]), meteor=c["meteor"]) if distributed.is_main() else {}
+
+    authors = selection.authors_entry(res, task, run.dir, test_scores)
     if not distributed.is_main():      # rank 0 scores and writes; the others wait for the finished run
         distributed.barrier()
         return
     write_results(run.dir / "test", preds)
-    split = data.splits["test"]
     test = evaluate_pairs(split.references, preds, dict(zip(split.pair_ids, split.types)),
                           scorer=_final_scorer(c["meteor"]), meteor=c["meteor"])
     run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
@@ -452,7 +461,8 @@ def _caption(s: Setup, run: Run, clip: dict, captioner: dict, ad: dict | None, p
                   "adapt_seconds": ad["wall_seconds"] if ad else 0.0,
                   "clip_pretrain_seconds": clip.get("wall_seconds", 0.0),
                   "test_decode_seconds": round(decode_seconds, 1),
-                  "wall_seconds": round(time.perf_counter() - t0, 1)}, **_about(s))
+                  "wall_seconds": round(time.perf_counter() - t0, 1), **selection.with_test(authors, test)},
+                 **_about(s))
     distributed.barrier()
 
 

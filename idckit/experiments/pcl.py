@@ -22,7 +22,7 @@ from idckit.data.features import IMAGE_SIZE
 from idckit.device import resolve
 from idckit.errors import ConfigError, DatasetError
 from idckit.eval.captions import CaptionScorer, evaluate_pairs, write_results
-from idckit.experiments import base, recipes
+from idckit.experiments import base, recipes, selection
 from idckit.experiments.base import Setup
 from idckit.experiments.config import check_profile, check_seeds, load_config, train_config
 from idckit.experiments.data import clevr_change
@@ -151,21 +151,30 @@ def _finetune(s: Setup, run: Run, pre: Run | None, progress: bool) -> None:
                             init_from=None if pre is None else pre.dir / "best.pt", scorer=quick)
         res = loop.fit(task, train_config(c["train"], run.config["seed"]), run.dir,
                        progress=progress, device=s.device, loader=s.loader)
+    split = data.splits["test"]
+
+    def test_scores(model) -> dict[str, Any]:
+        captions = predict(model, data, "test", batch_size=c["eval_batch_size"], progress=progress,
+                           min_words=c["decode_min_words"])["captions"]
+        return evaluate_pairs(split.references, captions, dict(zip(split.pair_ids, split.types))) \
+            if distributed.is_main() else {}
+
     preds = predict(res.model, data, "test", batch_size=c["eval_batch_size"], progress=progress,
                     min_words=c["decode_min_words"])
+    authors = selection.authors_entry(res, task, run.dir, test_scores)
     if not distributed.is_main():      # rank 0 scores and writes; the others wait for the finished run
         distributed.barrier()
         return
     data.vocab.save(run.dir / "vocab.json")
     write_results(run.dir / "test", preds["captions"])
-    split = data.splits["test"]
     test = evaluate_pairs(split.references, preds["captions"], dict(zip(split.pair_ids, split.types)))
     pre_seconds = pre.metrics()["wall_seconds"] if pre is not None else 0.0
     run.complete({"val": res.best_metrics, "best_step": res.best_step, "history": res.history,
                   "stopped": res.stopped, "test": test, "judge_accuracy": preds["judge_accuracy"],
                   "finetune_seconds": res.wall_seconds, "pretrain_seconds": pre_seconds,
                   "wall_seconds": round(time.perf_counter() - t0 + pre_seconds, 1),
-                  "negatives": getattr(data, "negative_stats", None)}, **_about(s))
+                  "negatives": getattr(data, "negative_stats", None), **selection.with_test(authors, test)},
+                 **_about(s))
     distributed.barrier()
 
 

@@ -12,9 +12,10 @@ reading and judging the report files is :mod:`idckit.reports.report`.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from idckit.data.clevr_change import CHANGE_TYPES, DISTRACTOR
+from idckit.experiments.selection import KIT_LABEL
 from idckit.reports.report import retrieval_chance, to_paper_scale
 from idckit.reports.stats import compare
 
@@ -45,6 +46,33 @@ def trained_fields(result: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def authors_fields(result: Mapping[str, Any], metrics: Callable[[Mapping[str, Any]], dict[str, float]]
+                   ) -> dict[str, Any]:
+    """Where a run also kept the checkpoint the authors' scripts would keep (``paper``: metrics.json's
+    ``authors_selection``, :mod:`idckit.experiments.selection`): ``selection`` naming the row's own numbers
+    val-selected, and ``authors_selection`` = ``{"label", "step", "val_step", "metrics"}``, that checkpoint's test
+    numbers on the row's terms (``metrics(test)``: the row's metrics from a test breakdown). ``{}`` otherwise, so a
+    run without one (cpu, smoke) reports nothing more."""
+    a = result.get("authors_selection")
+    if not isinstance(a, Mapping) or a.get("test") is None:
+        return {}
+    return {"selection": KIT_LABEL, "authors_selection": {"label": a["label"], "step": a["best_step"],
+                                                          "val_step": a["val_best_step"],
+                                                          "metrics": metrics(a["test"])}}
+
+
+def _mean_authors(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """:func:`authors_fields` of a mean row: the mean over seeds where every seed has them."""
+    picked = [r.get("authors_selection") for r in rows]
+    if not rows or any(a is None for a in picked):
+        return {}
+    keys = [k for k in picked[0]["metrics"] if all(k in a["metrics"] for a in picked)]
+    stats = {k: mean_sd([a["metrics"][k] for a in picked]) for k in keys}
+    return {"selection": KIT_LABEL, "authors_selection": {
+        "label": picked[0]["label"], "steps": [a["step"] for a in picked],
+        "metrics": {k: v[0] for k, v in stats.items()}, "sd": {k: v[1] for k, v in stats.items()}}}
+
+
 def mean_trained_fields(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """:func:`trained_fields` of a mean row: the fewest distinct captions of its seeds, mean judge and CIDEr-D."""
     distinct = [r["distinct_test_captions"] for r in rows if r.get("distinct_test_captions") is not None]
@@ -72,7 +100,7 @@ def _with_means(out: list[dict[str, Any]], fields: Mapping[str, Any]) -> list[di
             stats = {k: mean_sd([x["metrics"][k] for x in rs]) for k in keys}
             means.append({"model": model, "variant": variant, "split": "test", **fields, "seed": "mean",
                           "n_seeds": len(rs), "metrics": {k: v[0] for k, v in stats.items()},
-                          "sd": {k: v[1] for k, v in stats.items()}, **mean_trained_fields(rs)})
+                          "sd": {k: v[1] for k, v in stats.items()}, **mean_trained_fields(rs), **_mean_authors(rs)})
     return out + means
 
 
@@ -88,16 +116,21 @@ def rows(results: Sequence[Mapping[str, Any]], subset: str = "total", *, labels:
         m.update({k: 100.0 * r[k] for k in percent if r.get(k) is not None})
         out.append({"model": r["model"], "variant": (labels or {}).get(r["variant"], r["label"]), "split": "test",
                     "subset": subset, "seed": r.get("seed"), "run": r["run"], "metrics": m, **trained_fields(r),
-                    **({"data": r["data"]} if "data" in r else {})})
+                    **({"data": r["data"]} if "data" in r else {}),
+                    # the grammar's shares are the val-selected captions' alone: not among the authors' metrics
+                    **authors_fields(r, lambda t: to_paper_scale(t[subset]))})
     return _with_means(out, {"subset": subset})
 
 
 def per_type_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """CIDEr-D (x100) of each change type and the distractors (:data:`TYPES` the test split has), one row per run,
     then a mean row (with ``sd``) per variant run with several seeds: IDC-PCL's table 3, CLIP4IDC's table 2."""
+    def per_type(test: Mapping[str, Any]) -> dict[str, float]:
+        return {t: 100 * test[t]["CIDEr-D"] for t in TYPES if t in test}
+
     out = [{"model": r["model"], "variant": r["label"], "split": "test", "seed": r.get("seed"), "run": r["run"],
-            "metrics": {t: 100 * r["test"][t]["CIDEr-D"] for t in TYPES if t in r["test"]}, **trained_fields(r),
-            **({"data": r["data"]} if "data" in r else {})} for r in results]
+            "metrics": per_type(r["test"]), **trained_fields(r),
+            **({"data": r["data"]} if "data" in r else {}), **authors_fields(r, per_type)} for r in results]
     return _with_means(out, {})
 
 
@@ -187,7 +220,8 @@ def retrieval_rows(adapted: Sequence[Mapping[str, Any]], *, unadapted: bool = Tr
         split = f"{a['n_intra']}/{a['n_inter']}"
         out.append({"model": a["model"], "variant": f"adapted ({split})", "split": "test", "seed": a["seed"],
                     "run": a["run"], "metrics": {k: a["test"][k] for k in keys},
-                    **({"chance": chance} if chance else {})})
+                    **({"chance": chance} if chance else {}),
+                    **authors_fields(a, lambda t: {k: t[k] for k in keys})})
         if unadapted:
             out.append({"model": a["model"], "variant": f"before adaptation ({split}, fresh e1/e2/p)",
                         "split": "test", "seed": a["seed"], "metrics": {k: a["test_unadapted"][k] for k in keys}})
@@ -206,14 +240,20 @@ def layer_split_rows(splits: Sequence[Mapping[str, Any]], adapted: Sequence[Mapp
     (:func:`trained_fields`, retrieval chance)."""
     chance = {k: v for k, v in retrieval_chance(n_pairs).items() if k in RETRIEVAL_KEYS} if n_pairs else None
     out = []
+    def both(retrieval: Mapping[str, Any], captioning: Mapping[str, Any]) -> dict[str, float]:
+        metrics = {m: retrieval[m] for m in RETRIEVAL_KEYS}
+        metrics.update({m: 100 * captioning["total"][m] for m in ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
+                        if m in captioning["total"]})
+        return metrics
+
     for sp, a, c in zip(splits, adapted, captioned):
-        metrics = {m: a["test"][m] for m in RETRIEVAL_KEYS}
-        metrics.update({m: 100 * c["test"]["total"][m] for m in ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr-D")
-                        if m in c["test"]["total"]})
+        # the authors' pick of both stages, or of neither: a row never mixes the two selections
+        picked = authors_fields(a, lambda t: t) and authors_fields(c, lambda t: t)
         out.append({"model": c["model"], "variant": sp["label"], "paper_split": sp["paper_split"],
                     "n_intra": sp["n_intra"], "split": "test", "seed": c["seed"], "run": c["run"],
-                    "adapt_run": a["run"], "metrics": metrics, **trained_fields(c),
-                    **({"chance": chance} if chance else {})})
+                    "adapt_run": a["run"], "metrics": both(a["test"], c["test"]), **trained_fields(c),
+                    **({"chance": chance} if chance else {}),
+                    **(authors_fields(c, lambda t: both(a["authors_selection"]["test"], t)) if picked else {})})
     return out
 
 
@@ -223,6 +263,6 @@ def chance_row(n_pairs: int, keys: Sequence[str] = RETRIEVAL_KEYS) -> dict[str, 
             "metrics": _chance(n_pairs, keys)}
 
 
-__all__ = ["TYPES", "mean_sd", "trained_fields", "mean_trained_fields", "rows", "per_type_rows", "per_variant",
-           "gap_notes", "BASELINE_MODEL", "baseline_rows", "selection_rows", "RETRIEVAL_KEYS",
+__all__ = ["TYPES", "mean_sd", "trained_fields", "authors_fields", "mean_trained_fields", "rows", "per_type_rows",
+           "per_variant", "gap_notes", "BASELINE_MODEL", "baseline_rows", "selection_rows", "RETRIEVAL_KEYS",
            "retrieval_rows", "layer_split_rows", "chance_row"]

@@ -431,15 +431,17 @@ class FinetuneTask(_PCLTask):
             return local_sum * distributed.world()
         return distributed.global_mean(local_sum, local_count)
 
-    def evaluate(self, model: PCL, split: str = "val") -> dict[str, float]:
+    def evaluate(self, model: PCL, split: str = "val", *, tokenize: bool | None = None) -> dict[str, float]:
         """Val metrics, scored once on rank 0 (the other ranks of a torchrun group decode their share and
-        return {})."""
+        return {}). ``tokenize`` None: the task's own text rule; False: the raw strings split on spaces, as the
+        authors' selection scores them (the loop's ``authors_selection``)."""
         preds = predict(model, self.data, split, batch_size=self.eval_batch_size, min_words=self.decode_min_words)
         if not distributed.is_main():
             return {}
         s = self.data.splits[split]
         scores = evaluate_pairs(s.references, preds["captions"], dict(zip(s.pair_ids, s.types)),
-                                meteor=False, scorer=self.scorer, tokenize=self.tokenize)
+                                meteor=False, scorer=self.scorer,
+                                tokenize=self.tokenize if tokenize is None else tokenize)
         out = {k: scores["total"][k] for k in ("CIDEr-D", "Bleu_4", "ROUGE_L")}
         # the total rewards a constant "no change" caption on the distractor half; the halves show what it hides
         for sub in ("semantic", DISTRACTOR):
