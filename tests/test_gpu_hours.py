@@ -114,8 +114,9 @@ def test_the_clevr_caption_count_scales_the_clevr_adaptations_only(record, count
 
 def test_the_account_adds_up_and_says_what_it_leaves_out(record):
     acc = account(record)
-    assert_close(sum(g["hours"] for g in acc["by_kind"].values()), acc["total_hours"], atol=0.02)
-    assert_close(sum(g["hours"] for g in acc["by_notebook"].values()), acc["total_hours"], atol=0.02)
+    # each group and the total are rounded apart
+    assert_close(sum(g["hours"] for g in acc["by_kind"].values()), acc["total_hours"], rtol=1e-3)
+    assert_close(sum(g["hours"] for g in acc["by_notebook"].values()), acc["total_hours"], rtol=1e-3)
     assert acc["total_hours_unscaled_small_batches"] >= acc["total_hours"]
     assert any("feature extraction" in n for n in acc["not_counted"])
     assert any(n.startswith("prepare features") for n in acc["not_counted"])

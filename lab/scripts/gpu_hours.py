@@ -197,7 +197,9 @@ def _eval_pairs(dataset: str, second: str | None) -> int:
 
 
 def _second_note(second: str | None) -> str:
-    return f"; the authors' selection decodes {second} again at each evaluation" if second else ""
+    if not second:
+        return ""
+    return f"; authors_selection evaluates {second} {'a second time' if second == 'val' else 'too'} at each evaluation"
 
 
 # -- IDC-PCL, DUDA and the birds: the job graph's units ---------------------------------------------------------
@@ -449,7 +451,8 @@ def account(record: dict[str, Any], *, names: Sequence[str] | None = None,
         "test_decoding_hours": round(sum(r.test_seconds for r in runs) / 3600, 3),
         "assumptions": [
             "steps: every run to its configured last step (max_steps, or epochs x the release's train count // "
-            "batch); evaluations every eval_every steps and at the last one, as train/loop.py does",
+            "batch); evaluations on train/loop.py's cadence (eval_every, eval_offset, eval_at_end), each with a "
+            "second one where authors_selection scores test or val apart (CLIP4IDC: test; IDC-PCL: val again)",
             "a run whose batch differs from the measured one: the measured step time x batch / measured batch "
             "(linear; total_hours_unscaled_small_batches keeps the measured time for smaller batches, as a GPU "
             "step does not shrink in proportion)",
