@@ -20,7 +20,7 @@ PAPER = [
     ("pcl", "model.n_heads", 8, "Table 6: heads 8"),
     ("pcl", "model.dropout", 0.2, "Table 6: dropout 0.2"),
     ("pcl", "pretrain.train.warmup_steps", 8000, "Table 6: pre-training warm-up 8K"),
-    ("pcl", "pretrain.train.max_steps", 250000, "Table 6: pre-training steps 250K"),
+    ("pcl", "pretrain.train.max_steps", 250001, "Table 6: 250K; clver/pretrain.py updates at 0 .. 250000"),
     ("pcl", "pretrain.train.lr", 1e-4, "Table 6: pre-training lr 1e-4"),
     ("pcl", "pretrain.batch_size", 200, "Table 6: batch 200"),
     ("pcl", "pretrain.ratios", {"mlm": 8, "mvcl": 1, "fda": 2}, "Table 6: MLM:MVCL:FDA = 8:1:2"),

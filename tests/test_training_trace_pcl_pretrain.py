@@ -75,8 +75,9 @@ def test_the_paper_schedule_is_the_authors_over_the_whole_run():
     the kit's cpu-era ``noam`` (the step counted from 1) is one step ahead of it."""
     rec = _trace()
     t = load_config("pcl", "paper")["pretrain"]["train"]
+    # their loop updates at global_step 0 .. total_train_steps and then breaks (clver/pretrain.py:133,155,199-201)
     assert (t["lr"], t["warmup_steps"], t["max_steps"]) == (rec["config"]["lr"], rec["config"]["warmup_steps"],
-                                                            rec["config"]["total_train_steps"])
+                                                            rec["config"]["total_train_steps"] + 1)
     steps = [int(s) for s in rec["schedule"]["steps"]]
     factor = lr_factor(t["schedule"], max_steps=t["max_steps"], warmup_steps=t["warmup_steps"], lr=t["lr"])
     kit = torch.tensor([t["lr"] * factor(s) for s in steps], dtype=torch.float64)
