@@ -390,3 +390,22 @@ def test_the_paper_captioner_the_released_import_and_the_paper_run_share_the_aut
     for profile in ("cpu", "smoke"):           # caption_max_len null: the adaptation's max_len, as before
         assert load_config("clip4idc_caption", profile)["caption_max_len"] is None
         assert model_config(f"clip4idc-{profile}").max_len == load_config("clip4idc_caption", profile)["max_len"]
+
+
+# -- BERT schedules' warm-up fraction ----------------------------------------------------------------------------
+def test_bert_schedules_warm_up_over_the_exact_fraction_as_the_authors():
+    """Their warmup_linear / warmup_cosine compare x = step / total with the fraction 0.1 itself
+    (modules/optimization.py:26-43 in sushizixin/CLIP4IDC); at 25 steps the warm-up ends at 2.5 steps, so step 2
+    is still warming up at 2 / 2.5 = 0.8 (rounding to 2 whole steps would put it in the decay, at 0.9783)."""
+    from idckit.train.schedules import lr_factor
+
+    for schedule, after in (("warmup_linear_bert", (1 - 3 / 25) / 0.9), ("warmup_cosine_bert", None)):
+        cfg = train_config({"schedule": schedule, "lr": 1e-4, "max_steps": 25, "warmup_fraction": 0.1})
+        assert cfg.warmup_steps == pytest.approx(2.5)
+        f = lr_factor(cfg.schedule, max_steps=cfg.max_steps, warmup_steps=cfg.warmup_steps)
+        assert [f(0), f(1), f(2)] == pytest.approx([0.0, 0.4, 0.8])
+        if after is not None:
+            assert f(3) == pytest.approx(after)
+    # the kit's own schedules keep whole warm-up steps
+    assert train_config({"schedule": "warmup_cosine", "lr": 1e-4, "max_steps": 25,
+                         "warmup_fraction": 0.1}).warmup_steps == 2

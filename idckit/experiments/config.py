@@ -80,7 +80,10 @@ def train_config(block: Mapping[str, Any], seed: int | None = None, *, steps_per
     if epochs is not None:                       # a profile sets these to null to give steps directly
         t["max_steps"] = int(math.ceil(epochs * steps_per_epoch))
     if warmup is not None:
-        t["warmup_steps"] = int(round(warmup * t["max_steps"]))
+        # BERT's schedules compare step / total with the fraction itself (their warm-up may end mid-step); the
+        # others count whole warm-up steps
+        bert = str(t.get("schedule", read_config_file("train")["base"]["schedule"])).endswith("_bert")
+        t["warmup_steps"] = warmup * t["max_steps"] if bert else int(round(warmup * t["max_steps"]))
     if every is not None:
         t["eval_every"] = max(1, int(every * steps_per_epoch))
     if seed is not None:
