@@ -152,6 +152,23 @@ def test_caption_cli_uses_the_best_run(smoke, capsys):
         caption_pair(pair.before, smoke.runs_dir / "config.json", runs_dir=smoke.runs_dir)
 
 
+def test_caption_cli_decodes_with_the_runs_own_minimum_length(smoke, monkeypatch):
+    """`idckit caption` decodes as the run's fine-tuning did: finetune.decode_min_words from its config.json (1 at
+    smoke, 0 at paper as the authors), not the library's MIN_WORDS."""
+    from idckit.cli import caption as cli
+
+    full = pcl.run_variant(smoke, "full", progress=False)
+    pair = smoke.data.dataset().pairs("test")[0]
+    cfg = cli._run_config(smoke.runs_dir / full["run"])
+    assert cfg["finetune"]["decode_min_words"] == 1
+    seen, real = [], cli.greedy_decode
+    monkeypatch.setattr(cli, "greedy_decode", lambda m, v, n, least: seen.append(least) or real(m, v, n, least))
+    monkeypatch.setattr(cli, "_run_config",
+                        lambda run: {**cfg, "finetune": {**cfg["finetune"], "decode_min_words": 0}})
+    cli.caption_pair(pair.before, pair.after, runs_dir=smoke.runs_dir, model=full["run"])
+    assert seen == [0]
+
+
 def test_caption_without_any_run_says_how_to_get_one(tmp_path, capsys):
     from idckit.cli import main
 

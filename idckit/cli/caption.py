@@ -26,7 +26,7 @@ from idckit.experiments.config import check_profile
 from idckit.experiments.data import content_identity, synth_root
 from idckit.experiments.runs import Run
 from idckit.fileio import read_run_file
-from idckit.models.decoding import beam_search, greedy_decode
+from idckit.models.decoding import MIN_WORDS, beam_search, greedy_decode
 from idckit.text.vocab import Vocab
 
 
@@ -211,8 +211,10 @@ def caption_pair(before: str | Path, after: str | Path, *, model: str | Path | N
             raise ConfigError(f"the run's model reads {pcl.cfg.feat_dim}-d features, {cfg['features']} gives "
                               f"{grid.shape[2]}-d ones here", path=run / "best.pt", fix=damaged)
         vocab = Vocab.load(run / "vocab.json")
-        decode = (lambda v: beam_search(pcl, v, cfg["max_len"] - 1, beam)) if beam > 1 else \
-            (lambda v: greedy_decode(pcl, v, cfg["max_len"] - 1))
+        # the run's own decoding (0 at paper, as the authors); a run from before the setting decoded at MIN_WORDS
+        least = (cfg.get("finetune") or {}).get("decode_min_words", MIN_WORDS)
+        decode = (lambda v: beam_search(pcl, v, cfg["max_len"] - 1, beam, min_len=least)) if beam > 1 else \
+            (lambda v: greedy_decode(pcl, v, cfg["max_len"] - 1, least))
         text = vocab.decode(decode((f1, f2))[0].tolist(), pcl.cfg.special_words)
         changed = p = None
         if pcl.cfg.distractor_head:
