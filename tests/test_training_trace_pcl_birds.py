@@ -11,21 +11,19 @@ ids) through its own loop (:func:`idckit.train.loop.fit`) and :class:`~idckit.ta
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from idckit.authors import pcl as parity
-from idckit.experiments.config import load_config, train_config
+from idckit.experiments.config import load_config
 from idckit.tasks.pcl import FinetuneTask, PretrainTask
 from idckit.text.pcl_inputs import FGVCData, PCLData, SplitData
 from idckit.text.vocab import Vocab
-from idckit.train.loop import fit
 from idckit.train.schedules import lr_factor
 from numeric import assert_close
+from trace_replay import compare_final, replay
 
 PARITY = Path(__file__).parent / "parity"
 RTOL = 1e-5
@@ -285,52 +283,6 @@ def test_each_stage_starts_from_the_stage_before_as_theirs_does(stage, before, p
 
 
 # -- the recorded steps through the kit's loop ---------------------------------------------------------------------
-def _replay(task, block: dict, steps: int, tmp_path: Path):
-    cfg = train_config({**block, "max_steps": steps, "log_every": 1, "eval_every": 0, "checkpoint_every": 0})
-    seen = []
-
-    def before_step(optimizer, args, kwargs):
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        seen.append((torch.tensor([group["lr"] for group in optimizer.param_groups], dtype=torch.float64),
-                     torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
-
-    hook = register_optimizer_step_pre_hook(before_step)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        res = fit(task, cfg, tmp_path / "run", progress=False, device="cpu")
-    finally:
-        hook.remove()
-        torch.set_num_threads(before)
-    logged = [r for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines()) if "loss" in r]
-    assert res.steps == steps and len(logged) == steps and len(seen) == steps
-    return res, logged, seen
-
-
-def _compare_final(rec: dict, model, words) -> int:
-    """The kit's weights after the last step against theirs, to 1e-5 relative; returns how many moved."""
-    final, _ = parity.authors_state_dict_of_kit(model.state_dict(), words, rec["vocab"])
-    lr_sum = rec["steps"]["lr"].sum()
-    moved = 0
-    for key, value in rec["final"].items():
-        if key == "position_encoding.pe":            # a buffer, the kit's own table (test_parity_pcl)
-            continue
-        if key.startswith("pooler."):                # their ITM head: no task of theirs reads it, nor moves it
-            assert torch.equal(value, rec["init"][key]), key
-            continue
-        got = final[key]
-        if key == "position_encoding.type_pe.weight":    # their row 0 is never used (the kit has no such row)
-            got, value = got[1:], value[1:]
-        if key.endswith("attn.k_linear.bias"):
-            # attention is invariant to a key bias: its gradient is rounding noise that Adam scales to about lr a
-            # step on each side (tests/test_training_trace_pcl.py); bounded by twice the steps' lr, not compared
-            assert (got - value).abs().max() <= 2 * lr_sum, key
-            continue
-        assert_close(got, value, rtol=RTOL, what=key)
-        moved += not torch.equal(value, rec["init"][key][-len(value):])
-    return moved
-
-
 @pytest.mark.parametrize("stage", ["gic", "fgvc"])
 def test_the_kits_paper_pre_training_reproduces_the_authors_trace(stage, paper, tmp_path):
     """The recorded steps of a pre-training stage through :func:`idckit.train.loop.fit` at the ``paper`` settings
@@ -341,7 +293,7 @@ def test_the_kits_paper_pre_training_reproduces_the_authors_trace(stage, paper, 
     rec = _trace(stage)
     task, words = _task(paper, rec, _saved(tmp_path, "init.pt", rec["init"], rec["vocab"]))
     block = {**paper[SECTION[stage]]["train"], "warmup_steps": rec["trace_warmup_steps"]}
-    res, logged, seen = _replay(task, block, len(rec["tasks"]), tmp_path)
+    res, logged, seen = replay(task, block, len(rec["tasks"]), tmp_path)
     want = rec["steps"]
     for k, name in enumerate(TASKS[t] for t in rec["tasks"]):
         terms = FGVC_TERMS if name == "fgvc" else (name,)
@@ -352,7 +304,7 @@ def test_the_kits_paper_pre_training_reproduces_the_authors_trace(stage, paper, 
             assert_close(logged[k][term], expected, rtol=RTOL, what=f"step {k} {term}")
         assert_close(seen[k][0], want["lr"][k], rtol=1e-12, what=f"step {k} lr")
         assert_close(seen[k][1], want["grad_norm"][k], rtol=RTOL, what=f"step {k} gradient norm")
-    assert _compare_final(rec, res.model, words) > len(rec["final"]) // 2   # the steps moved the weights
+    assert compare_final(rec, res.model, words) > len(rec["final"]) // 2   # the steps moved the weights
 
 
 def test_the_kits_paper_fine_tuning_reproduces_the_authors_trace(paper, tmp_path):
@@ -361,7 +313,7 @@ def test_the_kits_paper_fine_tuning_reproduces_the_authors_trace(paper, tmp_path
     coupled weight decay of 1e-4, to 1e-5 relative."""
     rec = _trace("finetune")
     task, words = _task(paper, rec, _saved(tmp_path, "init.pt", rec["init"], rec["vocab"]))
-    res, logged, seen = _replay(task, paper["finetune"]["train"], len(rec["batches"]), tmp_path)
+    res, logged, seen = replay(task, paper["finetune"]["train"], len(rec["batches"]), tmp_path)
     want = rec["steps"]
     for k in range(len(rec["batches"])):
         assert set(logged[k]) == {"step", "lr", "loss", "mlm"}, f"step {k}"
@@ -369,4 +321,4 @@ def test_the_kits_paper_fine_tuning_reproduces_the_authors_trace(paper, tmp_path
             assert_close(logged[k][name], want["loss"][k].item(), rtol=RTOL, what=f"step {k} {name}")
         assert_close(seen[k][0], want["lr"][k], rtol=1e-12, what=f"step {k} lr")
         assert_close(seen[k][1], want["grad_norm"][k], rtol=RTOL, what=f"step {k} gradient norm")
-    assert _compare_final(rec, res.model, words) > len(rec["final"]) // 2
+    assert compare_final(rec, res.model, words) > len(rec["final"]) // 2

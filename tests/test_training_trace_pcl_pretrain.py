@@ -9,21 +9,19 @@ replays the recorded batches (in its ids) through its own loop (:func:`idckit.tr
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from idckit.authors import pcl as parity
-from idckit.experiments.config import load_config, train_config
+from idckit.experiments.config import load_config
 from idckit.tasks.pcl import PretrainTask
 from idckit.text.pcl_inputs import PCLData, SplitData
 from idckit.text.vocab import Vocab
-from idckit.train.loop import fit
 from idckit.train.schedules import lr_factor
 from numeric import assert_close
+from trace_replay import compare_final, replay
 
 TRACE = Path(__file__).parent / "parity" / "pcl_clver_pretrain_trace.pt"
 RTOL = 1e-5
@@ -172,26 +170,8 @@ def test_the_kits_paper_pre_training_reproduces_the_authors_trace(tmp_path):
     paper = load_config("pcl", "paper")
     task = _Recorded(data, batches, model=_model(paper, rec), batch_size=len(rec["batches"][0]["cap"]),
                      init_from=tmp_path / "init.pt", **_settings(paper))
-    steps = len(batches)
-    cfg = train_config({**paper["pretrain"]["train"], "max_steps": steps, "warmup_steps": rec["trace_warmup"],
-                        "log_every": 1, "eval_every": 0, "checkpoint_every": 0})
-    seen = []
-
-    def before_step(optimizer, args, kwargs):
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        seen.append((torch.tensor([group["lr"] for group in optimizer.param_groups], dtype=torch.float64),
-                     torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
-
-    hook = register_optimizer_step_pre_hook(before_step)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        res = fit(task, cfg, tmp_path / "run", progress=False, device="cpu")
-    finally:
-        hook.remove()
-        torch.set_num_threads(before)
-    logged = [r for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines()) if "loss" in r]
-    assert res.steps == steps and len(logged) == steps and len(seen) == steps
+    res, logged, seen = replay(task, paper["pretrain"]["train"], len(batches), tmp_path,
+                               warmup_steps=rec["trace_warmup"])
     want = rec["steps"]
     for k, task_name in enumerate(rec["tasks"]):
         name = TASKS[task_name]
@@ -200,22 +180,5 @@ def test_the_kits_paper_pre_training_reproduces_the_authors_trace(tmp_path):
         assert_close(logged[k][name], want["loss"][k].item(), rtol=RTOL, what=f"step {k} {name} term")
         assert_close(seen[k][0], want["lr"][k], rtol=1e-12, what=f"step {k} lr")
         assert_close(seen[k][1], want["grad_norm"][k], rtol=RTOL, what=f"step {k} gradient norm")
-    final, _ = parity.authors_state_dict_of_kit(res.model.state_dict(), words, rec["vocab"])
-    moved = 0
-    for key, value in rec["final"].items():
-        if key == "position_encoding.pe":            # a buffer, the kit's own table (test_parity_pcl)
-            continue
-        if key.startswith("pooler."):                # their ITM head: no task of theirs reads it, nor moves it
-            assert torch.equal(value, rec["init"][key]), key
-            continue
-        got = final[key]
-        if key == "position_encoding.type_pe.weight":    # their row 0 is never used (the kit has no such row)
-            got, value = got[1:], value[1:]
-        if key.endswith("attn.k_linear.bias"):
-            # attention is invariant to a key bias: its gradient is rounding noise that Adam scales to about lr a
-            # step on each side (tests/test_training_trace_pcl.py); bounded by twice the steps' lr, not compared
-            assert (got - value).abs().max() <= 2 * want["lr"].sum(), key
-            continue
-        assert_close(got, value, rtol=RTOL, what=key)
-        moved += not torch.equal(value, rec["init"][key][-len(value):])
+    moved = compare_final(rec, res.model, words)
     assert moved > len(rec["final"]) // 2          # the steps moved the weights, so the comparison says something
