@@ -518,6 +518,17 @@ TRACE_STEPS, TRACE_BATCH = 6, 4
 TRACE_SCHEDULE_STEPS = (0, 1, 9998, 9999, 10000, 10001, 19999, 20000, 20001, 50000, 100000, 100001)
 
 
+def grad_norm(model: torch.nn.Module) -> torch.Tensor:
+    """The 2-norm over every gradient after backward, as a trace stores it per step."""
+    grads = [p.grad.detach() for p in model.parameters() if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in grads]))
+
+
+def group_lrs(optim: torch.optim.Optimizer) -> torch.Tensor:
+    """Each parameter group's lr as the step will use it."""
+    return torch.tensor([group["lr"] for group in optim.param_groups], dtype=torch.float64)
+
+
 def _authors_args(checkout: Path, stage: str, config: str):
     """The ``args`` of an authors' script as their ``para.parse_args`` builds it from their config file, and their
     ``utils`` module (both read ``sys.argv`` when imported: the script's command line is given to them)."""
@@ -599,11 +610,8 @@ def record_finetune_trace(checkout: str | Path, out: str | Path) -> Path:
             lr_this_step = utils.get_lr_sched(global_step, args, pretrain=False)
             for group in optim.param_groups:
                 group["lr"] = lr_this_step
-            grads = [p.grad.detach() for p in model.parameters() if p.grad is not None]
             steps.append({"mlm": mlm_loss.detach(), "judge": itm_loss.detach(), "loss": loss.detach(),
-                          "lr": torch.tensor([group["lr"] for group in optim.param_groups], dtype=torch.float64),
-                          "grad_norm": torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t)
-                                                                             for t in grads]))})
+                          "lr": group_lrs(optim), "grad_norm": grad_norm(model)})
             optim.step()
         final = {k: t.detach().clone() for k, t in model.state_dict().items()}
     finally:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from idckit.authors import checkout_commit
-from idckit.authors.pcl import RECORDING_VOCAB, SIZES, _authors_args, _load, _perturb
+from idckit.authors.pcl import RECORDING_VOCAB, SIZES, _authors_args, _load, _perturb, grad_norm, group_lrs
 from idckit.errors import ConfigError
 
 #: K optimiser steps per stage; the pre-training stages take more, so that their task order holds every task
@@ -136,15 +136,6 @@ def _restore(model: torch.nn.Module, previous: dict[str, torch.Tensor]) -> list[
     return sorted(taken)
 
 
-def _grad_norm(model: torch.nn.Module) -> torch.Tensor:
-    grads = [p.grad.detach() for p in model.parameters() if p.grad is not None]
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in grads]))
-
-
-def _lrs(optim) -> torch.Tensor:
-    return torch.tensor([group["lr"] for group in optim.param_groups], dtype=torch.float64)
-
-
 def _stack(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
 
@@ -192,7 +183,7 @@ def _gic(checkout: Path, mods: _AuthorsData, g: torch.Generator, previous: dict[
         lr_this_step = utils.get_lr_sched(global_step, tiny)
         for group in optim.param_groups:
             group["lr"] = lr_this_step
-        steps.append({"loss": loss.detach(), "lr": _lrs(optim), "grad_norm": _grad_norm(model)})
+        steps.append({"loss": loss.detach(), "lr": group_lrs(optim), "grad_norm": grad_norm(model)})
         optim.step()
         tasks.append(task)
         batches.append(batch)
@@ -262,7 +253,7 @@ def _fgvc(checkout: Path, mods: _AuthorsData, g: torch.Generator, gic_final: dic
             lr_this_step = utils.get_lr_sched(global_step, tiny)
             for group in optim.param_groups:
                 group["lr"] = lr_this_step
-            row = {"loss": loss.detach(), "lr": _lrs(optim), "grad_norm": _grad_norm(model),
+            row = {"loss": loss.detach(), "lr": group_lrs(optim), "grad_norm": grad_norm(model),
                    "fgvc_class": torch.tensor(float("nan")), "fgvc_match": torch.tensor(float("nan")),
                    "fgvc_contrast": torch.tensor(float("nan"))}
             if task == "nabirds":
@@ -349,7 +340,7 @@ def _finetune(checkout: Path, mods: _AuthorsData, g: torch.Generator, fgvc_final
         lr_this_step = utils.get_lr_sched(global_step, args, pretrain=False)
         for group in optim.param_groups:
             group["lr"] = lr_this_step
-        steps.append({"loss": loss.detach(), "lr": _lrs(optim), "grad_norm": _grad_norm(model)})
+        steps.append({"loss": loss.detach(), "lr": group_lrs(optim), "grad_norm": grad_norm(model)})
         optim.step()
         batches.append(batch)
     return {"config": _config(args), "batches": _batches_of(batches), "restored": restored, "init": init,

@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from idckit.authors import checkout_commit
-from idckit.authors.pcl import AUTHORS_SPECIALS, RECORDING_VOCAB, SEED, SIZES, _authors_args, _load, _perturb
+from idckit.authors.pcl import (AUTHORS_SPECIALS, RECORDING_VOCAB, SEED, SIZES, _authors_args, _load, _perturb,
+                                grad_norm, group_lrs)
 from idckit.errors import ConfigError
 
 #: optimiser steps recorded
@@ -164,11 +165,8 @@ def record_clver_pretrain_trace(checkout: str | Path, out: str | Path) -> Path:
             lr_this_step = utils.get_lr_sched(global_step, args)
             for group in optim.param_groups:
                 group["lr"] = lr_this_step
-            grads = [p.grad.detach() for p in model.parameters() if p.grad is not None]
             steps.append({"loss": loss.detach().clone(), "terms": torch.tensor(raw_loss.numel()),
-                          "lr": torch.tensor([group["lr"] for group in optim.param_groups], dtype=torch.float64),
-                          "grad_norm": torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t)
-                                                                             for t in grads]))})
+                          "lr": group_lrs(optim), "grad_norm": grad_norm(model)})
             optim.step()
         final = {k: t.detach().clone() for k, t in model.state_dict().items()}
     finally:
