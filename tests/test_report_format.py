@@ -73,6 +73,8 @@ def test_index_json_and_readme_agree_on_the_committed_reports():
         assert index[nb]["status"][0] == s.status.verdict.split()[0], nb
         head = doc.get("headline", {})
         if head.get("kit") is not None:
-            assert s.kit_text().startswith(fmt(head["kit"], s.metric)), nb
+            # the JSON's headline keeps 2 decimals; the page rounds the rows' raw value once (63.845: 63.8, where
+            # rounding the headline's 63.85 again would print 63.9)
+            assert abs(s.kit - head["kit"]) <= 0.005 + 1e-9 and s.kit_text().startswith(fmt(s.kit, s.metric)), nb
         assert nb in readme, f"{nb} is not in the README table: run `idckit readme`"
         assert readme[nb][2] == s.kit_text() and readme[nb][4] == s.paper_text() and readme[nb][5] == s.status.verdict

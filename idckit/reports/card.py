@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from idckit.reports.format import fmt
-from idckit.reports.status import Status, baseline_ordering, hard_status, headline_rows, is_run, report_status
+from idckit.reports.status import (Status, baseline_ordering, hard_status, headline_metric, headline_rows, is_run,
+                                   report_status)
 
 CARD_START, CARD_END = "<!-- idckit-card -->", "<!-- /idckit-card -->"
 PAPERS = {"pcl": "IDC-PCL (Yao et al., AAAI 2022)", "clip4idc": "CLIP4IDC (Guo et al., AACL 2022)"}
@@ -22,9 +23,6 @@ PAPERS = {"pcl": "IDC-PCL (Yao et al., AAAI 2022)", "clip4idc": "CLIP4IDC (Guo e
 DOCS = {"pcl": "../docs/idcpcl.md", "clip4idc": "../docs/clip4idc.md", "birds": "../docs/birds.md"}
 #: the card's name for the headline's own (val-selected) number where the authors' selection stands beside it
 KIT_SELECTION = "val-selected (kit)"
-#: how a headline label names its metric
-_LABEL_METRICS = (("N_intra", "split_ratio"), ("ROUGE-L", "ROUGE_L"), ("R@1", "t2p_R@1"), ("CIDEr-D", "CIDEr-D"),
-                  ("BLEU-4", "Bleu_4"))
 
 
 def paper_of(doc: Mapping[str, Any]) -> str:
@@ -37,14 +35,6 @@ def docs_link(doc: Mapping[str, Any]) -> str:
     if "birds" in nb or nb == "table5_cross_task":
         return DOCS["birds"]
     return DOCS.get(str(doc.get("table", "")).split(".")[0], "../README.md")
-
-
-def headline_metric(doc: Mapping[str, Any]) -> str | None:
-    head = doc.get("headline") or {}
-    if head.get("metric"):
-        return head["metric"]
-    label = head.get("label", "")
-    return next((m for word, m in _LABEL_METRICS if word in label), None)
 
 
 def baseline_of(doc: Mapping[str, Any]) -> dict[str, Any] | None:
