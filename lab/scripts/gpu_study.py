@@ -191,8 +191,8 @@ def instrument(dataset) -> None:
     tp.predict = predict
     pcl_eval = tp.FinetuneTask.evaluate
 
-    def pcl_evaluate(self, model, split="val"):
-        out = pcl_eval(self, model, split)
+    def pcl_evaluate(self, model, split="val", **kw):          # kw: the loop's authors'-selection text rule
+        out = pcl_eval(self, model, split, **kw)
         return {**out, **extra(split)} if out else out
 
     tp.FinetuneTask.evaluate = pcl_evaluate
@@ -203,8 +203,8 @@ def instrument(dataset) -> None:
         _LAST["captions"] = res
         return res
 
-    def c_evaluate(self, model, split="val"):
-        out = cap_eval(self, model, split)
+    def c_evaluate(self, model, split="val", **kw):
+        out = cap_eval(self, model, split, **kw)
         return {**out, **extra(split)} if out else out
 
     tc.CaptionTask.predict, tc.CaptionTask.evaluate = c_predict, c_evaluate
