@@ -51,6 +51,7 @@ class Dataset:
     release: Mapping[str, Any] = field(default_factory=dict)   # the full release's published counts (verify-data)
     paper_id: str = ""        # its id in idckit/reports/paper_numbers.json
     paper_ks: tuple[int, ...] = ()  # the R@K the paper's retrieval table reports beyond 1/5/10
+    authors_name: str = ""    # the authors' own name for it (CLIP4IDC's --datatype), for recorders running their code
 
     @property
     def option(self) -> str:
@@ -138,7 +139,7 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
             # the paper's 67,660 / 3,976 / 7,970 pairs, two per before-image: 39,803 images in each of three folders
             release={"splits": {"train": 33830, "val": 1988, "test": 3985}, "images_per_folder": 39803,
                      "image_size": (480, 320)},
-            paper_id="clevr_change"),
+            paper_id="clevr_change", authors_name="clevr"),
     Dataset("spot-the-diff", "Spot-the-Diff", "SynthSpot-the-Diff", "spot_root",
             "annotations/{train,val,test}.json and resized_images/ (the release's data/ folder)",
             "idckit.data.spot_the_diff:SpotTheDiff", "idckit.data.synth.spot_the_diff", "synth_spot_the_diff",

@@ -41,9 +41,13 @@ import torch
 import torch.nn.parallel as parallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from idckit import registry
 from idckit.authors import checkout_commit
 from idckit.authors.clip4idc import SEED, _authors_code, _set_parameters, authors_state
 from idckit.data.images import ImageCache
+
+#: CLEVR-Change as the authors' scripts name it (their --datatype)
+AUTHORS_CLEVR = registry.dataset("clevr-change").authors_name
 
 #: the traced CLIP (their ``CLIP`` constructor's sizes; heads = width // 64 = 1): a 7 x 7 patch grid, so 50 tokens
 #: per image as their hard-coded after-image CLS index 50 needs, 2 ViT layers split 1 + 1, a 1-layer text tower
@@ -104,7 +108,7 @@ def _args(task_type: str, out: Path, clip_file: Path, decoder_dir: Path) -> argp
         hard_negative_rate=0.5, negative_weighting=1, n_pair=1, output_dir=str(out), cross_model="cross-base",
         decoder_model=str(decoder_dir), init_model=None, resume_model=None, do_lower_case=False,
         warmup_proportion=WARMUP, gradient_accumulation_steps=1, n_gpu=1, cache_dir="", fp16=False,
-        fp16_opt_level="O1", task_type=task_type, datatype="clevr", world_size=1, local_rank=0, rank=0,
+        fp16_opt_level="O1", task_type=task_type, datatype=AUTHORS_CLEVR, world_size=1, local_rank=0, rank=0,
         coef_lr=COEF_LR, use_mil=False, sampled_use_mil=False, text_num_hidden_layers=12,
         visual_num_hidden_layers=12, intra_num_hidden_layers=N_INTRA, cross_num_hidden_layers=2,
         decoder_num_hidden_layers=DECODER_CONFIG["num_decoder_layers"], freeze_layer_num=0, linear_patch="2d",
@@ -173,7 +177,7 @@ def _run_main(script: str, args: argparse.Namespace, model: torch.nn.Module, bat
             return a
         stack.enter_context(_patched(main, get_args=lambda *a, **k: args, set_seed_logger=set_seed_logger,
                                      init_device=lambda a, r: (torch.device("cpu"), 1),
-                                     init_model=lambda *a: model, DATALOADER_DICT={"clevr": loader},
+                                     init_model=lambda *a: model, DATALOADER_DICT={AUTHORS_CLEVR: loader},
                                      prep_optimizer=prep, save_model=save,
                                      eval_epoch=lambda *a, **k: 0.0))
         stack.enter_context(_patched(parallel, DistributedDataParallel=lambda m, **kw: m))

@@ -43,10 +43,14 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
+from idckit import registry
 from idckit.authors import checkout_commit, clip4idc, pcl
 from idckit.data.clevr_change import default_name, nonsemantic_name, parse_pair_id, semantic_name
 from idckit.errors import ConfigError
 from idckit.fileio import write_text
+
+#: CLEVR-Change as the authors' scripts name it (their --datatype)
+AUTHORS_CLEVR = registry.dataset("clevr-change").authors_name
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "parity" / "data_eval_fixture.json"
 RECORD_NAME = "data_eval_record.json"
@@ -218,7 +222,7 @@ def decode_probes(tokenizer: Any) -> list[list[int]]:
 
 
 def _record_clip4idc(checkout: Path, fixture: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
-    root = write_official_layout(fixture, tmp / "clevr_change")
+    root = write_official_layout(fixture, tmp / "clevr-change")
     out: dict[str, Any] = {"max_words": CLIP4IDC_MAX_WORDS}
     with clip4idc._authors_code(checkout):
         tokenizer = importlib.import_module("modules.tokenization_clip").SimpleTokenizer()
@@ -272,7 +276,7 @@ def _clip4idc_eval(main: types.ModuleType, eval_utils: types.ModuleType, tokeniz
 
     zeros = torch.zeros(len(names), 1)
     batch = [zeros] * 13 + [names]
-    args = types.SimpleNamespace(datatype="clevr", output_dir=str(out_dir), gt_dir=str(gt_dir),
+    args = types.SimpleNamespace(datatype=AUTHORS_CLEVR, output_dir=str(out_dir), gt_dir=str(gt_dir),
                                  max_words=CLIP4IDC_MAX_WORDS)
     saved = main.greedy_decode, main.score_generation, getattr(main, "logger", None)
     main.greedy_decode = lambda *a, **k: next(queue)
