@@ -84,8 +84,10 @@ def check_logits(summary: dict, theirs: dict) -> None:
 def test_recordings_are_small_and_name_their_source():
     files = sorted(RECORDINGS.glob("clip4idc_*.pt"))
     # the optimiser trace's own checks are in tests/test_training_trace_clip4idc.py
-    assert [f.name for f in files] == ["clip4idc_adapt.pt", "clip4idc_caption.pt", "clip4idc_optim_trace.pt"]
-    assert sum(f.stat().st_size for f in files) < 2_000_000
+    assert [f.name for f in files] == ["clip4idc_adapt.pt", "clip4idc_adapt_trace.pt", "clip4idc_caption.pt",
+                                       "clip4idc_caption_trace.pt", "clip4idc_optim_trace.pt"]
+    assert sum(f.stat().st_size for f in files if not f.name.endswith("_trace.pt")) < 2_000_000
+    assert all(f.stat().st_size < 1_000_000 for f in files)
     for name in ("adapt", "caption"):
         meta = recording(name)["meta"]
         assert re.fullmatch(r"[0-9a-f]{40}", meta["commit"]), meta["commit"]
