@@ -19,7 +19,7 @@ from idckit.errors import ConfigError
 from idckit.experiments.config import load_config
 from idckit.tasks.pcl import FinetuneTask
 from numeric import assert_close
-from trace_replay import compare_final, replay
+from trace_replay import compare_final, recorded, replay
 
 TASK = {"mask_prob": 0.15, "eos_prob": 0.15, "eval_batch_size": 4, "targets": "masked", "group_by_pair": False,
         "captions_per_pair": 1, "selection_metric": "CIDEr-D", "tokenize": True}
@@ -84,16 +84,7 @@ def _trace() -> dict:
     return torch.load(TRACE, weights_only=True)
 
 
-class _Recorded(FinetuneTask):
-    """The fine-tuning task fed the recorded batches (in the kit's ids), one per step, in their order: the one
-    seam; the loop, the forward, the loss and the optimiser are the kit's own."""
-
-    def __init__(self, data, recorded, **kw):
-        super().__init__(data, **kw)
-        self.recorded = recorded
-
-    def batches(self, epoch, generator):
-        yield from self.recorded
+_Recorded = recorded(FinetuneTask)
 
 
 def _kit_inputs(rec: dict):

@@ -23,7 +23,7 @@ from idckit.text.pcl_inputs import FGVCData, PCLData, SplitData
 from idckit.text.vocab import Vocab
 from idckit.train.schedules import lr_factor
 from numeric import assert_close
-from trace_replay import compare_final, replay
+from trace_replay import compare_final, recorded, replay
 
 PARITY = Path(__file__).parent / "parity"
 RTOL = 1e-5
@@ -109,27 +109,7 @@ def test_the_paper_schedule_and_steps_are_the_authors_over_the_whole_run(stage, 
 
 
 # -- the kit's inputs ----------------------------------------------------------------------------------------------
-class _Recorded(PretrainTask):
-    """The pre-training task fed the recorded batches (in the kit's ids), one per step, in their order: the one
-    seam; the loop, the forward, the losses, the optimiser and the schedule are the kit's own."""
-
-    def __init__(self, data, recorded, **kw):
-        super().__init__(data, **kw)
-        self.recorded = recorded
-
-    def batches(self, epoch, generator):
-        yield from self.recorded
-
-
-class _RecordedFinetune(FinetuneTask):
-    """The fine-tuning task fed the recorded batches: the same seam."""
-
-    def __init__(self, data, recorded, **kw):
-        super().__init__(data, **kw)
-        self.recorded = recorded
-
-    def batches(self, epoch, generator):
-        yield from self.recorded
+_Recorded, _RecordedFinetune = recorded(PretrainTask), recorded(FinetuneTask)
 
 
 def _labels(label: torch.Tensor, k_of_a: torch.Tensor) -> torch.Tensor:

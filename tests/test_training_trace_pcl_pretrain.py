@@ -21,7 +21,7 @@ from idckit.text.pcl_inputs import PCLData, SplitData
 from idckit.text.vocab import Vocab
 from idckit.train.schedules import lr_factor
 from numeric import assert_close
-from trace_replay import compare_final, replay
+from trace_replay import compare_final, recorded, replay
 
 TRACE = Path(__file__).parent / "parity" / "pcl_clver_pretrain_trace.pt"
 RTOL = 1e-5
@@ -95,16 +95,7 @@ def test_noam_public_needs_a_warm_up_and_the_lr():
     assert_close([f(s) for s in range(6)], [1e-5, 0.25, 0.5, 0.75, 1.0, 2 / 5 ** 0.5], rtol=1e-12)
 
 
-class _Recorded(PretrainTask):
-    """The pre-training task fed the recorded batches (in the kit's ids), one per step, in their order: the one
-    seam; the loop, the forward, the losses, the optimiser and the schedule are the kit's own."""
-
-    def __init__(self, data, recorded, **kw):
-        super().__init__(data, **kw)
-        self.recorded = recorded
-
-    def batches(self, epoch, generator):
-        yield from self.recorded
+_Recorded = recorded(PretrainTask)
 
 
 def _kit_inputs(rec: dict):
