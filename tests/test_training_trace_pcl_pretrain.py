@@ -17,15 +17,14 @@ import torch
 from idckit.authors import pcl as parity
 from idckit.experiments.config import load_config
 from idckit.tasks.pcl import PretrainTask
-from idckit.text.pcl_inputs import PCLData, SplitData
-from idckit.text.vocab import Vocab
 from idckit.train.schedules import lr_factor
 from numeric import assert_close
-from trace_replay import compare_final, recorded, replay
+from trace_replay import compare_final, kit_inputs, recorded, replay
 
 TRACE = Path(__file__).parent / "parity" / "pcl_clver_pretrain_trace.pt"
 RTOL = 1e-5
 #: their task names -> the kit's
+#: the CLEVR pre-training tasks (the authors' names -> the kit's)
 TASKS = {"mlm": "mlm", "mvm_contrst": "mvcl", "fda": "fda"}
 
 
@@ -61,7 +60,7 @@ def test_the_paper_task_pool_and_temperatures_are_the_authors():
     generator: the trace fixes them.) FDA's temperature is their ``--tmp``."""
     rec = _trace()
     paper = load_config("pcl", "paper")
-    task = _Recorded(*_kit_inputs(rec)[:2], model=_model(paper, rec), batch_size=8, **_settings(paper))
+    task = _Recorded(*kit_inputs(rec)[:2], model=_model(paper, rec), batch_size=8, **_settings(paper))
     assert task.pool == [TASKS[t] for t in rec["pool"]]
     assert paper["pretrain"]["tau_fda"] == rec["config"]["tmp"]
     assert paper["pretrain"]["tau_mvcl"] == 1.0          # their nce_temp, hard-coded (modules_pretrain.py:26)
@@ -98,51 +97,6 @@ def test_noam_public_needs_a_warm_up_and_the_lr():
 _Recorded = recorded(PretrainTask)
 
 
-def _kit_inputs(rec: dict):
-    """(PCLData holding every batch's pairs, the recorded batches in the kit's layout and ids, the kit's words).
-    Each batch has pairs of its own. MVCL: the pair features are their originals (``img_label``; the kit zeroes the
-    masked regions itself), the regions their ``img_mask`` [B, 2n] as [B, 2, n]. FDA: each pair once per caption
-    (the positive, then the negatives), as their model repeats the images."""
-    _, words = parity.convert_state_dict(rec["init"], rec["vocab"])
-    k_of_a = parity.kit_ids_of_authors(rec["vocab"])
-    feats1, feats2, texts, batches = [], [], [], []
-    n_pairs = 0
-    for task, b in zip(rec["tasks"], rec["batches"]):
-        f1, f2 = b["img1"], b["img2"]
-        size, n = f1.shape[:2]
-        pairs = torch.arange(n_pairs, n_pairs + size)
-        out = {"task": TASKS[task], "pairs": pairs}
-        if task == "mlm":
-            label = b["cap_label"]
-            out["text"] = k_of_a[b["cap"]]
-            out["labels"] = torch.where(label == -1, torch.full_like(label, -100), k_of_a[label.clamp(min=0)])
-        elif task == "mvm_contrst":
-            f1, f2 = b["img_label"][:, :n], b["img_label"][:, n:]
-            regions = b["img_mask"].view(size, 2, n)
-            assert torch.equal(f1.masked_fill(regions[:, 0, :, None], 0.0), b["img1"])
-            assert torch.equal(f2.masked_fill(regions[:, 1, :, None], 0.0), b["img2"])
-            out["text"], out["regions"] = k_of_a[b["cap"]], regions
-        else:
-            groups = b["caps"].shape[1]
-            out.update(pairs=pairs.repeat_interleave(groups), text=k_of_a[b["caps"]].flatten(0, 1), groups=groups)
-        feats1.append(f1)
-        feats2.append(f2)
-        texts.append(k_of_a[b["cap"]])
-        batches.append(out)
-        n_pairs += size
-    features = torch.cat(feats1 + feats2)
-    assert torch.equal(features.half().float(), features)       # float16 values, as the kit stores features
-    train = SplitData(pair_ids=[f"p{i}" for i in range(n_pairs)], types=["x"] * n_pairs,
-                      before=torch.arange(n_pairs), after=torch.arange(n_pairs, 2 * n_pairs),
-                      is_change=torch.zeros(n_pairs, dtype=torch.bool), references={},
-                      sample_pair=torch.arange(n_pairs), sample_ids=torch.cat(texts))
-    n_neg = rec["sizes"]["neg"]
-    # PretrainTask encodes the pairs' FDA negatives when it is built; the recorded batches carry their own
-    data = PCLData(vocab=Vocab(words), features=features.half(), splits={"train": train}, max_len=rec["max_len"],
-                   negatives={p: ["the cube"] * n_neg for p in train.pair_ids})
-    return data, batches, words
-
-
 def _model(paper: dict, rec: dict) -> dict:
     s = rec["sizes"]
     return {**paper["model"], "d_model": s["d"], "n_heads": s["heads"], "d_ff": s["ff"], "n_layers": s["layers"],
@@ -155,7 +109,7 @@ def test_the_kits_paper_pre_training_reproduces_the_authors_trace(tmp_path):
     gradient norm, and the weights after the last step, to 1e-5 relative. The gradient norm and lr are read where
     the loop hands them to the optimiser (a step pre-hook), the losses from the loop's own log."""
     rec = _trace()
-    data, batches, words = _kit_inputs(rec)
+    data, batches, words = kit_inputs(rec)
     sd, _ = parity.convert_state_dict(rec["init"], rec["vocab"])
     torch.save(sd, tmp_path / "init.pt")
     paper = load_config("pcl", "paper")

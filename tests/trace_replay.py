@@ -9,8 +9,13 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from idckit.authors import pcl as parity
 from idckit.experiments.config import train_config
+from idckit.text.pcl_inputs import FGVCData, PCLData, SplitData
+from idckit.text.vocab import Vocab
 from idckit.train.loop import fit
 from numeric import assert_close
+
+#: the authors' pre-training task names -> the kit's
+PRETRAIN_TASKS = {"mlm": "mlm", "mvm_contrst": "mvcl", "fda": "fda", "nabirds": "fgvc"}
 
 
 def replay(task, block: dict, steps: int, tmp_path: Path, **overrides):
@@ -83,3 +88,84 @@ def recorded(task_class):
 
     Recorded.__name__ = Recorded.__qualname__ = f"Recorded{task_class.__name__}"
     return Recorded
+
+
+def _kit_labels(label: torch.Tensor, k_of_a: torch.Tensor) -> torch.Tensor:
+    return torch.where(label == -1, torch.full_like(label, -100), k_of_a[label.clamp(min=0)])
+
+
+def kit_inputs(rec: dict):
+    """(PCLData holding every batch's images, the recorded batches in the kit's layout and ids, the kit's words).
+
+    Each batch has pairs of its own. GIC: one image per caption, the second the all-zero blank row (the model lays
+    it out as a lone image, ``single_image="lone"``). MVCL: the pair features are their originals (``img_label``;
+    the kit zeroes the masked regions itself), the regions their ``img_mask``. FDA: each pair once per caption (the
+    positive, then the negatives), as their model repeats the images. NABirds: FGVC image pairs with their classes.
+    """
+    _, words = parity.convert_state_dict(rec["init"], rec["vocab"])
+    k_of_a = parity.kit_ids_of_authors(rec["vocab"])
+    gic = rec.get("stage") == "gic"
+    n_neg = rec["neg"] if "neg" in rec else rec["sizes"]["neg"]     # the birds traces store theirs apart
+    tasks = rec.get("tasks") or ["finetune"] * len(rec["batches"])
+    feats1, feats2, texts, batches = [], [], [], []
+    fgvc = {"f1": [], "f2": [], "class1": [], "class2": []}
+    n_pairs = n_fgvc = 0
+    for task, b in zip(tasks, rec["batches"]):
+        if task == "nabirds":
+            size = len(b["img1"])
+            assert torch.equal(b["label"].view(-1), (b["class1"] == b["class2"]).view(-1).long())
+            fgvc["f1"].append(b["img1"])
+            fgvc["f2"].append(b["img2"])
+            fgvc["class1"].append(b["class1"].view(-1))
+            fgvc["class2"].append(b["class2"].view(-1))
+            batches.append({"task": "fgvc", "pairs": torch.arange(n_fgvc, n_fgvc + size)})
+            n_fgvc += size
+            continue
+        if gic:
+            f1 = b["img_label"] if task == "mvm_contrst" else b["img"]
+            f2 = torch.zeros_like(f1)
+        else:
+            f1, f2 = b["img1"], b["img2"]
+        size, n = f1.shape[:2]
+        pairs = torch.arange(n_pairs, n_pairs + size)
+        out = {"task": PRETRAIN_TASKS.get(task), "pairs": pairs}
+        if task in ("mlm", "finetune"):
+            out["text"], out["labels"] = k_of_a[b["cap"]], _kit_labels(b["cap_label"], k_of_a)
+        elif task == "mvm_contrst":
+            if gic:
+                regions = torch.stack([b["img_mask"], torch.zeros_like(b["img_mask"])], 1)
+                assert torch.equal(f1.masked_fill(regions[:, 0, :, None], 0.0), b["img"])
+            else:
+                f1, f2 = b["img_label"][:, :n], b["img_label"][:, n:]
+                regions = b["img_mask"].view(size, 2, n)
+                assert torch.equal(f1.masked_fill(regions[:, 0, :, None], 0.0), b["img1"])
+                assert torch.equal(f2.masked_fill(regions[:, 1, :, None], 0.0), b["img2"])
+            out["text"], out["regions"] = k_of_a[b["cap"]], regions
+        else:
+            groups = b["caps"].shape[1]
+            out.update(pairs=pairs.repeat_interleave(groups), text=k_of_a[b["caps"]].flatten(0, 1), groups=groups)
+        if task == "finetune":
+            del out["task"]
+        feats1.append(f1)
+        feats2.append(f2)
+        texts.append(k_of_a[b["cap"]])
+        batches.append(out)
+        n_pairs += size
+    features = torch.cat(feats1 + ([] if gic else feats2) + fgvc["f1"] + fgvc["f2"]
+                         + ([torch.zeros_like(feats1[0][:1])] if gic else []))
+    assert torch.equal(features.half().float(), features)       # float16 values, as the kit stores features
+    after = torch.full((n_pairs,), len(features) - 1) if gic else torch.arange(n_pairs, 2 * n_pairs)
+    train = SplitData(pair_ids=[f"p{i}" for i in range(n_pairs)], types=["x"] * n_pairs,
+                      before=torch.arange(n_pairs), after=after, is_change=torch.ones(n_pairs, dtype=torch.bool),
+                      references={}, sample_pair=torch.arange(n_pairs), sample_ids=torch.cat(texts))
+    # PretrainTask encodes the pairs' FDA negatives when it is built; the recorded batches carry their own
+    data = PCLData(vocab=Vocab(words), features=features.half(), splits={"train": train}, max_len=rec["max_len"],
+                   negatives={p: ["the cube"] * n_neg for p in train.pair_ids},
+                   blank_row=len(features) - 1 if gic else None)
+    if n_fgvc:
+        first = (1 + (not gic)) * n_pairs
+        data.fgvc = FGVCData(rows1=torch.arange(first, first + n_fgvc),
+                             rows2=torch.arange(first + n_fgvc, first + 2 * n_fgvc),
+                             class1=torch.cat(fgvc["class1"]), class2=torch.cat(fgvc["class2"]),
+                             n_classes=rec["n_classes"])
+    return data, batches, words

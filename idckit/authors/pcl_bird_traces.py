@@ -136,6 +136,21 @@ def _restore(model: torch.nn.Module, previous: dict[str, torch.Tensor]) -> list[
     return sorted(taken)
 
 
+def _continue(model: torch.nn.Module, previous: dict[str, torch.Tensor], g: torch.Generator, args):
+    """A later stage's start: perturbed like every trace's model, then the previous stage's weights restored as their
+    scripts restore them, and their Adam (nothing frozen: the public config's se_block = de_block = 1). Returns
+    (the keys taken over, the initial weights, the optimiser)."""
+    _perturb(model, g)
+    restored = _restore(model, previous)
+    init = _state(model)
+    if args.se_block > 1 or args.de_block > 1:
+        raise ConfigError("the trace assumes the public config's se_block = de_block = 1 (nothing frozen)",
+                          fix="record from an unmodified checkout")
+    optim = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters()), lr=args.lr,
+                             weight_decay=args.weight_decay)
+    return restored, init, optim
+
+
 def _stack(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
 
@@ -232,14 +247,7 @@ def _fgvc(checkout: Path, mods: _AuthorsData, g: torch.Generator, gic_final: dic
                               n_block=s["layers"], se_block=args.se_block, de_block=args.de_block,
                               vocab_size=len(v), dropout=0.0, max_len=MAX_LEN["fgvc"], tasks=args.pretrain_tasks,
                               CLS=v["<CLS>"])
-    _perturb(model, g)
-    restored = _restore(model, gic_final)
-    init = _state(model)
-    if args.se_block > 1 or args.de_block > 1:
-        raise ConfigError("the trace assumes the public config's se_block = de_block = 1 (nothing frozen)",
-                          fix="record from an unmodified checkout")
-    optim = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters()), lr=args.lr,
-                             weight_decay=args.weight_decay)
+    restored, init, optim = _continue(model, gic_final, g, args)
     spy = _Terms(mods.m_bird)
     tasks, batches, steps = [], [], []
     try:
@@ -322,14 +330,7 @@ def _finetune(checkout: Path, mods: _AuthorsData, g: torch.Generator, fgvc_final
     model = mods.m_finetune.Model(ff_dim=s["ff"], img_embs=s["feat"], n_hidden=s["d"], n_head=s["heads"],
                                   n_block=s["layers"], se_block=args.se_block, de_block=args.de_block,
                                   vocab_size=len(v), dropout=0.0, max_len=MAX_LEN["finetune"], CLS=v["<CLS>"])
-    _perturb(model, g)
-    restored = _restore(model, fgvc_final)
-    init = _state(model)
-    if args.se_block > 1 or args.de_block > 1:
-        raise ConfigError("the trace assumes the public config's se_block = de_block = 1 (nothing frozen)",
-                          fix="record from an unmodified checkout")
-    optim = torch.optim.Adam(filter(lambda p: p.requires_grad, model.parameters()), lr=args.lr,
-                             weight_decay=args.weight_decay)
+    restored, init, optim = _continue(model, fgvc_final, g, args)
     batches, steps = [], []
     for global_step, batch in enumerate(itertools.islice(loader, STEPS["finetune"])):
         model.train()
