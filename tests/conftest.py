@@ -62,6 +62,27 @@ def tiny_clevr(tmp_path) -> Path:
     return write_clevr_change(tmp_path / "clevr_change")
 
 
+@pytest.fixture
+def pairs(tiny_clevr, tmp_path):
+    """CLIP4IDC's pair data of ``tiny_clevr`` at 112 px, captions of at most 32 tokens."""
+    from idckit.data.clevr_change import ClevrChange       # conftest stays light: only CLIP tests pay for these
+    from idckit.tasks.clip4idc import load_pair_data
+
+    return load_pair_data(ClevrChange(tiny_clevr), 112, max_len=32, cache_dir=tmp_path / "pairs")
+
+
+@pytest.fixture
+def clip_file(tmp_path):
+    """A randomly initialised stand-in CLIP (seed 0) saved as a weights file."""
+    import torch
+
+    from idckit.models.clip_loader import load_clip, save_clip_checkpoint
+
+    torch.manual_seed(0)
+    clip, _, _ = load_clip("idckit-standin-ViT-T-16", None)
+    return str(save_clip_checkpoint(clip, tmp_path / "clip.pt", "idckit-standin-ViT-T-16"))
+
+
 # -- tests never touch the project tree -------------------------------------------------------------------------
 ROOT = Path(__file__).resolve().parents[1]
 #: the kit's folders (idckit.paths), pointed outside the clone for the whole session; a test may set its own

@@ -22,11 +22,9 @@ import pytest
 import torch
 
 import ddp_worker as worker
-from idckit.data.clevr_change import ClevrChange
 from idckit.errors import ConfigError
 from idckit.experiments.config import load_config, train_config
-from idckit.models.clip_loader import load_clip, save_clip_checkpoint
-from idckit.tasks.clip4idc import CaptionTask, load_pair_data
+from idckit.tasks.clip4idc import CaptionTask
 from idckit.data.features import FeatureStore
 from idckit.experiments.base import Setup
 from idckit.models.pcl import mask_tokens, replacement_ids
@@ -105,18 +103,6 @@ def test_a_negative_or_fractional_minimum_is_refused():
     for bad in (-1, 0.5, True):
         with pytest.raises(ConfigError, match="decode_min_words must be an integer >= 0"):
             FinetuneTask(worker.tiny_pcl_data(), worker.MODEL, decode_min_words=bad, **FINETUNE)
-
-
-@pytest.fixture
-def pairs(tiny_clevr, tmp_path):
-    return load_pair_data(ClevrChange(tiny_clevr), 112, max_len=32, cache_dir=tmp_path / "pairs")
-
-
-@pytest.fixture
-def clip_file(tmp_path):
-    torch.manual_seed(0)
-    clip, _, _ = load_clip("idckit-standin-ViT-T-16", None)
-    return str(save_clip_checkpoint(clip, tmp_path / "clip.pt", "idckit-standin-ViT-T-16"))
 
 
 def test_clip4idc_captioning_decodes_with_its_setting(pairs, clip_file):

@@ -10,12 +10,11 @@ import open_clip
 import pytest
 import torch
 
-from idckit.data.clevr_change import ClevrChange
 from idckit.errors import ConfigError
 from idckit.losses import mlm_loss
 from idckit.models.clip4idc import CLIP4IDCCaptioner, CaptionerConfig, tokenize_captions
 from idckit.models.clip_loader import load_clip, save_clip_checkpoint
-from idckit.tasks.clip4idc import AdaptTask, CaptionTask, IntraCache, decode_ids, load_pair_data
+from idckit.tasks.clip4idc import AdaptTask, CaptionTask, IntraCache, decode_ids
 from idckit.tasks.clip_pretrain import (StandinPretrainTask, join_objects, load_description_data,
                                         split_objects)
 from numeric import assert_close
@@ -122,18 +121,6 @@ def test_standin_needs_scene_descriptions(tiny_clevr):
 
 
 # -- adaptation -----------------------------------------------------------------------------------------------
-
-@pytest.fixture
-def pairs(tiny_clevr, tmp_path):
-    return load_pair_data(ClevrChange(tiny_clevr), 112, max_len=32, cache_dir=tmp_path / "pairs")
-
-
-@pytest.fixture
-def clip_file(tmp_path):
-    torch.manual_seed(0)
-    clip, _, _ = load_clip(MODEL, None)
-    return str(save_clip_checkpoint(clip, tmp_path / "clip.pt", MODEL))
-
 
 def test_pair_data_layout(pairs):
     train = pairs.splits["train"]
