@@ -18,7 +18,7 @@ from idckit.models.clip4idc import tokenize_captions
 from idckit.authors import clip4idc as parity
 from idckit.tasks.clip4idc import CaptionTask, freeze_named, with_text_length
 from idckit.train.loop import fit
-from test_clip_tasks import MODEL, clip_file, pairs  # noqa: F401  (the same tiny data and stand-in CLIP file)
+from test_clip_tasks import MODEL          # the pairs and clip_file fixtures: conftest
 
 RECORDING = Path(__file__).parent / "parity" / "clip4idc_caption.pt"
 SIZES = {"hidden": 128, "heads": 4, "ffn": 256, "enc_layers": 1, "dec_layers": 1}
